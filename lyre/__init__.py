@@ -1,0 +1,3 @@
+"""lyre: serve LLM-backbone speech models to real-time voice agents."""
+
+__version__ = "0.1.0"

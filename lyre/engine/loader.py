@@ -1,0 +1,48 @@
+"""Load a Hugging Face Llama checkpoint folder into :class:`Llama`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from lyre.engine.config import LlamaConfig
+from lyre.engine.llama import Llama
+from lyre.model_folder import ModelFolderError, iter_safetensors, load_config
+
+__all__ = ["load_llama"]
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def load_llama(folder: Path, max_seq_len: int, device: str, dtype: str) -> Llama:
+    """Build the model on the meta device and assign the checkpoint's tensors.
+
+    Weights are read one tensor at a time and cast straight to ``dtype`` on
+    ``device``, so a float32 checkpoint never sits in memory twice.
+    """
+    cfg = LlamaConfig.from_hf(load_config(folder))
+    torch_dtype = _DTYPES[dtype]
+    with torch.device("meta"):
+        model = Llama(cfg, max_seq_len)
+    expected = {name: p.shape for name, p in model.state_dict().items()}
+    state: dict[str, torch.Tensor] = {}
+    for name, tensor in iter_safetensors(folder):
+        if name == "lm_head.weight" and cfg.tie_word_embeddings:
+            continue  # tied: some checkpoints store a copy of the embedding
+        if name.endswith("rotary_emb.inv_freq"):
+            continue  # old checkpoints store the RoPE table; we compute it
+        if name not in expected:
+            raise ModelFolderError(f"{folder}: unexpected tensor {name!r} for a Llama checkpoint")
+        if tuple(tensor.shape) != tuple(expected[name]):
+            raise ModelFolderError(
+                f"{folder}: tensor {name!r} has shape {tuple(tensor.shape)}, config.json implies {tuple(expected[name])}"
+            )
+        state[name] = tensor.to(device=device, dtype=torch_dtype)
+    missing = sorted(set(expected) - set(state))
+    if missing:
+        shown = ", ".join(missing[:5]) + (" ..." if len(missing) > 5 else "")
+        raise ModelFolderError(f"{folder}: checkpoint lacks {len(missing)} tensors: {shown}")
+    model.load_state_dict(state, assign=True)
+    model.build_rope(device)
+    return model.eval()

