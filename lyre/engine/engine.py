@@ -149,6 +149,7 @@ class Engine:
             deadline=deadline,
         )
         with self._wake:
+            req.submit_step = self.recorder.steps
             self.scheduler.add(req)  # validates length, queue room and id under the lock
             stream = RequestStream(self, req)
             self._streams[request_id] = stream
@@ -209,21 +210,27 @@ class Engine:
                         self._send(req, [RuntimeError(f"engine step failed: {exc}"), _END])
                 continue
             with self._wake:
+                self.recorder.record_step(batch, time.perf_counter() - start)
+                step = self.recorder.steps
                 for req, token in zip(batch.prefill + batch.decode, tokens):
                     if req.finished:  # aborted while the step ran
                         continue
+                    if req.first_token_step is None:
+                        req.first_token_step = step
                     done = self.scheduler.append_token(req, token)
+                    if done:
+                        req.finish_step = step
                     items: list[object] = [] if req.finish_reason is FinishReason.STOP else [token]
                     if done:
                         items.append(_END)
                     self._send(req, items)
-                self.recorder.record_step(batch, time.perf_counter() - start)
 
     def _apply_aborts(self) -> None:
         while self._aborts:
             req = self.scheduler.find(self._aborts.popleft())
             if req is not None:
                 self.scheduler.finish(req, FinishReason.ABORT)
+                req.finish_step = self.recorder.steps
                 self._send(req, [_END])
 
     def _finish_all(self, reason: FinishReason) -> None:

@@ -51,10 +51,10 @@ class Scheduler:
                 f"{req.sampling.max_tokens} max_tokens = {need} positions, more than "
                 f"max_seq_len {self.max_seq_len}; lower max_tokens or shorten the input"
             )
-        if len(self.waiting) >= self.max_waiting:
-            raise EngineFull(f"engine queue is full ({self.max_waiting} waiting requests)")
         if req.request_id in self.running or any(r.request_id == req.request_id for r in self.waiting):
             raise ValueError(f"request_id {req.request_id!r} is already in use")
+        if len(self.waiting) >= self.max_waiting:
+            raise EngineFull(f"engine queue is full ({self.max_waiting} waiting requests)")
         self.waiting.append(req)
 
     def schedule(self) -> ScheduledBatch:

@@ -48,6 +48,10 @@ class Request:
     finish_reason: FinishReason | None = None
     admitted_at: float | None = None
     first_token_at: float | None = None
+    # Engine step counters: when it was submitted, got its first token, ended.
+    submit_step: int = 0
+    first_token_step: int | None = None
+    finish_step: int | None = None
 
     @property
     def num_tokens(self) -> int:
