@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
-from lyre.engine.sampler import SamplingTensors, hash_ids, row_keys, sample
+from lyre.engine import sampler
+from lyre.engine.sampler import CANDIDATES, SamplingTensors, row_keys, sample
 
 
 def _params(n: int, temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0, penalty: float = 1.0,
@@ -19,13 +21,12 @@ def _params(n: int, temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0
 
 
 LOGITS = torch.tensor([2.0, 1.0, 0.5, 0.0, -0.5, -1.0, -2.0, -3.0])
-IDS = torch.arange(100, 108)
 
 
 def _draw(n: int, **kwargs: float) -> torch.Tensor:
     logits = LOGITS.expand(n, -1).clone()
     seen = torch.zeros(n, len(LOGITS), dtype=torch.bool)
-    return sample(logits, seen, hash_ids(IDS), _params(n, **kwargs))
+    return sample(logits, seen, _params(n, **kwargs))
 
 
 def test_draws_follow_the_softmax_distribution() -> None:
@@ -51,10 +52,10 @@ def test_repetition_penalty_divides_positive_and_multiplies_negative_logits() ->
     logits = torch.tensor([[2.0, 1.9, -0.1, -0.2]])
     seen = torch.tensor([[True, False, True, False]])
     greedy = _params(1, temperature=0.0, penalty=1.3)
-    assert sample(logits, seen, hash_ids(torch.arange(4)), greedy).item() == 1  # 2.0 / 1.3 < 1.9
+    assert sample(logits, seen, greedy).item() == 1  # 2.0 / 1.3 < 1.9
     negative = torch.tensor([[-0.1, -0.12]])
     seen = torch.tensor([[True, False]])
-    assert sample(negative, seen, hash_ids(torch.arange(2)), greedy).item() == 1  # -0.1 * 1.3 < -0.12
+    assert sample(negative, seen, greedy).item() == 1  # -0.1 * 1.3 < -0.12
 
 
 def test_a_row_draws_the_same_alone_or_in_a_batch() -> None:
@@ -68,10 +69,26 @@ def test_a_row_draws_the_same_alone_or_in_a_batch() -> None:
             repetition_penalty=params.repetition_penalty[row : row + 1],
             keys=params.keys[row : row + 1],
         )
-        got = sample(LOGITS[None].clone(), torch.zeros(1, 8, dtype=torch.bool), hash_ids(IDS), alone)
+        got = sample(LOGITS[None].clone(), torch.zeros(1, 8, dtype=torch.bool), alone)
         assert got.item() == batch[row].item()
 
 
 def test_keys_differ_by_seed_and_by_step() -> None:
     keys = row_keys(torch.tensor([0, 0, 1, 2**40]), torch.tensor([0, 1, 0, 0]))
     assert len(set(keys.tolist())) == 4
+
+
+def test_the_candidate_shortcut_draws_exactly_what_a_full_sort_draws(monkeypatch: pytest.MonkeyPatch) -> None:
+    width = 4 * CANDIDATES
+    peaked = torch.full((width,), -20.0)  # nucleus inside the top CANDIDATES: the shortcut applies
+    peaked[:50] = torch.linspace(3.0, 0.0, 50)
+    peaked[50:60] = 1.0  # ties: ordered by column on both paths
+    peaked = peaked[torch.randperm(width, generator=torch.Generator().manual_seed(0))]
+    n = 2000
+    logits = peaked.expand(n, -1).clone()
+    seen = torch.zeros(n, width, dtype=torch.bool)
+    shortcut = sample(logits, seen, _params(n, top_p=0.8))
+    monkeypatch.setattr(sampler, "CANDIDATES", width)  # too wide to help: always the full sort
+    full = sample(logits, seen, _params(n, top_p=0.8))
+    assert torch.equal(shortcut, full)
+    assert len(set(full.tolist())) > 10

@@ -11,7 +11,7 @@ from lyre.engine.config import EngineConfig
 from lyre.engine.constraint import TokenSlice
 from lyre.engine.kv_cache import KVCache
 from lyre.engine.llama import Llama
-from lyre.engine.sampler import SamplingTensors, hash_ids, row_keys, sample
+from lyre.engine.sampler import SamplingTensors, row_keys, sample
 from lyre.engine.sequence import Request
 
 __all__ = ["ModelRunner"]
@@ -43,7 +43,7 @@ class ModelRunner:
         self.seeds = torch.zeros(n, dtype=torch.long, device=device)
         self.drawn = torch.zeros(n, dtype=torch.long, device=device)  # tokens drawn so far, per slot
         self.full_vocab = TokenSlice(0, vocab)
-        self._slice_ids: dict[TokenSlice, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._slice_ids: dict[TokenSlice, torch.Tensor] = {}
         self.forward_seconds = 0.0  # time in model forward + output projection, cumulative
 
     # -- admission ---------------------------------------------------------
@@ -109,7 +109,7 @@ class ModelRunner:
             groups[allowed].append(row)
         tokens = torch.empty(len(reqs), dtype=torch.long, device=self.device)
         for allowed, rows in groups.items():
-            ids, id_hashes = self._ids(allowed)
+            ids = self._ids(allowed)
             row_index = torch.tensor(rows, device=self.device)
             slots = torch.tensor([reqs[r].slot for r in rows], device=self.device)
             start = time.perf_counter()
@@ -125,22 +125,28 @@ class ModelRunner:
                 repetition_penalty=self.penalty[slots],
                 keys=row_keys(self.seeds[slots], self.drawn[slots]),
             )
-            choice = sample(logits, self.seen[slots][:, ids], id_hashes, params)
+            choice = sample(logits, self._seen(slots, allowed), params)
             tokens[row_index] = ids[choice]
         all_slots = torch.tensor([r.slot for r in reqs], device=self.device)
         self.seen[all_slots, tokens] = True
         self.drawn[all_slots] += 1
         return tokens.tolist()  # the step's one device -> host sync
 
-    def _ids(self, allowed: TokenSlice) -> tuple[torch.Tensor, torch.Tensor]:
-        """Token ids of a slice and their hashes, cached per slice."""
-        cached = self._slice_ids.get(allowed)
-        if cached is None:
+    def _seen(self, slots: torch.Tensor, allowed: TokenSlice) -> torch.Tensor:
+        """(N, slice size) history mask of ``slots`` over the slice's ids."""
+        seen = self.seen[slots, allowed.start : allowed.stop]
+        if allowed.extra:
+            seen = torch.cat((seen, self.seen[slots][:, list(allowed.extra)]), dim=-1)
+        return seen
+
+    def _ids(self, allowed: TokenSlice) -> torch.Tensor:
+        """Token ids of a slice, in the column order of its logits; cached per slice."""
+        ids = self._slice_ids.get(allowed)
+        if ids is None:
             if allowed.stop > self.vocab_size or any(t >= self.vocab_size for t in allowed.extra):
                 raise ValueError(f"constraint slice {allowed} exceeds the vocabulary ({self.vocab_size})")
             ids = torch.cat(
                 (torch.arange(allowed.start, allowed.stop), torch.tensor(allowed.extra, dtype=torch.long))
             ).to(self.device)
-            cached = (ids, hash_ids(ids))
-            self._slice_ids[allowed] = cached
-        return cached
+            self._slice_ids[allowed] = ids
+        return ids

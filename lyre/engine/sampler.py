@@ -1,11 +1,9 @@
 """Batched sampling with per-row parameters and counter-based randomness.
 
-Randomness comes from hashing (request seed, token index, token id) rather
-than from a stateful generator. A row's noise therefore depends on nothing
-else in the batch, so a seeded request produces the same tokens alone or
-beside any others, and no per-request generator or Python loop is needed.
-Sampling uses the Gumbel-max trick: argmax(logits + Gumbel noise) draws from
-softmax(logits) exactly.
+Each draw's random number comes from hashing (request seed, token index)
+rather than from a stateful generator. A row's draw therefore depends on
+nothing else in the batch: a seeded request produces the same tokens alone or
+beside any others, with no per-request generator and no Python loop.
 """
 
 from __future__ import annotations
@@ -14,10 +12,12 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["SamplingTensors", "hash_ids", "row_keys", "sample"]
+__all__ = ["SamplingTensors", "row_keys", "sample"]
 
 _MASK32 = 0xFFFFFFFF
-_GOLDEN = 0x9E3779B9
+# Top-p usually keeps a few dozen tokens; when every row's nucleus fits in the
+# top CANDIDATES logits, a partial top-k replaces a sort of the whole row.
+CANDIDATES = 1024
 
 
 def _mix32(x: torch.Tensor) -> torch.Tensor:
@@ -32,11 +32,6 @@ def _mix32(x: torch.Tensor) -> torch.Tensor:
     return x ^ (x >> 16)
 
 
-def hash_ids(ids: torch.Tensor) -> torch.Tensor:
-    """Per-token-id hashes (int64), computed once for the whole vocabulary."""
-    return _mix32((ids.long() + _GOLDEN) & _MASK32)
-
-
 def row_keys(seeds: torch.Tensor, steps: torch.Tensor) -> torch.Tensor:
     """One key per row from its 63-bit seed and the index of the token being drawn."""
     lo = seeds & _MASK32
@@ -44,11 +39,9 @@ def row_keys(seeds: torch.Tensor, steps: torch.Tensor) -> torch.Tensor:
     return _mix32(_mix32(lo ^ _mix32(hi)) ^ (steps & _MASK32))
 
 
-def _gumbel(keys: torch.Tensor, id_hashes: torch.Tensor) -> torch.Tensor:
-    """keys (N,), id_hashes (N, V) -> Gumbel(0, 1) noise (N, V), float32."""
-    x = _mix32(keys[:, None] ^ id_hashes)
-    u = ((x >> 8).float() + 0.5) * (1.0 / (1 << 24))  # 24 bits: exact in float32, never 0 or 1
-    return -torch.log(-torch.log(u))
+def _uniform(keys: torch.Tensor) -> torch.Tensor:
+    """keys (N,) -> uniforms in (0, 1), float32 (24 bits: exact, never 0 or 1)."""
+    return ((_mix32(keys) >> 8).float() + 0.5) * (1.0 / (1 << 24))
 
 
 @dataclass
@@ -62,29 +55,50 @@ class SamplingTensors:
     keys: torch.Tensor  # int64, from row_keys
 
 
-def sample(logits: torch.Tensor, seen: torch.Tensor, id_hashes: torch.Tensor, p: SamplingTensors) -> torch.Tensor:
+def sample(logits: torch.Tensor, seen: torch.Tensor, p: SamplingTensors) -> torch.Tensor:
     """Pick one column per row.
 
     logits (N, V) float32, restricted to the allowed ids; seen (N, V) bool, the
-    ids already in the request; id_hashes (V,) for those same ids. Returns the
-    chosen column index per row (N,), int64. Order as in transformers:
-    repetition penalty, temperature, top-k, top-p.
+    ids already in the request. Returns the chosen column per row (N,), int64.
+    Order as in transformers: repetition penalty, temperature, top-k, top-p
+    (the nucleus measured after top-k), then a draw from what is left.
     """
     penalty = p.repetition_penalty[:, None]
     logits = torch.where(seen, torch.where(logits > 0, logits / penalty, logits * penalty), logits)
     greedy = p.temperature == 0
     logits = logits / torch.where(greedy, 1.0, p.temperature)[:, None]
 
-    ordered, order = logits.sort(dim=-1, descending=True, stable=True)  # (N, V)
+    ordered, order = _candidates(logits, p)  # (N, C), best first
     ranks = torch.arange(ordered.shape[-1], device=logits.device)
-    outside_k = (p.top_k[:, None] > 0) & (ranks[None, :] >= p.top_k[:, None])
-    ordered = ordered.masked_fill(outside_k, float("-inf"))
-    probs = ordered.softmax(dim=-1)
+    top_k_on = p.top_k > 0
+    ordered = ordered.masked_fill(top_k_on[:, None] & (ranks[None, :] >= p.top_k[:, None]), float("-inf"))
+    # Probabilities relative to the whole row, or to the top-k survivors when top-k is on.
+    norm = torch.where(top_k_on, ordered.logsumexp(dim=-1), logits.logsumexp(dim=-1))
+    probs = (ordered - norm[:, None]).exp()
     # Keep the smallest prefix whose mass reaches top_p; the top token always stays.
     outside_p = (probs.cumsum(dim=-1) - probs) >= p.top_p[:, None]
-    ordered = ordered.masked_fill(outside_p, float("-inf"))
-
-    noise = _gumbel(p.keys, id_hashes[order])
-    noise = noise.masked_fill(greedy[:, None], 0.0)
-    choice = (ordered + noise).argmax(dim=-1, keepdim=True)  # (N, 1) in sorted order
+    probs = probs.masked_fill(outside_p, 0.0)
+    kept = probs.cumsum(dim=-1)  # (N, C), flat after the nucleus
+    target = _uniform(p.keys) * kept[:, -1]
+    choice = torch.searchsorted(kept, target[:, None], right=True)
+    # Rounding can put the target at the very top: fall back to the last kept token.
+    last_kept = ((probs > 0).sum(dim=-1, keepdim=True) - 1).clamp_(min=0)
+    choice = torch.minimum(choice, last_kept).masked_fill(greedy[:, None], 0)
     return order.gather(1, choice).squeeze(1)
+
+
+def _candidates(logits: torch.Tensor, p: SamplingTensors) -> tuple[torch.Tensor, torch.Tensor]:
+    """Logits sorted best first with their columns: all of them, or only the top
+    CANDIDATES when that provably holds every row's nucleus."""
+    width = logits.shape[-1]
+    if width > 2 * CANDIDATES:
+        values, columns = logits.topk(CANDIDATES, dim=-1)
+        mass = (values - logits.logsumexp(dim=-1, keepdim=True)).exp().sum(dim=-1)
+        fits = ((p.top_k > 0) & (p.top_k <= CANDIDATES)) | (mass >= p.top_p) | (p.temperature == 0)
+        if bool(fits.all()):
+            # Order ties by column, exactly as the stable full sort below would,
+            # so a row draws the same token whichever path its batch takes.
+            columns, by_column = columns.sort(dim=-1)
+            values, by_value = values.gather(1, by_column).sort(dim=-1, descending=True, stable=True)
+            return values, columns.gather(1, by_value)
+    return logits.sort(dim=-1, descending=True, stable=True)
