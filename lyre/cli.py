@@ -8,6 +8,11 @@ import sys
 import time
 import wave
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from lyre.engine import SamplingParams
+    from lyre.tts import TTS
 
 __all__ = ["main"]
 
@@ -35,6 +40,7 @@ def _parser() -> argparse.ArgumentParser:
     say.add_argument("text")
     say.add_argument("--voice", default="tara")
     say.add_argument("-o", "--output", default="out.wav", help="WAV path, or - for raw 24 kHz s16le PCM on stdout")
+    say.add_argument("--no-trim", action="store_true", help="keep the generated leading silence")
     _add_model_args(say)
     _add_sampling_args(say)
 
@@ -45,9 +51,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _say(args: argparse.Namespace) -> int:
-    from lyre import orpheus
     from lyre.engine import EngineConfig, SamplingParams
-    from lyre.tts import Synthesizer
+    from lyre.tts import TTS
 
     sampling = SamplingParams(
         temperature=args.temperature,
@@ -57,28 +62,40 @@ def _say(args: argparse.Namespace) -> int:
         max_tokens=args.max_tokens,
         seed=args.seed,
     )
-    config = EngineConfig(max_batch=1, max_seq_len=max(2048, args.max_tokens + 512), device=args.device)
-    synth = Synthesizer.load(args.model, args.codec, config)
+    config = EngineConfig(max_batch=2, max_seq_len=args.max_tokens + 512, device=args.device)
+    tts = TTS.load(args.model, args.codec, config)
     try:
-        start = time.perf_counter()
-        speech = asyncio.run(synth.synthesize(args.text, args.voice, sampling))
-        elapsed = time.perf_counter() - start
+        return asyncio.run(_speak(tts, args, sampling))
     finally:
-        synth.close()
-    pcm = speech.int16().tobytes()
-    if args.output == "-":
-        sys.stdout.buffer.write(pcm)
-        sys.stdout.buffer.flush()
-    else:
-        with wave.open(args.output, "wb") as out:
-            out.setnchannels(1)
-            out.setsampwidth(2)
-            out.setframerate(orpheus.SAMPLE_RATE)
-            out.writeframes(pcm)
-    where = "stdout" if args.output == "-" else args.output
+        tts.close()
+
+
+async def _speak(tts: TTS, args: argparse.Namespace, sampling: SamplingParams) -> int:
+    from lyre import orpheus
+
+    stream = tts.stream(args.text, args.voice, sampling, trim=not args.no_trim)
+    to_stdout = args.output == "-"
+    sink: wave.Wave_write | None = None
+    if not to_stdout:
+        sink = wave.open(args.output, "wb")
+        sink.setnchannels(1)
+        sink.setsampwidth(2)
+        sink.setframerate(orpheus.SAMPLE_RATE)
+    try:
+        async for chunk in stream:  # written as it is made: playback could start now
+            if sink is None:
+                sys.stdout.buffer.write(chunk.tobytes())
+                sys.stdout.buffer.flush()
+            else:
+                sink.writeframes(chunk.tobytes())
+    finally:
+        if sink is not None:
+            sink.close()
+    first = "-" if stream.first_chunk_at is None else f"{1000 * (stream.first_chunk_at - stream.started_at):.0f} ms"
     print(
-        f"lyre: {speech.seconds:.2f} s of audio ({speech.frames} frames, {speech.finish_reason}) "
-        f"in {elapsed:.2f} s -> {where}",
+        f"lyre: {stream.audio_seconds:.2f} s of audio ({stream.frames} frames, {stream.segments} segment(s), "
+        f"{stream.trimmed_ms:.0f} ms leading silence trimmed), first audio after {first}, "
+        f"done in {time.perf_counter() - stream.started_at:.2f} s -> {'stdout' if to_stdout else args.output}",
         file=sys.stderr,
     )
     return 0

@@ -43,7 +43,7 @@ def test_say_to_stdout_writes_raw_pcm_and_the_default_model_warns(tmp_path: Path
     ("args", "message"),
     [
         (["say", "Hello.", "--voice", "nobody"], b"unknown voice 'nobody'"),
-        (["say", "   "], b"text must not be empty"),
+        (["say", "   "], b"input is empty"),
         (["say", "Hello.", "--temperature", "nan"], b"temperature"),
         (["say", "Hello.", "--model", "/no/such/folder"], b"/no/such/folder"),
     ],

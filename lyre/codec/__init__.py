@@ -1,5 +1,14 @@
-"""The SNAC audio codec: codes in, PCM out."""
+"""The SNAC audio codec: codes in, PCM out, batched across streams by a shared service."""
 
-from lyre.codec.snac import SnacDecoder, load_snac
+from lyre.codec.service import BatchPolicy, CodecService, CodecServiceClosed, CodecStats
+from lyre.codec.snac import CodecWindow, SnacDecoder, load_snac
 
-__all__ = ["SnacDecoder", "load_snac"]
+__all__ = [
+    "BatchPolicy",
+    "CodecService",
+    "CodecServiceClosed",
+    "CodecStats",
+    "CodecWindow",
+    "SnacDecoder",
+    "load_snac",
+]

@@ -36,7 +36,8 @@ class RequestStream:
     def __init__(self, engine: Engine, req: Request) -> None:
         self._engine = engine
         self._req = req
-        self._queue: asyncio.Queue[object] = asyncio.Queue()
+        self._items: deque[object] = deque()
+        self._arrived = asyncio.Event()
         self._loop = asyncio.get_running_loop()
 
     @property
@@ -56,18 +57,28 @@ class RequestStream:
         return self
 
     async def __anext__(self) -> int:
-        try:
-            item = await self._queue.get()
-        except asyncio.CancelledError:
-            self._engine.abort(self.request_id)
-            raise
+        while not self._items:
+            self._arrived.clear()
+            try:
+                await self._arrived.wait()
+            except asyncio.CancelledError:
+                self._engine.abort(self.request_id)
+                raise
+        item = self._items[0]
         if item is _END:
-            self._queue.put_nowait(_END)  # stay exhausted if iterated again
-            raise StopAsyncIteration
+            raise StopAsyncIteration  # _END stays: the stream stays exhausted
+        self._items.popleft()
         if isinstance(item, BaseException):
             raise item
         assert isinstance(item, int)
         return item
+
+    def take_ready(self) -> list[int]:
+        """The tokens already made and not yet taken, without waiting."""
+        tokens = []
+        while self._items and isinstance(self._items[0], int):
+            tokens.append(self._items.popleft())
+        return tokens
 
     async def aclose(self) -> None:
         """Stop consuming: the engine frees the request's slot at its next step."""
@@ -80,8 +91,8 @@ class RequestStream:
         await self.aclose()
 
     def _deliver(self, items: list[object]) -> None:
-        for item in items:
-            self._queue.put_nowait(item)
+        self._items.extend(items)
+        self._arrived.set()
 
 
 class Engine:

@@ -1,5 +1,24 @@
-"""Text to speech on top of the engine and the codec."""
+"""Text to speech on top of the engine and the codec.
 
-from lyre.tts.speech import AUDIO_CONSTRAINT, Speech, Synthesizer, speech_sampling
+    tts = TTS.load()
+    async for chunk in tts.stream("Hello there.", voice="tara"):
+        ...  # int16 PCM chunks, 24 kHz mono, as they are made
+"""
 
-__all__ = ["AUDIO_CONSTRAINT", "Speech", "Synthesizer", "speech_sampling"]
+from lyre.tts.speech import AUDIO_CONSTRAINT, load_voices, speech_sampling
+from lyre.tts.stream import TTS, SpeechStream, TTSConfig
+from lyre.tts.text import TextError
+from lyre.tts.trim import TrimConfig
+from lyre.tts.windows import WindowPolicy
+
+__all__ = [
+    "AUDIO_CONSTRAINT",
+    "TTS",
+    "SpeechStream",
+    "TTSConfig",
+    "TextError",
+    "TrimConfig",
+    "WindowPolicy",
+    "load_voices",
+    "speech_sampling",
+]

@@ -1,0 +1,109 @@
+"""SNAC decode cost per window and per emitted frame, by batch size and window width.
+
+A streaming request decodes windows of frames and keeps the middle: a
+narrow window (4 frames: 1 left context, 1 new, 2 right context) while the
+stream is barely ahead of playback, a wide one (8 frames: 1 + 5 new + 2) once
+it is ahead. For each width and batch size this times
+`SnacDecoder.decode_windows` with noise on, after warm-up, and prints the
+median over several runs, then the CPU batch policy the numbers imply
+(`lyre.codec.service.CPU_MAX_BATCH`).
+
+    .venv/bin/python benchmarks/codec.py
+    .venv/bin/python benchmarks/codec.py --batches 1 4 --runs 3 --threads 1 --codec path/to/snac_24khz
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import random
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from lyre.codec import BatchPolicy, CodecWindow, SnacDecoder, load_snac
+from lyre.demo_model import demo_model
+from lyre.orpheus import SAMPLES_PER_FRAME, SAMPLE_RATE
+
+# (frames in the window, kept frames [a, b)): context 1 left, 2 right.
+WIDTHS = {"narrow": (4, (1, 2)), "wide": (8, (1, 6))}
+# A batch must beat single decodes by this much per window to be worth it.
+MIN_GAIN = 0.05
+
+
+def make_windows(batch: int, n_frames: int, keep: tuple[int, int], rng: random.Random) -> list[CodecWindow]:
+    return [
+        CodecWindow(
+            frames=tuple(tuple(rng.randrange(4096) for _ in range(7)) for _ in range(n_frames)),
+            start_frame=rng.randrange(1000),
+            keep=keep,
+            seed=rng.randrange(2**63),
+        )
+        for _ in range(batch)
+    ]
+
+
+def median_seconds(decoder: SnacDecoder, windows: list[CodecWindow], warmup: int, runs: int) -> float:
+    for _ in range(warmup):
+        decoder.decode_windows(windows)
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        decoder.decode_windows(windows)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--codec", type=Path, default=None, help="SNAC folder or hub id (default: the demo codec)")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--batches", type=int, nargs="+", default=[1, 2, 4, 8])
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
+    args = parser.parse_args()
+    if 1 not in args.batches:
+        parser.error("--batches must include 1: other sizes are compared against it")
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+
+    decoder = SnacDecoder(load_snac(args.codec or demo_model().codec, device=args.device))
+    rng = random.Random(0)
+    print(f"{platform.processor() or platform.machine()}, torch {torch.__version__}, {torch.get_num_threads()} threads")
+    print(f"{'width':>12} {'batch':>5} {'ms/call':>9} {'ms/window':>10} {'ms/frame':>9} {'x realtime':>10}")
+    per_window: dict[str, dict[int, float]] = {}
+    for name, (n_frames, keep) in WIDTHS.items():
+        kept = keep[1] - keep[0]
+        per_window[name] = {}
+        for batch in args.batches:
+            seconds = median_seconds(decoder, make_windows(batch, n_frames, keep, rng), args.warmup, args.runs)
+            per_window[name][batch] = seconds / batch
+            audio_seconds = batch * kept * SAMPLES_PER_FRAME / SAMPLE_RATE
+            label = f"{name} {n_frames}/{kept}"
+            print(
+                f"{label:>12} {batch:>5} {1000 * seconds:>9.1f} {1000 * seconds / batch:>10.1f}"
+                f" {1000 * seconds / (batch * kept):>9.1f} {audio_seconds / seconds:>10.2f}"
+            )
+    print(f"implied CPU policy: {implied_policy(per_window)}")
+    print(f"BatchPolicy.for_device('cpu') now: {BatchPolicy.for_device('cpu')}")
+
+
+def implied_policy(per_window: dict[str, dict[int, float]]) -> BatchPolicy:
+    """The batch size with the best worst-case per-window time relative to
+    single decodes, if it beats them by MIN_GAIN at every width; else 1.
+
+    On a CPU a batch only saves per-call overhead, and a window waiting for
+    company loses more than that, so the wait is always 0: the worker takes
+    whatever is already queued.
+    """
+    batches = sorted(next(iter(per_window.values())))
+    worst = {b: max(times[b] / times[batches[0]] for times in per_window.values()) for b in batches}
+    best = min(batches, key=worst.__getitem__)
+    return BatchPolicy(max_batch=best if worst[best] <= 1 - MIN_GAIN else 1, max_wait_ms=0.0)
+
+
+if __name__ == "__main__":
+    main()

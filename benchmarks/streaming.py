@@ -1,0 +1,131 @@
+"""Streaming-audio figures on this machine, on the demo model (or --model/--codec).
+
+1. Codec work: emitted audio seconds per codec CPU second, for the reference
+   scheme (decode the last 4 frames after every frame, keep one) and for
+   lyre's windows (1 new frame per window while behind playback, up to 8 once
+   ahead).
+2. Time to first audio in process: one request alone, and 4 at once.
+3. Concurrent real-time streams: N streams at once; a stream is viable when
+   every chunk arrives before the audio before it has played out (chunk i,
+   i >= 2, arrives at t_i - t_1 <= duration of chunks 1..i-1).
+
+    .venv/bin/python benchmarks/streaming.py
+    .venv/bin/python benchmarks/streaming.py --levels 1 2 4 --tokens 210
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+
+from lyre.codec import CodecWindow, SnacDecoder, load_snac
+from lyre.demo_model import demo_model
+from lyre.engine import EngineConfig, SamplingParams
+from lyre.orpheus import SAMPLE_RATE, SAMPLES_PER_FRAME
+from lyre.tts import TTS, WindowPolicy
+from lyre.tts.windows import WindowPlanner
+
+TEXT = "Hello there, it is good to hear from you again today."
+
+
+def codec_efficiency(decoder: SnacDecoder, n: int = 60) -> dict[str, float]:
+    """Emitted audio seconds per CPU second of decoding, per scheme."""
+    rng = np.random.default_rng(0)
+    frames = [tuple(int(c) for c in rng.integers(0, 4096, 7)) for _ in range(n)]
+    reference = [CodecWindow(tuple(frames[i - 3 : i + 1]), i - 3, (1, 2)) for i in range(3, n)]
+    schemes = {"reference (4-frame window per frame)": reference}
+    for label, ahead in (("lyre behind playback (1 new frame)", 0.0), ("lyre ahead of playback (8 new frames)", 9.0)):
+        planner = WindowPlanner(WindowPolicy(max_new=8))
+        windows = []
+        for frame in frames:
+            planner.push(frame)
+            while (w := planner.next_window(ahead)) is not None:
+                windows.append(w)
+        schemes[label] = windows + planner.finish()
+    decoder.decode_windows([reference[0]])  # warm-up
+    out = {}
+    for label, windows in schemes.items():
+        cpu = time.process_time()
+        samples = sum(len(decoder.decode_windows([w])[0]) for w in windows)
+        out[label] = samples / SAMPLE_RATE / (time.process_time() - cpu)
+    return out
+
+
+async def _one(tts: TTS, seed: int, tokens: int) -> tuple[float, list[float], list[float]]:
+    """TTFA (s), and each chunk's arrival time and duration."""
+    start = time.perf_counter()
+    arrivals, durations = [], []
+    async for chunk in tts.stream(TEXT, "tara", SamplingParams(seed=seed, max_tokens=tokens), trim=False):
+        arrivals.append(time.perf_counter())
+        durations.append(len(chunk) / SAMPLE_RATE)
+    return arrivals[0] - start, arrivals, durations
+
+
+def viable(arrivals: list[float], durations: list[float]) -> bool:
+    """Every chunk arrived before the audio received before it had played out."""
+    played = 0.0
+    for i in range(1, len(arrivals)):
+        played += durations[i - 1]
+        if arrivals[i] - arrivals[0] > played:
+            return False
+    return True
+
+
+async def load_level(tts: TTS, n: int, tokens: int) -> dict[str, float]:
+    results = await asyncio.gather(*(_one(tts, 1000 + i, tokens) for i in range(n)))
+    ttfa = sorted(r[0] for r in results)
+    return {
+        "streams": n,
+        "ttfa_p50_ms": 1000 * statistics.median(ttfa),
+        "ttfa_max_ms": 1000 * ttfa[-1],
+        "viable_share": sum(viable(r[1], r[2]) for r in results) / n,
+        "audio_s": sum(r[2]) if (r := results[0]) else 0.0,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", type=Path)
+    parser.add_argument("--codec", type=Path)
+    parser.add_argument("--levels", type=int, nargs="+", default=[1, 2, 4, 6, 8])
+    parser.add_argument("--tokens", type=int, default=280, help="max tokens per stream (7 per frame)")
+    args = parser.parse_args()
+    demo = demo_model() if args.model is None or args.codec is None else None
+    model = args.model or demo.model
+    codec = args.codec or demo.codec
+
+    print("1. codec work: emitted audio s per codec CPU s")
+    for label, value in codec_efficiency(SnacDecoder(load_snac(codec))).items():
+        print(f"   {label:<40}{value:8.2f}")
+
+    tts = TTS.load(model, codec, EngineConfig(max_batch=max(max(args.levels), 4), max_seq_len=1024))
+    try:
+        asyncio.run(_one(tts, 0, 21))  # warm-up
+        alone = [asyncio.run(_one(tts, s, 70))[0] for s in range(5)]
+        four = asyncio.run(load_level(tts, 4, 70))
+        print("2. time to first audio, in process")
+        print(f"   1 request:   median {1000 * statistics.median(alone):.0f} ms over 5")
+        print(f"   4 at once:   p50 {four['ttfa_p50_ms']:.0f} ms, max {four['ttfa_max_ms']:.0f} ms")
+        print(f"3. concurrent streams, {args.tokens // 7} frames ({args.tokens // 7 * SAMPLES_PER_FRAME / SAMPLE_RATE:.1f} s) each")
+        print(f"   {'streams':>8}{'TTFA p50 ms':>13}{'TTFA max ms':>13}{'viable':>8}")
+        held = 0
+        for n in args.levels:
+            r = asyncio.run(load_level(tts, n, args.tokens))
+            print(f"   {n:>8}{r['ttfa_p50_ms']:>13.0f}{r['ttfa_max_ms']:>13.0f}{100 * r['viable_share']:>7.0f}%")
+            if r["viable_share"] == 1.0:
+                held = n
+        print(f"   most streams with every stream viable: {held}")
+        stats = tts.codec.stats()
+        print(f"   codec: {stats.windows} windows in {stats.batches} batches (mean {stats.mean_batch:.2f}), "
+              f"queue wait max {1000 * stats.queue_wait_max_s:.1f} ms")
+    finally:
+        tts.close()
+
+
+if __name__ == "__main__":
+    main()
