@@ -26,8 +26,8 @@ import numpy as np
 from lyre.codec import CodecWindow, SnacDecoder, load_snac
 from lyre.demo_model import demo_model
 from lyre.engine import EngineConfig, SamplingParams
-from lyre.orpheus import SAMPLE_RATE, SAMPLES_PER_FRAME
-from lyre.tts import TTS, WindowPolicy
+from lyre.orpheus import SAMPLE_RATE, SAMPLES_PER_FRAME, TOKENS_PER_SECOND
+from lyre.tts import TTS, TTSConfig, WindowPolicy
 from lyre.tts.windows import WindowPlanner
 
 TEXT = "Hello there, it is good to hear from you again today."
@@ -94,6 +94,7 @@ def main() -> None:
     parser.add_argument("--codec", type=Path)
     parser.add_argument("--levels", type=int, nargs="+", default=[1, 2, 4, 6, 8])
     parser.add_argument("--tokens", type=int, default=280, help="max tokens per stream (7 per frame)")
+    parser.add_argument("--first-frames", type=int, default=1, help="frames in each stream's first chunk")
     args = parser.parse_args()
     demo = demo_model() if args.model is None or args.codec is None else None
     model = args.model or demo.model
@@ -103,7 +104,8 @@ def main() -> None:
     for label, value in codec_efficiency(SnacDecoder(load_snac(codec))).items():
         print(f"   {label:<40}{value:8.2f}")
 
-    tts = TTS.load(model, codec, EngineConfig(max_batch=max(max(args.levels), 4), max_seq_len=1024))
+    config = TTSConfig(window=WindowPolicy(first_new=args.first_frames))
+    tts = TTS.load(model, codec, EngineConfig(max_batch=max(max(args.levels), 4), max_seq_len=1024), config)
     try:
         asyncio.run(_one(tts, 0, 21))  # warm-up
         alone = [asyncio.run(_one(tts, s, 70))[0] for s in range(5)]
@@ -120,9 +122,12 @@ def main() -> None:
             if r["viable_share"] == 1.0:
                 held = n
         print(f"   most streams with every stream viable: {held}")
-        stats = tts.codec.stats()
-        print(f"   codec: {stats.windows} windows in {stats.batches} batches (mean {stats.mean_batch:.2f}), "
-              f"queue wait max {1000 * stats.queue_wait_max_s:.1f} ms")
+        codec_stats, engine_stats = tts.codec.stats(), tts.engine.stats()
+        audio = engine_stats.tokens / TOKENS_PER_SECOND  # every token is 1/7 of an 85 ms frame
+        print(f"   codec: {codec_stats.windows} windows in {codec_stats.batches} batches "
+              f"(mean {codec_stats.mean_batch:.2f}), queue wait max {1000 * codec_stats.queue_wait_max_s:.0f} ms")
+        print(f"   wall seconds per audio second: engine steps {engine_stats.step_seconds / audio:.2f}, "
+              f"codec decodes {codec_stats.decode_seconds / audio:.2f} (both share the same cores)")
     finally:
         tts.close()
 

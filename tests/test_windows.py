@@ -59,6 +59,21 @@ def test_first_audio_needs_three_frames() -> None:
     assert (window.start_frame, len(window.frames), window.keep) == (0, 3, (0, 1))
 
 
+def test_a_longer_first_chunk_waits_for_its_frames_then_goes_back_to_one() -> None:
+    planner = WindowPlanner(WindowPolicy(first_new=3))
+    for i in range(4):
+        planner.push(_frame(i))
+        assert planner.next_window(0.0) is None
+    planner.push(_frame(4))
+    first = planner.next_window(0.0)
+    assert first is not None and first.keep == (0, 3) and len(first.frames) == 5
+    planner.push(_frame(5))
+    second = planner.next_window(0.0)
+    assert second is not None and second.keep == (1, 2) and second.start_frame == 2
+    with pytest.raises(ValueError, match="first_new"):
+        WindowPolicy(first_new=9, max_new=8)
+
+
 def test_one_frame_windows_are_the_reference_windows() -> None:
     windows = _run(12, WindowPolicy(max_new=1), [0.0])
     for w in windows:

@@ -32,6 +32,10 @@ class WindowPolicy:
 
     left: int = 1  # frames of context before the emitted ones
     right: int = 2  # frames of context after them
+    # Frames in the first chunk. One gives the earliest audio; where a decode
+    # takes longer than a frame plays (a CPU), a longer first chunk buys the
+    # time the second decode needs, so playback never runs dry.
+    first_new: int = 1
     max_new: int = 8  # emitted frames per window, at most
     ahead_s: float = 0.5  # audio buffered ahead of playback before windows widen
 
@@ -40,6 +44,8 @@ class WindowPolicy:
             raise ValueError(f"left and right context must be >= 0, got {self.left}, {self.right}")
         if self.max_new < 1:
             raise ValueError(f"max_new must be >= 1, got {self.max_new}")
+        if not 1 <= self.first_new <= self.max_new:
+            raise ValueError(f"first_new must be in [1, max_new], got {self.first_new}")
         if self.ahead_s < 0:
             raise ValueError(f"ahead_s must be >= 0, got {self.ahead_s}")
 
@@ -73,7 +79,7 @@ class WindowPlanner:
         once it is long, frames gather until a full ``max_new`` window.
         """
         ready = len(self._frames) - self.policy.right - self._emitted
-        if ready < 1:
+        if ready < (self.policy.first_new if self._emitted == 0 else 1):
             return None
         if ready < self.policy.max_new and ahead_s >= self.policy.ahead_s:
             return None
