@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 import time
 import wave
@@ -43,6 +44,17 @@ def _parser() -> argparse.ArgumentParser:
     say.add_argument("--no-trim", action="store_true", help="keep the generated leading silence")
     _add_model_args(say)
     _add_sampling_args(say)
+
+    serve = sub.add_parser("serve", help="run the HTTP and WebSocket server")
+    _add_model_args(serve)
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--max-streams", type=int, default=8, help="requests generating at once")
+    serve.add_argument("--max-queue", type=int, default=16, help="requests waiting beyond that; more get 429")
+    serve.add_argument("--max-seq-len", type=int, default=2048, help="KV-cache positions per stream")
+    serve.add_argument("--api-key", default=os.environ.get("LYRE_API_KEY"),
+                       help="require this Bearer key (default: $LYRE_API_KEY; none: open)")
+    serve.add_argument("--log-level", default="info")
 
     demo = sub.add_parser("demo-model", help="write the tiny random demo model (Orpheus + SNAC folders) to DIR")
     demo.add_argument("dir", type=Path)
@@ -101,6 +113,28 @@ async def _speak(tts: TTS, args: argparse.Namespace, sampling: SamplingParams) -
     return 0
 
 
+def _serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from lyre.server import ServerConfig, create_app
+
+    config = ServerConfig(
+        host=args.host,
+        port=args.port,
+        model=args.model,
+        codec=args.codec,
+        device=args.device,
+        max_streams=args.max_streams,
+        max_queue=args.max_queue,
+        max_seq_len=args.max_seq_len,
+        api_key=args.api_key or None,
+    )
+    # uvicorn turns SIGINT/SIGTERM into a graceful shutdown: the app stops
+    # admitting, lets streams in flight finish (or ends them), then exits.
+    uvicorn.run(create_app(config), host=config.host, port=config.port, log_level=args.log_level)
+    return 0
+
+
 def _demo_model(args: argparse.Namespace) -> int:
     from lyre.demo_model import write_demo_model
 
@@ -111,7 +145,7 @@ def _demo_model(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    handlers = {"say": _say, "demo-model": _demo_model}
+    handlers = {"say": _say, "serve": _serve, "demo-model": _demo_model}
     try:
         return handlers[args.command](args)
     except ValueError as exc:  # bad input: say what was wrong, no traceback

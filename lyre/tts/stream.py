@@ -79,6 +79,10 @@ class SpeechStream:
         return 1000.0 * self.trimmed_samples / orpheus.SAMPLE_RATE
 
     @property
+    def prompt_tokens(self) -> int:
+        return sum(len(p) for p in self._prompts)
+
+    @property
     def audio_seconds(self) -> float:
         return self.samples / orpheus.SAMPLE_RATE
 

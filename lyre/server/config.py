@@ -1,0 +1,42 @@
+"""The server's settings, validated once."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["ServerConfig"]
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """What ``lyre serve`` runs with. Capacity limits keep memory bounded under overload."""
+
+    host: str = "127.0.0.1"
+    port: int = 8000
+    model: str | None = None  # folder or hub id; None: the built-in demo model
+    codec: str | None = None
+    device: str = "cpu"
+    max_streams: int = 8  # requests generating at once (HTTP speech requests and WebSocket contexts)
+    max_queue: int = 16  # requests waiting for a stream beyond that; more get 429
+    queue_timeout_s: float = 30.0  # a queued request gives up after this
+    max_seq_len: int = 2048
+    max_input_chars: int = 4096
+    api_key: str | None = None
+    ws_max_contexts: int = 16  # open contexts per WebSocket
+    ws_max_message_bytes: int = 64 * 1024
+    ws_idle_timeout_s: float = 60.0  # a context with no new text and nothing to speak is closed
+    ws_flush_after_s: float = 0.8  # pending text with no sentence end is spoken after this pause
+
+    def __post_init__(self) -> None:
+        for name in ("max_streams", "max_seq_len", "max_input_chars", "ws_max_contexts", "ws_max_message_bytes"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.max_queue < 0:
+            raise ValueError(f"max_queue must be >= 0, got {self.max_queue}")
+        for name in ("queue_timeout_s", "ws_idle_timeout_s", "ws_flush_after_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        if not 0 < self.port < 65536:
+            raise ValueError(f"port must be in 1..65535, got {self.port}")
+        if self.api_key is not None and not self.api_key:
+            raise ValueError("api_key must not be empty")

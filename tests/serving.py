@@ -1,0 +1,71 @@
+"""Run `lyre serve` as a real process on a free loopback port, for tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import httpx
+
+
+@dataclass(frozen=True)
+class Server:
+    url: str
+    ws_url: str
+    process: subprocess.Popen[bytes]
+
+    def rss_kb(self) -> int:
+        with open(f"/proc/{self.process.pid}/status") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+
+    def metric(self, name: str, headers: dict[str, str] | None = None) -> float:
+        text = httpx.get(f"{self.url}/metrics", headers=headers, timeout=10).text
+        for line in text.splitlines():
+            if line.startswith(name + " ") or line.startswith(name + "{"):
+                return float(line.rsplit(" ", 1)[1])
+        raise KeyError(name)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def running_server(*args: str, timeout_s: float = 180.0) -> Iterator[Server]:
+    port = _free_port()
+    cmd = [sys.executable, "-m", "lyre.cli", "serve", "--port", str(port), "--log-level", "warning", *args]
+    process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ})
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if process.poll() is not None:
+                out = process.stdout.read().decode() if process.stdout else ""
+                raise RuntimeError(f"lyre serve exited with {process.returncode}:\n{out}")
+            try:
+                if httpx.get(f"{url}/ready", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError("lyre serve did not become ready in time")
+            time.sleep(0.25)
+        yield Server(url=url, ws_url=f"ws://127.0.0.1:{port}", process=process)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        if process.stdout is not None:
+            process.stdout.close()

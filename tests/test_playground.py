@@ -1,0 +1,58 @@
+"""The playground page in headless Chromium: it loads, a click starts a request, audio arrives."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from selenium import webdriver
+from selenium.webdriver.chrome.options import Options
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import Select, WebDriverWait
+
+from serving import Server, running_server
+
+pytestmark = pytest.mark.slow
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[Server]:
+    # A small KV cache keeps the page's request (no max_tokens: the server's cap) short.
+    with running_server("--max-streams", "2", "--max-seq-len", "396") as s:
+        yield s
+
+
+@pytest.fixture
+def browser(tmp_path: Path) -> Iterator[webdriver.Chrome]:
+    options = Options()
+    options.binary_location = CHROMIUM
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 "--autoplay-policy=no-user-gesture-required", f"--user-data-dir={tmp_path / 'profile'}"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
+    yield driver
+    driver.quit()
+
+
+def test_the_page_speaks_while_the_audio_streams(server: Server, browser: webdriver.Chrome) -> None:
+    browser.get(f"{server.url}/")
+    assert browser.title == "lyre playground"
+    wait = WebDriverWait(browser, 60)
+    wait.until(lambda d: len(Select(d.find_element(By.ID, "voice")).options) >= 8)
+    Select(browser.find_element(By.ID, "voice")).select_by_value("leo")
+    browser.find_element(By.ID, "speak").click()
+    wait.until(lambda d: d.execute_script("return window.lyreFirstAudioMs !== null && window.lyreFirstAudioMs !== undefined"))
+    first_ms = browser.execute_script("return window.lyreFirstAudioMs")
+    assert first_ms > 0
+    assert "first audio after" in browser.find_element(By.ID, "status").text
+    wait.until(lambda d: d.execute_script("return window.lyreDone === true"))
+    received = browser.execute_script("return window.lyreBytes")
+    assert received > 0 and received % 2 == 0
+    assert "s of audio" in browser.find_element(By.ID, "status").text

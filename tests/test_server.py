@@ -1,0 +1,174 @@
+"""`lyre serve` as a real process on loopback, talked to with real clients."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import io
+import json
+import time
+import wave
+from collections.abc import Iterator
+
+import httpx
+import openai
+import pytest
+
+from lyre.orpheus import SAMPLE_RATE, SAMPLES_PER_FRAME
+from serving import Server, running_server
+
+pytestmark = pytest.mark.slow
+
+SHORT = {"max_tokens": 70, "seed": 1}  # 10 frames of the demo model: quick on a CPU
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[Server]:
+    with running_server("--max-streams", "4", "--max-queue", "8") as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def client(server: Server) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0)
+
+
+def test_openai_sdk_gets_a_wav(client: openai.OpenAI) -> None:
+    audio = client.audio.speech.create(model="orpheus", voice="tara", input="Hello there.", response_format="wav",
+                                       extra_body={**SHORT, "trim_silence": False})
+    data = audio.read()
+    assert data[:4] == b"RIFF" and data[8:12] == b"WAVE"
+    samples = (len(data) - 44) // 2
+    assert samples == 10 * SAMPLES_PER_FRAME
+
+
+def test_openai_sdk_streams_pcm_as_it_is_made(client: openai.OpenAI) -> None:
+    arrivals = []
+    with client.audio.speech.with_streaming_response.create(
+        model="orpheus", voice="leo", input="Streaming, please.", response_format="pcm",
+        extra_body={"max_tokens": 140, "seed": 2, "trim_silence": False},
+    ) as response:
+        assert response.headers["content-type"].startswith("audio/pcm")
+        total = 0
+        for chunk in response.iter_bytes():
+            arrivals.append(time.perf_counter())
+            total += len(chunk)
+    assert total == 20 * SAMPLES_PER_FRAME * 2
+    assert len(arrivals) > 2  # several pieces, not one body at the end
+    assert arrivals[-1] - arrivals[0] > 0.2
+
+
+@pytest.mark.parametrize(("fmt", "content_type"), [
+    ("pcm", "audio/pcm"), ("mp3", "audio/mpeg"), ("opus", "audio/ogg"), ("flac", "audio/flac"),
+    ("aac", "audio/aac"), ("mulaw", "audio/basic"), ("alaw", "audio/x-alaw-basic"),
+])
+def test_every_format_streams_bytes(server: Server, fmt: str, content_type: str) -> None:
+    r = httpx.post(f"{server.url}/v1/audio/speech", timeout=60,
+                   json={"input": "Format check.", "voice": "mia", "response_format": fmt, **SHORT})
+    assert r.status_code == 200, r.text
+    assert r.headers["content-type"].startswith(content_type)
+    assert len(r.content) > 100
+
+
+def test_sse_sends_delta_events_then_done_with_usage(server: Server) -> None:
+    events = []
+    with httpx.stream("POST", f"{server.url}/v1/audio/speech", timeout=60, json={
+        "input": "Events.", "voice": "zac", "response_format": "pcm", "stream_format": "sse",
+        "trim_silence": False, **SHORT,
+    }) as r:
+        assert r.headers["content-type"].startswith("text/event-stream")
+        for line in r.iter_lines():
+            if line.startswith("data: "):
+                events.append(json.loads(line[6:]))
+    assert {e["type"] for e in events[:-1]} == {"speech.audio.delta"}
+    assert sum(len(base64.b64decode(e["audio"])) for e in events[:-1]) == 10 * SAMPLES_PER_FRAME * 2
+    done = events[-1]
+    assert done["type"] == "speech.audio.done"
+    assert done["usage"]["output_tokens"] == 70 and done["usage"]["total_tokens"] > 70
+
+
+@pytest.mark.parametrize(("body", "needle"), [
+    ({"input": "Hi.", "speed": 1.5}, "speed"),
+    ({"input": "Hi.", "voice": "nobody"}, "unknown voice 'nobody'"),
+    ({"input": "Hi.", "response_format": "ogg"}, "response_format"),
+    ({"input": 5}, "input"),
+    ({"voice": "tara"}, "input"),
+    ({"input": "x" * 5000}, "5000"),
+    ({"input": "   "}, "empty"),
+    ({"input": "Hi.", "temperature": "hot"}, "temperature"),
+    ({"input": "Hi.", "max_tokens": 0}, "max_tokens"),
+    ({"input": "Hi.", "instructions": "whisper"}, "instructions"),
+])
+def test_bad_requests_are_4xx_naming_the_problem(server: Server, body: dict, needle: str) -> None:
+    r = httpx.post(f"{server.url}/v1/audio/speech", json=body, timeout=30)
+    assert r.status_code == 400, r.text
+    assert needle in r.json()["error"]["message"]
+
+
+def test_malformed_json_is_a_400(server: Server) -> None:
+    r = httpx.post(f"{server.url}/v1/audio/speech", content=b"{not json", timeout=30,
+                   headers={"content-type": "application/json"})
+    assert r.status_code == 400
+    assert "JSON" in r.json()["error"]["message"]
+
+
+def test_voices_models_health_ready_and_metrics(server: Server) -> None:
+    voices = httpx.get(f"{server.url}/v1/audio/voices").json()["voices"]
+    assert {v["id"] for v in voices} >= {"tara", "leo", "zoe"}
+    assert httpx.get(f"{server.url}/v1/models").json()["data"][0]["id"] == "orpheus"
+    assert httpx.get(f"{server.url}/health").json() == {"status": "ok"}
+    assert httpx.get(f"{server.url}/ready").status_code == 200
+    httpx.post(f"{server.url}/v1/audio/speech", json={"input": "Count me.", **SHORT}, timeout=60)
+    for name in ("lyre_time_to_first_audio_seconds_count", "lyre_tokens_generated_total", "lyre_engine_steps_total",
+                 "lyre_codec_windows_total", "lyre_active_streams", "lyre_queued_requests"):
+        assert server.metric(name) >= 0
+    assert server.metric("lyre_time_to_first_audio_seconds_count") >= 1
+
+
+def test_a_client_that_disconnects_frees_its_engine_slot(server: Server) -> None:
+    before = server.metric("lyre_tokens_generated_total")
+    with httpx.stream("POST", f"{server.url}/v1/audio/speech", timeout=60, json={
+        "input": "This will be cut off.", "response_format": "pcm", "max_tokens": 1400, "seed": 3,
+    }) as r:
+        next(r.iter_bytes())
+    deadline = time.monotonic() + 5
+    while server.metric("lyre_engine_running") > 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert server.metric("lyre_engine_running") == 0
+    made = server.metric("lyre_tokens_generated_total") - before
+    assert made < 1400  # stopped long before max_tokens
+
+
+def test_overload_gets_429_with_retry_after_and_memory_stays_bounded() -> None:
+    with running_server("--max-streams", "1", "--max-queue", "1") as s:
+        async def flood() -> list[httpx.Response]:
+            async with httpx.AsyncClient(timeout=120) as http:
+                return await asyncio.gather(*(
+                    http.post(f"{s.url}/v1/audio/speech",
+                              json={"input": "Flood.", "response_format": "pcm", "max_tokens": 21, "seed": i})
+                    for i in range(12)
+                ))
+
+        first = asyncio.run(flood())
+        rss_after_first = s.rss_kb()
+        codes = sorted(r.status_code for r in first)
+        assert 200 in codes and 429 in codes and set(codes) <= {200, 429}
+        assert all(r.headers.get("retry-after") for r in first if r.status_code == 429)
+        for _ in range(3):
+            asyncio.run(flood())
+        assert s.rss_kb() - rss_after_first < 100_000  # KB: repeated floods do not grow memory
+
+
+def test_api_key_guards_everything_but_health() -> None:
+    with running_server("--api-key", "s3cret", "--max-streams", "2") as s:
+        assert httpx.get(f"{s.url}/health").status_code == 200
+        assert httpx.get(f"{s.url}/ready").status_code == 200
+        r = httpx.get(f"{s.url}/v1/models")
+        assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer"
+        assert httpx.get(f"{s.url}/v1/models", headers={"Authorization": "Bearer wrong"}).status_code == 401
+        assert httpx.get(f"{s.url}/v1/models", headers={"Authorization": "Bearer s3cret"}).status_code == 200
+        sdk = openai.OpenAI(base_url=f"{s.url}/v1", api_key="s3cret", max_retries=0)
+        audio = sdk.audio.speech.create(model="orpheus", voice="tara", input="Keyed.", response_format="wav",
+                                        extra_body=SHORT)
+        with wave.open(io.BytesIO(audio.read())) as w:
+            assert w.getframerate() == SAMPLE_RATE
