@@ -21,16 +21,14 @@ import json
 import logging
 import time
 from collections import OrderedDict, deque
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect, status
 from starlette.websockets import WebSocketDisconnected
 
-from lyre import orpheus
-from lyre.engine import EngineFull, SamplingParams
-from lyre.server.admission import Overloaded
 from lyre.server.auth import authorized
+from lyre.server import ws_messages as msg
 from lyre.server.state import ServerState
 from lyre.tts.text import IncrementalSplitter
 
@@ -38,9 +36,6 @@ __all__ = ["WEBSOCKET_PATH", "router"]
 
 WEBSOCKET_PATH = "/v1/tts/websocket"
 _API = "websocket"  # the metrics label
-# The one output format: what the pipeline makes, sent as is.
-_OUTPUT_FORMAT = {"container": "raw", "encoding": "pcm_s16le", "sample_rate": orpheus.SAMPLE_RATE}
-_SAMPLING_FIELDS = ("temperature", "top_p", "repetition_penalty", "max_tokens", "seed")
 _ENDED_MEMORY = 1024  # ended context ids remembered per socket, so late messages for them are refused
 _SEED_SPACE = 2**63  # SamplingParams.seed range
 
@@ -48,75 +43,14 @@ log = logging.getLogger(__name__)
 router = APIRouter()
 
 
-class _ContextError(Exception):
-    """A problem to report on one context; ``kind`` labels the errors metric."""
-
-    def __init__(self, message: str, kind: str = "invalid_request") -> None:
-        super().__init__(message)
-        self.kind = kind
-
-
 class _Gone(Exception):
     """The client has disconnected: nothing more can be sent."""
-
-
-@dataclass(frozen=True)
-class _Settings:
-    voice: str | None  # None: the model's default
-    sampling: SamplingParams | None
-    trim: bool
-
-
-def _voice(message: dict[str, Any], voices: tuple[str, ...]) -> str | None:
-    """The voice of ``{"mode": "id", "id": NAME}`` (or a bare name)."""
-    voice = message.get("voice")
-    if isinstance(voice, dict):
-        if voice.get("mode", "id") != "id":
-            raise _ContextError(f"voice mode {voice.get('mode')!r} is not supported; use mode 'id'")
-        voice = voice.get("id")
-    if voice is not None and (not isinstance(voice, str) or voice not in voices):
-        raise _ContextError(f"unknown voice {voice!r}; this model has: {', '.join(voices)}")
-    return voice
-
-
-def _check_output_format(value: object) -> None:
-    if value is not None and not isinstance(value, dict):
-        raise _ContextError("output_format must be an object")
-    for key, supported in _OUTPUT_FORMAT.items():
-        if value and value.get(key, supported) != supported:
-            raise _ContextError(f"output_format.{key} {value[key]!r} is not supported; lyre sends container 'raw', "
-                                f"encoding 'pcm_s16le', sample_rate {orpheus.SAMPLE_RATE}")
-
-
-def _settings(message: dict[str, Any], voices: tuple[str, ...]) -> _Settings:
-    """A context's settings, from its first message."""
-    extras = {name: message[name] for name in _SAMPLING_FIELDS if name in message}
-    try:
-        sampling = SamplingParams(**extras) if extras else None
-    except ValueError as exc:
-        raise _ContextError(str(exc)) from None
-    trim = message.get("trim", True)
-    if not isinstance(trim, bool):
-        raise _ContextError(f"trim must be true or false, got {trim!r}")
-    return _Settings(_voice(message, voices), sampling, trim)
-
-
-def _describe(exc: Exception, context_id: str) -> tuple[str, str]:
-    """What to tell the client about a context that failed, and the errors-metric kind."""
-    if isinstance(exc, _ContextError):
-        return str(exc), exc.kind
-    if isinstance(exc, (Overloaded, EngineFull)):
-        return str(exc), "overloaded"
-    if isinstance(exc, ValueError):  # text the pipeline refused, or a request too long for the engine
-        return str(exc), "invalid_request"
-    log.exception("websocket context %r failed", context_id)
-    return f"speech failed: {exc}", "stream"
 
 
 class _Context:
     """One context: its text as it arrives, spoken segment by segment on its own task."""
 
-    def __init__(self, session: _Session, context_id: str, settings: _Settings) -> None:
+    def __init__(self, session: _Session, context_id: str, settings: msg.Settings) -> None:
         self.id = context_id
         self.settings = settings
         self.chars = 0  # text received, for the max_input_chars limit
@@ -142,7 +76,7 @@ class _Context:
                 raise
             except Exception as exc:
                 self.outcome = "error"
-                await session.send_error(self.id, *_describe(exc, self.id))
+                await session.send_error(self.id, *msg.describe(exc, self.id))
                 return
             await session.send({"type": "done", "context_id": self.id, "done": True})
             self.outcome = "ok"
@@ -189,7 +123,7 @@ class _Context:
                     await self._wake.wait()
             except TimeoutError:
                 if not unflushed:
-                    raise _ContextError(f"context idle for {config.ws_idle_timeout_s:g} s", "idle") from None
+                    raise msg.ContextError(f"context idle for {config.ws_idle_timeout_s:g} s", "idle") from None
                 now = time.monotonic()
                 ready.extend((segment, now) for segment in splitter.flush())
                 unflushed = False
@@ -298,7 +232,7 @@ class _Session:
         else:
             try:
                 self._route(context_id, message)
-            except _ContextError as exc:
+            except msg.ContextError as exc:
                 await self._fail(context_id, str(exc), exc.kind)
 
     def _route(self, context_id: str, message: dict[str, Any]) -> None:
@@ -306,27 +240,27 @@ class _Session:
         config, voices = self.state.config, self.state.tts.voices
         context = self.contexts.get(context_id)
         if context_id in self._ended or (context is not None and context.closed):
-            raise _ContextError(f"context {context_id!r} has already ended; start a new context_id")
+            raise msg.ContextError(f"context {context_id!r} has already ended; start a new context_id")
         transcript, more = message.get("transcript", ""), message.get("continue", False)
         if not isinstance(transcript, str):
-            raise _ContextError("transcript must be a string")
+            raise msg.ContextError("transcript must be a string")
         if not isinstance(more, bool):
-            raise _ContextError(f"continue must be true or false, got {more!r}")
-        _check_output_format(message.get("output_format"))
+            raise msg.ContextError(f"continue must be true or false, got {more!r}")
+        msg.check_output_format(message.get("output_format"))
         if (chars := len(transcript) + (context.chars if context else 0)) > config.max_input_chars:
-            raise _ContextError(f"context text is {chars} characters, over the limit of {config.max_input_chars}")
+            raise msg.ContextError(f"context text is {chars} characters, over the limit of {config.max_input_chars}")
         if context is None:
-            settings = _settings(message, voices)
+            settings = msg.settings(message, voices)
             if self.state.draining:
-                raise _ContextError("server is shutting down; open new contexts on another server", "draining")
+                raise msg.ContextError("server is shutting down; open new contexts on another server", "draining")
             if len(self.contexts) >= config.ws_max_contexts:
-                raise _ContextError(f"too many open contexts on this socket (limit {config.ws_max_contexts}); "
+                raise msg.ContextError(f"too many open contexts on this socket (limit {config.ws_max_contexts}); "
                                     "wait for one to finish or cancel one")
             context = self.contexts[context_id] = _Context(self, context_id, settings)
             self._tasks.add(context.task)
             context.task.add_done_callback(self._tasks.discard)
-        elif "voice" in message and _voice(message, voices) != context.settings.voice:
-            raise _ContextError(f"a context keeps the voice of its first message ({context.settings.voice!r})")
+        elif "voice" in message and msg.voice_of(message, voices) != context.settings.voice:
+            raise msg.ContextError(f"a context keeps the voice of its first message ({context.settings.voice!r})")
         context.add(transcript, last=not more)
 
 

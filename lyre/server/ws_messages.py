@@ -1,0 +1,80 @@
+"""Parsing and checking WebSocket messages: a context's settings and its errors."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from lyre import orpheus
+from lyre.engine import EngineFull, SamplingParams
+from lyre.server.admission import Overloaded
+
+__all__ = ["OUTPUT_FORMAT", "ContextError", "Settings", "check_output_format", "describe", "settings", "voice_of"]
+
+# The one output format: what the pipeline makes, sent as is.
+OUTPUT_FORMAT = {"container": "raw", "encoding": "pcm_s16le", "sample_rate": orpheus.SAMPLE_RATE}
+_SAMPLING_FIELDS = ("temperature", "top_p", "repetition_penalty", "max_tokens", "seed")
+
+log = logging.getLogger("lyre.server.websocket")
+
+
+class ContextError(Exception):
+    """A problem to report on one context; ``kind`` labels the errors metric."""
+
+    def __init__(self, message: str, kind: str = "invalid_request") -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+@dataclass(frozen=True)
+class Settings:
+    voice: str | None  # None: the model's default
+    sampling: SamplingParams | None
+    trim: bool
+
+
+def voice_of(message: dict[str, Any], voices: tuple[str, ...]) -> str | None:
+    """The voice of ``{"mode": "id", "id": NAME}`` (or a bare name)."""
+    voice = message.get("voice")
+    if isinstance(voice, dict):
+        if voice.get("mode", "id") != "id":
+            raise ContextError(f"voice mode {voice.get('mode')!r} is not supported; use mode 'id'")
+        voice = voice.get("id")
+    if voice is not None and (not isinstance(voice, str) or voice not in voices):
+        raise ContextError(f"unknown voice {voice!r}; this model has: {', '.join(voices)}")
+    return voice
+
+
+def check_output_format(value: object) -> None:
+    if value is not None and not isinstance(value, dict):
+        raise ContextError("output_format must be an object")
+    for key, supported in OUTPUT_FORMAT.items():
+        if value and value.get(key, supported) != supported:
+            raise ContextError(f"output_format.{key} {value[key]!r} is not supported; lyre sends container 'raw', "
+                                f"encoding 'pcm_s16le', sample_rate {orpheus.SAMPLE_RATE}")
+
+
+def settings(message: dict[str, Any], voices: tuple[str, ...]) -> Settings:
+    """A context's settings, from its first message."""
+    extras = {name: message[name] for name in _SAMPLING_FIELDS if name in message}
+    try:
+        sampling = SamplingParams(**extras) if extras else None
+    except ValueError as exc:
+        raise ContextError(str(exc)) from None
+    trim = message.get("trim", True)
+    if not isinstance(trim, bool):
+        raise ContextError(f"trim must be true or false, got {trim!r}")
+    return Settings(voice_of(message, voices), sampling, trim)
+
+
+def describe(exc: Exception, context_id: str) -> tuple[str, str]:
+    """What to tell the client about a context that failed, and the errors-metric kind."""
+    if isinstance(exc, ContextError):
+        return str(exc), exc.kind
+    if isinstance(exc, (Overloaded, EngineFull)):
+        return str(exc), "overloaded"
+    if isinstance(exc, ValueError):  # text the pipeline refused, or a request too long for the engine
+        return str(exc), "invalid_request"
+    log.exception("websocket context %r failed", context_id)
+    return f"speech failed: {exc}", "stream"
