@@ -8,6 +8,7 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from importlib.resources import files
+from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl
 
 from fastapi import FastAPI, Request, Response
@@ -25,6 +26,9 @@ from lyre.server.metrics import Metrics
 from lyre.server.state import ServerState
 from lyre.tts import TTS, TTSConfig
 
+if TYPE_CHECKING:
+    from lyre.baseline import NaiveTTS
+
 __all__ = ["create_app"]
 
 log = logging.getLogger("lyre.server")
@@ -34,7 +38,12 @@ _OPEN_PATHS = frozenset({"/health", "/ready", "/"})
 _DRAIN_GRACE_S = 30.0
 
 
-def _load(config: ServerConfig) -> TTS:
+def _load(config: ServerConfig) -> TTS | NaiveTTS:
+    if config.engine == "naive":
+        # Needs transformers: imported only when asked for.
+        from lyre.baseline import NaiveTTS
+
+        return NaiveTTS.load(config.model, config.codec, config.device, config.max_input_chars)
     engine = EngineConfig(max_batch=config.max_streams, max_seq_len=config.max_seq_len, device=config.device)
     return TTS.load(config.model, config.codec, engine, TTSConfig(max_input_chars=config.max_input_chars))
 

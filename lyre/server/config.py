@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["ServerConfig"]
+__all__ = ["ENGINES", "ServerConfig"]
+
+# "naive" is the baseline pipeline (transformers generate per request, the reference decode), for comparisons.
+ENGINES = ("lyre", "naive")
 
 
 @dataclass(frozen=True)
@@ -26,6 +29,7 @@ class ServerConfig:
     ws_max_message_bytes: int = 64 * 1024
     ws_idle_timeout_s: float = 60.0  # a context with no new text and nothing to speak is closed
     ws_flush_after_s: float = 0.8  # pending text with no sentence end is spoken after this pause
+    engine: str = "lyre"  # one of ENGINES
 
     def __post_init__(self) -> None:
         for name in ("max_streams", "max_seq_len", "max_input_chars", "ws_max_contexts", "ws_max_message_bytes"):
@@ -38,5 +42,7 @@ class ServerConfig:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
         if not 0 < self.port < 65536:
             raise ValueError(f"port must be in 1..65535, got {self.port}")
+        if self.engine not in ENGINES:
+            raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {self.engine!r}")
         if self.api_key is not None and not self.api_key:
             raise ValueError("api_key must not be empty")

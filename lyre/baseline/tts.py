@@ -1,0 +1,210 @@
+"""The baseline lyre is measured against: Orpheus served the way most users start.
+
+    tts = NaiveTTS.load()                  # the demo model when none is named
+    async for chunk in tts.stream("Hello there.", voice="tara"):
+        play(chunk)                        # int16 PCM, 24 kHz mono
+
+Built like the public reference and the servers around it, on purpose:
+
+- transformers' ``LlamaForCausalLM.generate``, one call per request in a thread
+  of its own: no batching across requests, no KV-cache slots, no queue;
+- no constraint on sampling: a token that is not a valid audio token at its
+  frame position is dropped, and frames are counted from valid tokens only;
+- the reference sliding-window decode: after every frame i >= 3, SNAC decodes
+  frames i-3..i (a batch of one) and keeps frame i-2, so frame 0 and the last
+  two frames are never heard and every frame is decoded four times;
+- no leading-silence trim and no text splitting.
+
+It offers what the server uses of `TTS` (``voices``, ``config``,
+``engine.stats()``, ``codec.stats()``, ``stream()``, ``close()``), so
+``lyre serve --engine naive`` serves it unchanged. It needs ``transformers``
+(installed with lyre's test extra), imported when this module is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import secrets
+import threading
+import time
+from collections.abc import AsyncIterator
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import torch
+from transformers import LlamaForCausalLM
+
+from lyre import orpheus
+from lyre.codec import SnacDecoder, load_snac
+from lyre.demo_model import demo_model
+from lyre.engine import FinishReason, SamplingParams
+from lyre.model_folder import load_tokenizer, resolve
+from lyre.orpheus import FrameAssembler, InvalidAudioToken, TextTokenizer
+from lyre.tts.speech import load_voices, speech_sampling
+from lyre.tts.stream import TTSConfig
+from lyre.tts.text import MAX_INPUT_CHARS, normalize
+
+from lyre.baseline.generate import Generation, NaiveEngine
+from lyre.baseline.reference_decode import NaiveCodec, ReferenceWindows
+
+__all__ = ["NaiveSpeechStream", "NaiveTTS"]
+
+_MODEL_FILES = ("config.json", "tokenizer.json")
+
+
+def _int16(pcm: np.ndarray) -> np.ndarray:
+    return (np.clip(pcm, -1.0, 1.0) * 32767.0).astype(np.int16)
+
+
+class NaiveSpeechStream:
+    """Async iterator of int16 PCM chunks for one request, with `SpeechStream`'s figures.
+
+    Generation starts at the first iteration; `aclose` (or cancelling the
+    task that iterates) stops it at the next token.
+    """
+
+    def __init__(self, tts: NaiveTTS, request_id: str, prompt: list[int], sampling: SamplingParams) -> None:
+        self.request_id = request_id
+        self.segments = 1
+        self.frames = 0  # from valid 7-token groups
+        self.tokens = 0  # every token generated, valid or not
+        self.dropped_tokens = 0  # not a valid audio token at its frame position
+        self.trimmed_samples = 0  # never trims
+        self.finish_reason: FinishReason | None = None
+        self.started_at = time.perf_counter()
+        self.first_chunk_at: float | None = None
+        self.samples = 0
+        self.segment_started: list[float] = []
+        self.segment_done: list[float] = []
+        self._tts = tts
+        self._prompt = prompt
+        self._sampling = sampling
+        self._cancel = threading.Event()
+        self._generation: Generation | None = None
+        self._agen = self._run()
+
+    @property
+    def trimmed_ms(self) -> float:
+        return 0.0
+
+    @property
+    def prompt_tokens(self) -> int:
+        return len(self._prompt)
+
+    @property
+    def audio_seconds(self) -> float:
+        return self.samples / orpheus.SAMPLE_RATE
+
+    @property
+    def generating(self) -> bool:
+        """Whether this request's generate thread is still running."""
+        return self._generation is not None and self._generation.running
+
+    def __aiter__(self) -> NaiveSpeechStream:
+        return self
+
+    async def __anext__(self) -> np.ndarray:
+        return await self._agen.__anext__()
+
+    async def aclose(self) -> None:
+        self._cancel.set()
+        await self._agen.aclose()
+
+    async def _run(self) -> AsyncIterator[np.ndarray]:
+        engine, codec = self._tts.engine, self._tts.codec
+        queue: asyncio.Queue[int | None] = asyncio.Queue()
+        self.segment_started.append(time.perf_counter())
+        generation = self._generation = engine.start(self._prompt, self._sampling, queue, self._cancel)
+        assembler = FrameAssembler()
+        windows = ReferenceWindows(self._sampling.seed)
+        last: int | None = None
+        try:
+            while (item := await queue.get()) is not None:
+                self.tokens += 1
+                last = item
+                if item == orpheus.STOP_TOKEN:
+                    continue  # generate ends here; its end() follows
+                try:
+                    frame = assembler.push(item)
+                except InvalidAudioToken:
+                    self.dropped_tokens += 1
+                    continue
+                if frame is None:
+                    continue
+                self.frames += 1
+                if (window := windows.push(frame)) is not None:
+                    yield self._out(await asyncio.to_thread(codec.decode, window))
+            await asyncio.to_thread(generation.thread.join)  # it has sent its last token: ends at once
+            if generation.error is not None:
+                self.finish_reason = FinishReason.ERROR
+                raise RuntimeError(f"request {self.request_id}: generation failed") from generation.error
+            if last == orpheus.STOP_TOKEN:
+                self.finish_reason = FinishReason.STOP
+            elif self.tokens >= self._sampling.max_tokens:
+                self.finish_reason = FinishReason.LENGTH
+            else:  # the pipeline was shut down under it
+                self.finish_reason = FinishReason.ABORT
+            self.segment_done.append(time.perf_counter())
+        finally:
+            self._cancel.set()
+
+    def _out(self, pcm: np.ndarray) -> np.ndarray:
+        if self.first_chunk_at is None:
+            self.first_chunk_at = time.perf_counter()
+        self.samples += len(pcm)
+        return _int16(pcm)
+
+
+class NaiveTTS:
+    """Text to speech the naive way: a transformers generate and a sliding-window decode per request."""
+
+    def __init__(self, engine: NaiveEngine, tokenizer: TextTokenizer, codec: NaiveCodec, voices: tuple[str, ...],
+                 config: TTSConfig | None = None) -> None:
+        self.engine = engine
+        self.tokenizer = tokenizer
+        self.codec = codec
+        self.voices = voices
+        self.config = config or TTSConfig()
+        self._ids = itertools.count()
+
+    @classmethod
+    def load(cls, model: str | Path | None = None, codec: str | Path | None = None, device: str = "cpu",
+             max_input_chars: int = MAX_INPUT_CHARS) -> NaiveTTS:
+        """Load model and codec folders (or hub ids); the demo model when none is named.
+
+        float32 on CPU; bfloat16 on CUDA, as users load it there.
+        """
+        if model is None or codec is None:
+            demo = demo_model()
+            model = model if model is not None else demo.model
+            codec = codec if codec is not None else demo.codec
+        folder = resolve(model, required=_MODEL_FILES)
+        dtype = torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32
+        llama = LlamaForCausalLM.from_pretrained(folder, dtype=dtype).to(device).eval()
+        decoder = SnacDecoder(load_snac(codec, device=device))
+        return cls(NaiveEngine(llama), load_tokenizer(folder), NaiveCodec(decoder), load_voices(folder),
+                   TTSConfig(max_input_chars=max_input_chars))
+
+    def stream(self, text: str, voice: str | None = None, sampling: SamplingParams | None = None,
+               trim: bool = True, request_id: str | None = None) -> NaiveSpeechStream:
+        """Speak ``text`` as one generation; iterate the result for int16 PCM chunks.
+
+        Validates like `TTS.stream` (same normalisation and input limit, same
+        errors). ``trim`` is accepted and ignored: the naive pipeline never
+        trims. ``sampling.seed`` keys only the codec noise: transformers samples
+        from torch's global generator, shared by every request's thread.
+        """
+        if voice is not None and voice not in self.voices:
+            raise ValueError(f"unknown voice {voice!r}; this model has: {', '.join(self.voices)}")
+        clean = normalize(text, self.config.max_input_chars)
+        prompt = orpheus.prompt_ids(self.tokenizer, clean, voice)
+        params = speech_sampling(sampling)
+        if params.seed is None:
+            params = replace(params, seed=secrets.randbits(62))
+        return NaiveSpeechStream(self, request_id or f"naive-{next(self._ids)}", prompt, params)
+
+    def close(self) -> None:
+        self.engine.shutdown()
+        self.codec.close()

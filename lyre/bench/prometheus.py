@@ -1,0 +1,122 @@
+"""The server's ``/metrics`` page: a small Prometheus text-format parser and the per-level deltas.
+
+The bench scrapes the page before and after each load level; the difference
+of the counters says what the server did for that level's requests (warm-up
+included, since they run inside the level). A metric the server does not
+expose comes out as None ("absent"), never as an error.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+
+__all__ = ["Samples", "parse_metrics", "server_deltas"]
+
+# name{label="value",...} value [timestamp]
+_SAMPLE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>.*)\})?\s+(?P<value>\S+)(?:\s+\S+)?$")
+_LABEL = re.compile(r'\s*(?P<key>[a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"(?P<value>(?:[^"\\]|\\.)*)"\s*,?')
+_UNESCAPE = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
+
+Labels = tuple[tuple[str, str], ...]  # sorted (key, value) pairs
+
+
+@dataclass(frozen=True)
+class Samples:
+    """Every sample on one metrics page, keyed by name and label set."""
+
+    values: Mapping[str, Mapping[Labels, float]]
+
+    def get(self, name: str, **labels: str) -> float | None:
+        """One sample's value, or None when the page has no such sample."""
+        return self.values.get(name, {}).get(tuple(sorted(labels.items())))
+
+    def total(self, name: str) -> float | None:
+        """The sum over every label set of ``name`` (e.g. all ``api`` values); None when absent."""
+        series = self.values.get(name)
+        return sum(series.values()) if series else None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.values)
+
+
+def _labels(text: str) -> Labels:
+    pairs = []
+    pos = 0
+    while pos < len(text):
+        match = _LABEL.match(text, pos)
+        if match is None:
+            if text[pos:].strip():
+                raise ValueError(f"malformed labels: {{{text}}}")
+            break
+        value = re.sub(r"\\.", lambda m: _UNESCAPE.get(m.group(0), m.group(0)), match["value"])
+        pairs.append((match["key"], value))
+        pos = match.end()
+    return tuple(sorted(pairs))
+
+
+def parse_metrics(text: str) -> Samples:
+    """Parse a Prometheus text-format page (comments and unparsable lines are skipped)."""
+    values: dict[str, dict[Labels, float]] = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        match = _SAMPLE.match(line)
+        if match is None:
+            continue
+        try:
+            value = float(match["value"])  # also "+Inf", "-Inf", "NaN"
+            labels = _labels(match["labels"] or "")
+        except ValueError:
+            continue
+        values.setdefault(match["name"], {})[labels] = value
+    return Samples(values)
+
+
+def _delta(before: Samples | None, after: Samples | None, name: str) -> float | None:
+    if before is None or after is None:
+        return None
+    start, end = before.total(name), after.total(name)
+    if end is None:
+        return None
+    # A series first seen after the level started (labelled counters appear on first use) began at zero.
+    return end - (start or 0.0)
+
+
+def _ratio(top: float | None, bottom: float | None) -> float | None:
+    if top is None or bottom is None or bottom <= 0 or math.isnan(top):
+        return None
+    return top / bottom
+
+
+def server_deltas(before: Samples | None, after: Samples | None) -> dict[str, float | None]:
+    """What the server's counters say about one level; None for each figure it cannot give.
+
+    - ``engine_batch_mean``: tokens generated / engine steps (one token per running request per step);
+    - ``codec_batch_mean``: SNAC windows decoded / decode batches;
+    - ``engine_queue_wait_s_mean``: seconds requests waited for a KV-cache slot, per admitted
+      request (``lyre_engine_admitted_total`` when exposed, else requests finished, all outcomes);
+    - ``admission_wait_s_mean``: seconds waited for a stream slot, per request (histogram sum/count);
+    - ``server_ttfa_s_mean``: the server's own time to first audio, all APIs (histogram sum/count);
+    - ``requests``, ``tokens``: the raw counter deltas.
+    """
+    def d(name: str) -> float | None:
+        return _delta(before, after, name)
+
+    tokens, steps = d("lyre_tokens_generated_total"), d("lyre_engine_steps_total")
+    requests = d("lyre_requests_total")
+    admitted = d("lyre_engine_admitted_total")
+    return {
+        "engine_batch_mean": _ratio(tokens, steps),
+        "codec_batch_mean": _ratio(d("lyre_codec_windows_total"), d("lyre_codec_batches_total")),
+        "engine_queue_wait_s_mean": _ratio(d("lyre_engine_queue_wait_seconds_total"),
+                                           admitted if admitted is not None else requests),
+        "admission_wait_s_mean": _ratio(d("lyre_queue_wait_seconds_sum"), d("lyre_queue_wait_seconds_count")),
+        "server_ttfa_s_mean": _ratio(d("lyre_time_to_first_audio_seconds_sum"),
+                                     d("lyre_time_to_first_audio_seconds_count")),
+        "requests": requests,
+        "tokens": tokens,
+    }
