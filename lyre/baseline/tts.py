@@ -43,7 +43,7 @@ from lyre.engine import FinishReason, SamplingParams
 from lyre.model_folder import load_tokenizer, resolve
 from lyre.orpheus import FrameAssembler, InvalidAudioToken, TextTokenizer
 from lyre.tts.speech import load_voices, speech_sampling
-from lyre.tts.stream import TTSConfig
+from lyre.tts.stream import TTSConfig, to_int16
 from lyre.tts.text import MAX_INPUT_CHARS, normalize
 
 from lyre.baseline.generate import Generation, NaiveEngine
@@ -52,10 +52,6 @@ from lyre.baseline.reference_decode import NaiveCodec, ReferenceWindows
 __all__ = ["NaiveSpeechStream", "NaiveTTS"]
 
 _MODEL_FILES = ("config.json", "tokenizer.json")
-
-
-def _int16(pcm: np.ndarray) -> np.ndarray:
-    return (np.clip(pcm, -1.0, 1.0) * 32767.0).astype(np.int16)
 
 
 class NaiveSpeechStream:
@@ -154,7 +150,7 @@ class NaiveSpeechStream:
         if self.first_chunk_at is None:
             self.first_chunk_at = time.perf_counter()
         self.samples += len(pcm)
-        return _int16(pcm)
+        return to_int16(pcm)
 
 
 class NaiveTTS:

@@ -27,7 +27,7 @@ from lyre.tts.text import DEFAULT_SEGMENT_CHARS, MAX_INPUT_CHARS, normalize, spl
 from lyre.tts.trim import LeadingSilenceTrimmer, TrimConfig
 from lyre.tts.windows import WindowPlanner, WindowPolicy
 
-__all__ = ["SpeechStream", "TTS", "TTSConfig"]
+__all__ = ["SpeechStream", "TTS", "TTSConfig", "to_int16"]
 
 _MODEL_FILES = ("config.json", "tokenizer.json")
 
@@ -44,7 +44,8 @@ class TTSConfig:
     segment_trim: TrimConfig = field(default_factory=lambda: TrimConfig(pad_ms=150.0))
 
 
-def _int16(pcm: np.ndarray) -> np.ndarray:
+def to_int16(pcm: np.ndarray) -> np.ndarray:
+    """Float PCM in [-1, 1] to int16, clipping."""
     return (np.clip(pcm, -1.0, 1.0) * 32767.0).astype(np.int16)
 
 
@@ -160,7 +161,7 @@ class SpeechStream:
         if self.first_chunk_at is None:
             self.first_chunk_at = time.perf_counter()
         self.samples += len(pcm)
-        return _int16(pcm)
+        return to_int16(pcm)
 
 
 class TTS:
