@@ -9,14 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lyre.orpheus import EMOTIVE_TAGS
-from lyre.tts.text import (
-    DEFAULT_SEGMENT_CHARS,
-    MAX_INPUT_CHARS,
-    IncrementalSplitter,
-    TextError,
-    normalize,
-    split_segments,
-)
+from lyre.tts.segments import IncrementalSplitter, split_segments
+from lyre.tts.text import DEFAULT_SEGMENT_CHARS, MAX_INPUT_CHARS, TextError, normalize
 
 
 def _squash(text: str) -> str:

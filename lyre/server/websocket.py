@@ -30,7 +30,7 @@ from starlette.websockets import WebSocketDisconnected
 from lyre.server.auth import authorized
 from lyre.server import ws_messages as msg
 from lyre.server.state import ServerState
-from lyre.tts.text import IncrementalSplitter
+from lyre.tts.segments import IncrementalSplitter
 
 __all__ = ["WEBSOCKET_PATH", "router"]
 

@@ -23,7 +23,8 @@ from lyre.engine import Engine, EngineConfig, FinishReason, RequestStream, Sampl
 from lyre.model_folder import load_tokenizer, resolve
 from lyre.orpheus import FrameAssembler, TextTokenizer
 from lyre.tts.speech import AUDIO_CONSTRAINT, load_voices, speech_sampling
-from lyre.tts.text import DEFAULT_SEGMENT_CHARS, MAX_INPUT_CHARS, normalize, split_segments
+from lyre.tts.segments import split_segments
+from lyre.tts.text import DEFAULT_SEGMENT_CHARS, MAX_INPUT_CHARS, normalize
 from lyre.tts.trim import LeadingSilenceTrimmer, TrimConfig
 from lyre.tts.windows import WindowPlanner, WindowPolicy
 
