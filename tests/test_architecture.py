@@ -1,0 +1,40 @@
+"""Imports go one way: server -> tts -> engine / codec; the engine knows no audio,
+the server no torch, the bench only HTTP."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "lyre"
+
+# package -> import prefixes its modules must not use
+FORBIDDEN = {
+    "engine": ("lyre.orpheus", "lyre.codec", "lyre.tts", "lyre.server", "lyre.bench", "lyre.baseline", "snac"),
+    "codec": ("lyre.engine", "lyre.tts", "lyre.server", "lyre.bench", "lyre.baseline"),
+    "tts": ("lyre.server", "lyre.bench", "lyre.baseline"),
+    "server": ("torch", "snac", "transformers", "lyre.engine.llama", "lyre.engine.runner", "lyre.bench"),
+    "bench": ("torch", "lyre.engine", "lyre.codec", "lyre.tts", "lyre.server", "lyre.baseline", "snac"),
+}
+
+
+def _imports(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+    return names
+
+
+@pytest.mark.parametrize("package", sorted(FORBIDDEN))
+def test_a_package_imports_only_what_comes_before_it(package: str) -> None:
+    offending = []
+    for path in sorted((PACKAGE / package).glob("*.py")):
+        for name in _imports(path):
+            if any(name == bad or name.startswith(bad + ".") for bad in FORBIDDEN[package]):
+                offending.append(f"{path.relative_to(PACKAGE.parent)} imports {name}")
+    assert not offending, "\n".join(offending)
