@@ -32,6 +32,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TypeVar
 
 import httpx
 import torch
@@ -65,6 +66,8 @@ ORPHEUS_3B = LlamaConfig(
 )
 _INIT_STD = 0.02  # Llama's initializer_range
 _READY_TIMEOUT_S = 600.0  # model build, codec load and the warm-up utterance
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -102,13 +105,14 @@ def _parse(argv: list[str] | None) -> Plan:
     args = p.parse_args(argv)
     small = args.small
 
-    def pick(value: object, full: object, tiny: object) -> object:
+    def pick(value: T | None, full: T, tiny: T) -> T:
+        """The flag's value, else the default of the chosen size."""
         return value if value is not None else (tiny if small else full)
 
     return Plan(
         small=small,
         device="cpu" if small else "cuda",
-        levels=tuple(pick(args.concurrency, (1, 4, 16, 32, 64), (1, 2))),
+        levels=tuple(pick(args.concurrency, [1, 4, 16, 32, 64], [1, 2])),
         requests=pick(args.requests, 256, 3),
         duration_s=pick(args.duration, 40.0, 10.0),
         warmup=pick(args.warmup, 1, 0),
@@ -126,9 +130,9 @@ def _machine(device: str) -> str:
             f"Python {platform.python_version()}")
 
 
-def _random_orpheus_3b(max_seq_len: int) -> Llama:
-    """Orpheus-3B's shape with random bf16 weights, built on the GPU (no host copy)."""
-    with torch.device("cuda"):
+def _random_orpheus_3b(max_seq_len: int, device: str) -> Llama:
+    """Orpheus-3B's shape with random bf16 weights, built on ``device`` (no host copy)."""
+    with torch.device(device):
         previous = torch.get_default_dtype()
         torch.set_default_dtype(torch.bfloat16)
         try:
@@ -141,7 +145,7 @@ def _random_orpheus_3b(max_seq_len: int) -> Llama:
                 param.fill_(1.0)
             else:
                 param.normal_(0.0, _INIT_STD)
-    model.build_rope("cuda")  # float32 tables, rebuilt outside the bf16 default
+    model.build_rope(device)  # float32 tables, rebuilt outside the bf16 default
     return model.eval()
 
 
@@ -151,7 +155,7 @@ def _build_tts(plan: Plan) -> TTS:
     engine_config = EngineConfig(max_batch=max_batch, max_seq_len=plan.max_seq_len, device=plan.device)
     if plan.small:
         return TTS.load(demo.model, demo.codec, engine_config)
-    engine = Engine(_random_orpheus_3b(plan.max_seq_len), engine_config)
+    engine = Engine(_random_orpheus_3b(plan.max_seq_len, plan.device), engine_config)
     codec = CodecService(SnacDecoder(load_snac(demo.codec, device=plan.device)), BatchPolicy.for_device(plan.device))
     return TTS(engine, load_tokenizer(demo.model), codec, orpheus.VOICES)
 
