@@ -119,6 +119,8 @@ def test_cancelling_the_consumer_aborts_generation(tts: TTS) -> None:
         ({"text": "   "}, TextError, "empty"),
         ({"text": "x" * 5000}, TextError, "5000"),
         ({"text": "Hi.", "voice": "nobody"}, ValueError, "unknown voice 'nobody'.*tara"),
+        ({"text": "Hello there, how are you today?", "sampling": SamplingParams(max_tokens=1015)}, ValueError,
+         "max_tokens: 1015 plus"),
     ],
 )
 def test_bad_input_is_refused_before_any_work(tts: TTS, kwargs: dict, error: type, match: str) -> None:

@@ -207,6 +207,11 @@ class TTS:
         clean = normalize(text, self.config.max_input_chars)
         prompts = [orpheus.prompt_ids(self.tokenizer, s, voice) for s in split_segments(clean, self.config.segment_chars)]
         params = speech_sampling(sampling)
+        longest, room = max(map(len, prompts)), self.engine.config.max_seq_len
+        if longest + params.max_tokens > room:
+            # Refused here, before any work, rather than when that segment's turn comes.
+            raise ValueError(f"max_tokens: {params.max_tokens} plus a {longest}-token prompt is more than the "
+                             f"engine's {room} positions per request; lower max_tokens")
         if params.seed is None:
             params = replace(params, seed=secrets.randbits(62))
         request_id = request_id or f"tts-{next(self._ids)}"
