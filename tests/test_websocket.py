@@ -241,7 +241,7 @@ def test_bad_messages_get_errors_naming_the_problem_and_the_socket_keeps_working
         ("v", "unknown voice 'nobody'.*tara"), ("e", "encoding 'pcm_f32le'.*pcm_s16le"),
         ("r", "sample_rate 16000.*24000"), ("t", "temperature"), ("m", "max_tokens must be an integer"),
         ("big", "bytes, over the limit of 2048"), ("long", "401 characters, over the limit of 400"),
-        ("more", "continue must be true or false"), ("seq", "more than max_seq_len 1024"),
+        ("more", "continue must be true or false"), ("seq", "max_tokens: 1197 plus a .*1024 positions"),
     ]
     assert len(errors) == len(expected)
     for reply, (context_id, pattern) in zip(errors, expected, strict=True):
