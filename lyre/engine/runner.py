@@ -63,15 +63,16 @@ class ModelRunner:
     @torch.inference_mode()
     def step(self, prefill: list[Request], decode: list[Request]) -> list[int]:
         """Next token for every request: ``prefill`` ones first, then ``decode`` ones."""
+        reqs = prefill + decode
+        slots = torch.tensor([r.slot for r in reqs], device=self.device)  # (B,), rows in ``reqs`` order
         hidden: list[torch.Tensor] = []
         if prefill:
-            hidden.append(self._prefill(prefill))
+            hidden.append(self._prefill(prefill, slots[: len(prefill)]))
         if decode:
-            hidden.append(self._decode(decode))
-        reqs = prefill + decode
-        return self._sample(reqs, torch.cat(hidden) if len(hidden) > 1 else hidden[0])
+            hidden.append(self._decode(decode, slots[len(prefill) :]))
+        return self._sample(reqs, slots, torch.cat(hidden) if len(hidden) > 1 else hidden[0])
 
-    def _prefill(self, reqs: list[Request]) -> torch.Tensor:
+    def _prefill(self, reqs: list[Request], slots: torch.Tensor) -> torch.Tensor:
         """Whole prompts, right-padded into one forward -> last hidden state per request (B, H)."""
         for req in reqs:
             self._claim(req)
@@ -83,25 +84,23 @@ class ModelRunner:
         # Padding continues each row's positions; those cache entries are
         # overwritten by later tokens before any query can see them.
         positions = torch.arange(width).expand(len(reqs), width)
-        slots = torch.tensor([r.slot for r in reqs])
         start = time.perf_counter()
-        out = self.model(tokens.to(self.device), positions.to(self.device), slots.to(self.device), self.cache)
+        out = self.model(tokens.to(self.device), positions.to(self.device), slots, self.cache)
         self.forward_seconds += time.perf_counter() - start
         last = torch.tensor(lengths, device=self.device) - 1
         return out[torch.arange(len(reqs), device=self.device), last]
 
-    def _decode(self, reqs: list[Request]) -> torch.Tensor:
+    def _decode(self, reqs: list[Request], slots: torch.Tensor) -> torch.Tensor:
         """One new token per running request in a single forward -> (B, H)."""
         tokens = torch.tensor([[r.output_ids[-1]] for r in reqs], device=self.device)
         positions = torch.tensor([[r.num_tokens - 1] for r in reqs], device=self.device)
-        slots = torch.tensor([r.slot for r in reqs], device=self.device)
         start = time.perf_counter()
         out = self.model(tokens, positions, slots, self.cache)
         self.forward_seconds += time.perf_counter() - start
         return out[:, 0]
 
     # -- sampling ----------------------------------------------------------
-    def _sample(self, reqs: list[Request], hidden: torch.Tensor) -> list[int]:
+    def _sample(self, reqs: list[Request], all_slots: torch.Tensor, hidden: torch.Tensor) -> list[int]:
         """Group rows by their allowed slice; project and sample each group on that slice only."""
         groups: dict[TokenSlice, list[int]] = defaultdict(list)
         for row, req in enumerate(reqs):
@@ -111,11 +110,11 @@ class ModelRunner:
         for allowed, rows in groups.items():
             ids = self._ids(allowed)
             row_index = torch.tensor(rows, device=self.device)
-            slots = torch.tensor([reqs[r].slot for r in rows], device=self.device)
+            slots, group_hidden = all_slots[row_index], hidden[row_index]
             start = time.perf_counter()
-            logits = self.model.logits(hidden[row_index], allowed.start, allowed.stop)
+            logits = self.model.logits(group_hidden, allowed.start, allowed.stop)
             if allowed.extra:
-                extra = hidden[row_index] @ self.model.output_weight[ids[-len(allowed.extra):]].T
+                extra = group_hidden @ self.model.output_weight[ids[-len(allowed.extra):]].T
                 logits = torch.cat((logits, extra.float()), dim=-1)
             self.forward_seconds += time.perf_counter() - start
             params = SamplingTensors(
@@ -127,7 +126,6 @@ class ModelRunner:
             )
             choice = sample(logits, self._seen(slots, allowed), params)
             tokens[row_index] = ids[choice]
-        all_slots = torch.tensor([r.slot for r in reqs], device=self.device)
         self.seen[all_slots, tokens] = True
         self.drawn[all_slots] += 1
         return tokens.tolist()  # the step's one device -> host sync

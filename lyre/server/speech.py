@@ -90,7 +90,8 @@ async def create_speech(body: SpeechRequest, request: Request) -> StreamingRespo
     encoder = make_encoder(body.response_format)
     exits = AsyncExitStack()
     try:
-        wait = await exits.enter_async_context(_admitted(state))
+        # The active/queued gauges are read from the admission at scrape time.
+        wait = await exits.enter_async_context(state.admission.slot())
     except BaseException:
         await stream.aclose()
         raise
@@ -134,25 +135,3 @@ async def _body(state: ServerState, stream: SpeechStream, encoder: StreamEncoder
         metrics.requests.labels(api, outcome).inc()
         await stream.aclose()
         await exits.aclose()
-
-
-class _admitted:
-    """Hold an admission slot and keep the active/queued gauges current."""
-
-    def __init__(self, state: ServerState) -> None:
-        self._state = state
-        self._slot = state.admission.slot()
-
-    async def __aenter__(self) -> float:
-        metrics, admission = self._state.metrics, self._state.admission
-        metrics.queued.set(admission.queued + 1)
-        try:
-            wait = await self._slot.__aenter__()
-        finally:
-            metrics.queued.set(admission.queued)
-        metrics.active.set(admission.active)
-        return wait
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self._slot.__aexit__(*exc)
-        self._state.metrics.active.set(self._state.admission.active)
