@@ -193,6 +193,24 @@ def test_demo_model_tokens_are_dropped_like_the_reference(demo: DemoPaths) -> No
         tts.close()
 
 
+def test_on_the_demo_model_the_baseline_masks_to_valid_audio(monkeypatch: pytest.MonkeyPatch, demo: DemoPaths) -> None:
+    # With no model named, the demo is served and masked, so it makes audio like a trained model would.
+    monkeypatch.setenv("LYRE_CACHE_DIR", str(demo.model.parents[1]))
+    tts = NaiveTTS.load()
+    try:
+        assert tts.engine.valid_audio_only
+
+        async def run() -> tuple[int, NaiveSpeechStream]:
+            stream = tts.stream("Hi.", None, SamplingParams(max_tokens=42, seed=0))
+            return sum([len(chunk) async for chunk in stream]), stream
+
+        samples, stream = asyncio.run(run())
+        assert stream.tokens == 42 and stream.dropped_tokens == 0 and stream.frames == 6
+        assert samples == (6 - 3) * orpheus.SAMPLES_PER_FRAME  # the reference decode: frames 1..3 heard
+    finally:
+        tts.close()
+
+
 def test_input_is_checked_like_lyre(naive: NaiveTTS) -> None:
     with pytest.raises(TextError):
         naive.stream("x" * 4097)

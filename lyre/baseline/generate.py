@@ -9,11 +9,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from transformers import LlamaForCausalLM, StoppingCriteria, StoppingCriteriaList
+from transformers import LlamaForCausalLM, LogitsProcessor, LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
 from transformers.generation.streamers import BaseStreamer
 
 from lyre import orpheus
 from lyre.engine import EngineStats, SamplingParams
+from lyre.tts.speech import AUDIO_CONSTRAINT
 
 __all__ = ["Generation", "NaiveEngine"]
 
@@ -72,6 +73,24 @@ class _Cancelled(StoppingCriteria):
         return torch.full((input_ids.shape[0],), stop, dtype=torch.bool, device=input_ids.device)
 
 
+class _ValidAudioOnly(LogitsProcessor):
+    """Masks every id not valid at the next token's frame position, as a user's processor would.
+
+    transformers runs custom processors after the repetition penalty and before
+    its sampling warpers (temperature, top-p), so top-p sees only valid ids.
+    """
+
+    def __init__(self, prompt_len: int) -> None:
+        self._prompt_len = prompt_len
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        allowed = AUDIO_CONSTRAINT.allowed(input_ids.shape[1] - self._prompt_len)
+        mask = torch.full_like(scores, float("-inf"))  # (batch, vocab)
+        mask[:, allowed.start : allowed.stop] = 0.0
+        mask[:, list(allowed.extra)] = 0.0
+        return scores + mask
+
+
 def _generate_kwargs(params: SamplingParams) -> dict[str, Any]:
     if params.temperature > 0:
         sampling = {"do_sample": True, "temperature": params.temperature, "top_p": params.top_p,
@@ -85,8 +104,9 @@ def _generate_kwargs(params: SamplingParams) -> dict[str, Any]:
 class NaiveEngine:
     """transformers' Llama: every request runs its own ``generate`` in its own thread."""
 
-    def __init__(self, model: LlamaForCausalLM) -> None:
+    def __init__(self, model: LlamaForCausalLM, valid_audio_only: bool = False) -> None:
         self.model = model
+        self.valid_audio_only = valid_audio_only
         self.device = next(model.parameters()).device
         self._closed = threading.Event()
         self._lock = threading.Lock()
@@ -117,8 +137,10 @@ class NaiveEngine:
                   cancel: threading.Event, generation: Generation) -> None:
         try:
             ids = torch.tensor([prompt_ids], device=self.device)  # (1, prompt)
+            masks = [_ValidAudioOnly(len(prompt_ids))] if self.valid_audio_only else []
             with torch.inference_mode():
                 self.model.generate(ids, attention_mask=torch.ones_like(ids), streamer=streamer,
+                                    logits_processor=LogitsProcessorList(masks),
                                     stopping_criteria=StoppingCriteriaList([_Cancelled(cancel, self._closed)]),
                                     **_generate_kwargs(params))
         except Exception as exc:  # noqa: BLE001 -- handed to the stream, which raises it to its reader

@@ -9,7 +9,12 @@ Built like the public reference and the servers around it, on purpose:
 - transformers' ``LlamaForCausalLM.generate``, one call per request in a thread
   of its own: no batching across requests, no KV-cache slots, no queue;
 - no constraint on sampling: a token that is not a valid audio token at its
-  frame position is dropped, and frames are counted from valid tokens only;
+  frame position is dropped, and frames are counted from valid tokens only.
+  The one exception is the demo model: a trained Orpheus writes valid audio
+  tokens by itself, but random weights almost never do, so there the baseline
+  masks the logits to the valid ids (a logits processor, as a user would
+  write one; it adds a masked add per token and saves nothing), so that both
+  pipelines make the same audio per token and can be compared;
 - the reference sliding-window decode: after every frame i >= 3, SNAC decodes
   frames i-3..i (a batch of one) and keeps frame i-2, so frame 0 and the last
   two frames are never heard and every frame is decoded four times;
@@ -167,11 +172,15 @@ class NaiveTTS:
 
     @classmethod
     def load(cls, model: str | Path | None = None, codec: str | Path | None = None, device: str = "cpu",
-             max_input_chars: int = MAX_INPUT_CHARS) -> NaiveTTS:
+             max_input_chars: int = MAX_INPUT_CHARS, valid_audio_only: bool | None = None) -> NaiveTTS:
         """Load model and codec folders (or hub ids); the demo model when none is named.
 
         float32 on CPU; bfloat16 on CUDA, as users load it there.
+        ``valid_audio_only`` masks sampling to valid audio ids; None: only for
+        the demo model (see the module docstring).
         """
+        if valid_audio_only is None:
+            valid_audio_only = model is None
         if model is None or codec is None:
             demo = demo_model()
             model = model if model is not None else demo.model
@@ -180,7 +189,7 @@ class NaiveTTS:
         dtype = torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32
         llama = LlamaForCausalLM.from_pretrained(folder, dtype=dtype).to(device).eval()
         decoder = SnacDecoder(load_snac(codec, device=device))
-        return cls(NaiveEngine(llama), load_tokenizer(folder), NaiveCodec(decoder), load_voices(folder),
+        return cls(NaiveEngine(llama, valid_audio_only), load_tokenizer(folder), NaiveCodec(decoder), load_voices(folder),
                    TTSConfig(max_input_chars=max_input_chars))
 
     def stream(self, text: str, voice: str | None = None, sampling: SamplingParams | None = None,
