@@ -3,10 +3,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-# The playground test drives Debian's Chromium through its chromedriver.
-if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then
+# The playground test drives Debian's Chromium through its chromedriver;
+# the speech-to-text tests hear sentences spoken by espeak-ng.
+if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null || ! command -v espeak-ng >/dev/null; then
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium chromium-driver >/dev/null
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium chromium-driver espeak-ng >/dev/null
 fi
 exec .venv/bin/python -m pytest "$@"

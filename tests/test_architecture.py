@@ -17,6 +17,7 @@ FORBIDDEN = {
     "tts": ("lyre.server", "lyre.bench", "lyre.baseline"),
     "server": ("torch", "snac", "transformers", "lyre.engine.llama", "lyre.engine.runner", "lyre.bench"),
     "bench": ("torch", "lyre.engine", "lyre.codec", "lyre.tts", "lyre.server", "lyre.baseline", "snac"),
+    "stt": ("torch", "lyre.engine", "lyre.codec", "lyre.tts", "lyre.server", "lyre.bench", "lyre.baseline", "snac"),
 }
 
 

@@ -1,0 +1,51 @@
+"""Speech to text: Whisper (faster-whisper) behind a fair worker, for files and live audio.
+
+    stt = Transcriber.load()            # the demo, Whisper base, when no model is named
+    transcript = await stt.transcribe(decode_file(data), TranscribeOptions(), session="rest")
+
+Live audio goes through a `RealtimeSession` (voice activity detection, partial
+transcripts by LocalAgreement-2, a final pass per utterance), which speaks the
+OpenAI Realtime transcription events and knows nothing of the transport.
+"""
+
+from lyre.stt.agreement import LocalAgreement
+from lyre.stt.audio import SAMPLE_RATE, AudioError, PcmResampler, decode_file
+from lyre.stt.model import demo_whisper, resolve_whisper
+from lyre.stt.realtime import RealtimeConfig, RealtimeSession
+from lyre.stt.transcriber import (
+    MAX_PARTIAL_SECONDS,
+    PartialPolicy,
+    STTConfig,
+    STTStats,
+    Transcriber,
+    TranscriberBusy,
+    TranscriberClosed,
+)
+from lyre.stt.vad import SpeechEvent, StreamingVAD, VADConfig
+from lyre.stt.whisper import Segment, TranscribeOptions, Transcript, Word
+
+__all__ = [
+    "MAX_PARTIAL_SECONDS",
+    "SAMPLE_RATE",
+    "AudioError",
+    "LocalAgreement",
+    "PartialPolicy",
+    "PcmResampler",
+    "RealtimeConfig",
+    "RealtimeSession",
+    "STTConfig",
+    "STTStats",
+    "Segment",
+    "SpeechEvent",
+    "StreamingVAD",
+    "TranscribeOptions",
+    "Transcriber",
+    "TranscriberBusy",
+    "TranscriberClosed",
+    "Transcript",
+    "VADConfig",
+    "Word",
+    "decode_file",
+    "demo_whisper",
+    "resolve_whisper",
+]

@@ -1,0 +1,70 @@
+"""Audio in for speech-to-text: files of any format, and streamed PCM, as float32 at 16 kHz mono."""
+
+from __future__ import annotations
+
+import io
+
+import av
+import numpy as np
+from faster_whisper.audio import decode_audio
+
+__all__ = ["SAMPLE_RATE", "AudioError", "PcmResampler", "decode_file"]
+
+SAMPLE_RATE = 16_000  # what Whisper hears
+
+
+class AudioError(ValueError):
+    """Audio that cannot be used; the message says what was wrong."""
+
+
+def decode_file(data: bytes, name: str = "file") -> np.ndarray:
+    """Decode an audio file (wav, mp3, flac, ogg, webm, m4a, ...) to float32 16 kHz mono, shape (samples,)."""
+    if not data:
+        raise AudioError(f"{name} is empty")
+    try:
+        audio = decode_audio(io.BytesIO(data), sampling_rate=SAMPLE_RATE)
+    except (av.error.FFmpegError, ValueError, IndexError) as error:
+        raise AudioError(f"{name} is not an audio file that can be decoded ({error})") from None
+    if audio.size == 0:
+        raise AudioError(f"{name} holds no audio samples")
+    return audio
+
+
+class PcmResampler:
+    """Streamed little-endian pcm16 mono at ``rate`` to float32 at 16 kHz, state kept across chunks."""
+
+    def __init__(self, rate: int) -> None:
+        if not 8_000 <= rate <= 48_000:
+            raise AudioError(f"sample rate must be 8000..48000 Hz, got {rate}")
+        self.rate = rate
+        self._resampler = (
+            None if rate == SAMPLE_RATE else av.AudioResampler(format="flt", layout="mono", rate=SAMPLE_RATE)
+        )
+        self._pts = 0
+
+    def push(self, pcm: bytes) -> np.ndarray:
+        """Resample the next chunk; returns what is ready, shape (samples,), possibly empty."""
+        if len(pcm) % 2:
+            raise AudioError(f"pcm16 audio must be a whole number of 2-byte samples, got {len(pcm)} bytes")
+        samples = np.frombuffer(pcm, dtype="<i2")
+        if self._resampler is None:
+            return samples.astype(np.float32) / 32768.0
+        if samples.size == 0:
+            return np.zeros(0, np.float32)
+        frame = av.AudioFrame.from_ndarray(samples.reshape(1, -1), format="s16", layout="mono")
+        frame.sample_rate = self.rate
+        frame.pts = self._pts
+        self._pts += samples.size
+        return self._collect(self._resampler.resample(frame))
+
+    def flush(self) -> np.ndarray:
+        """What the resampler still holds, at the end of a stream."""
+        if self._resampler is None:
+            return np.zeros(0, np.float32)
+        return self._collect(self._resampler.resample(None))
+
+    @staticmethod
+    def _collect(frames: list[av.AudioFrame]) -> np.ndarray:
+        if not frames:
+            return np.zeros(0, np.float32)
+        return np.concatenate([f.to_ndarray().reshape(-1) for f in frames]).astype(np.float32, copy=False)

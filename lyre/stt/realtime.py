@@ -1,0 +1,251 @@
+"""A realtime transcription session: OpenAI's transcription events in, transcription events out.
+
+    session = RealtimeSession(transcriber, emit)     # emits transcription_session.created
+    session.receive(text)                            # one client event, as JSON text
+    await session.close()                            # when the socket closes: cancels its passes
+
+No transport here: ``emit`` takes each server event (a dict) and must not
+block; the caller sends them in order. Bad client events get an ``error``
+event naming the problem, and the session carries on.
+
+Client events: ``transcription_session.update`` (beta) and ``session.update``
+(GA), answered by ``transcription_session.updated`` / ``session.updated``;
+``input_audio_buffer.append`` (base64 pcm16 mono, 24 kHz, or 16 kHz if the
+session says so), ``input_audio_buffer.commit``, ``input_audio_buffer.clear``.
+
+An utterance, with server VAD (the default)::
+
+    input_audio_buffer.speech_started      audio_start_ms (the prefix padding included), item_id
+    conversation.item.input_audio_transcription.delta      (while speaking: newly agreed words)
+    input_audio_buffer.speech_stopped      audio_end_ms (the silence included)
+    input_audio_buffer.committed           item_id, previous_item_id
+    conversation.item.input_audio_transcription.delta      (what the final pass adds, if anything)
+    conversation.item.input_audio_transcription.completed  transcript: the final pass's text
+
+With ``turn_detection: null`` everything appended since the last commit is
+the utterance, and the client's ``input_audio_buffer.commit`` ends it (a
+commit also ends a detected utterance early). Switching detection on or off
+leaves an open utterance open, for the next commit or detected end.
+
+Deltas come from partial passes while the utterance is open, and from the
+final pass, the REST endpoint's call with the same options (so both give the
+same text for the same audio); they are never retracted, and
+``completed.transcript`` is the final text even where it disagrees with
+them (lyre.stt.utterances tells how). A final pass that cannot run (the
+transcriber's queue full, the server stopping) is reported with
+``conversation.item.input_audio_transcription.failed`` instead of completed.
+
+The buffer is bounded by ``max_buffer_s``: with VAD, a longer utterance is
+cut there (speech_stopped, committed, then speech_started for the rest); with
+manual commits, an append that would pass it is refused with an error and
+none of it is kept. With VAD, audio outside speech is kept only as far back
+as the prefix padding needs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from lyre.stt.audio import SAMPLE_RATE, AudioError, PcmResampler
+from lyre.stt.realtime_buffer import AudioBuffer
+from lyre.stt.realtime_events import (
+    RealtimeError,
+    SessionSettings,
+    append_audio,
+    error_event,
+    new_id,
+    parse_event,
+    read_update,
+    session_object,
+)
+from lyre.stt.transcriber import Transcriber
+from lyre.stt.utterances import Utterances
+from lyre.stt.vad import StreamingVAD, VADConfig
+
+__all__ = ["RealtimeConfig", "RealtimeSession"]
+
+_MIN_COMMIT_MS = 100  # OpenAI refuses to commit less ("buffer too small")
+
+
+@dataclass(frozen=True)
+class RealtimeConfig:
+    """A session's limits."""
+
+    max_buffer_s: float = 60.0  # audio held for one utterance
+    max_message_bytes: int = 1 << 20  # one client event: about 20 s of 24 kHz pcm16 in base64
+    partial_every_s: float = 0.5  # new audio that earns another partial pass
+
+    def __post_init__(self) -> None:
+        if not self.max_buffer_s > 0:
+            raise ValueError(f"max_buffer_s must be > 0, got {self.max_buffer_s}")
+        if self.max_message_bytes < 1024:
+            raise ValueError(f"max_message_bytes must be >= 1024, got {self.max_message_bytes}")
+        if not self.partial_every_s > 0:
+            raise ValueError(f"partial_every_s must be > 0, got {self.partial_every_s}")
+
+
+class RealtimeSession:
+    """One client's transcription session; see the module docstring."""
+
+    def __init__(self, transcriber: Transcriber, emit: Callable[[dict[str, Any]], None],
+                 config: RealtimeConfig = RealtimeConfig()) -> None:
+        self.id = new_id("sess")
+        self.config = config
+        self.settings = SessionSettings()
+        self._stt = transcriber
+        self._emit = emit
+        self._resampler = PcmResampler(self.settings.rate)
+        self._buffer = AudioBuffer()
+        self._vad = self._detector(self.settings.turn_detection)
+        self._utterances = Utterances(transcriber, self.id, self._buffer, self._send, config.partial_every_s)
+        self._max_samples = int(config.max_buffer_s * SAMPLE_RATE)
+        self._send("transcription_session.created", session=session_object(self.settings, self.id, "beta"))
+
+    @property
+    def busy(self) -> bool:
+        """A pass is running or queued: the client may be waiting for its events."""
+        return self._utterances.busy
+
+    def receive(self, text: str) -> None:
+        """Act on one client event (JSON text); a problem with it is sent back as an ``error`` event."""
+        client_event_id = None
+        try:
+            event = parse_event(text, self.config.max_message_bytes)
+            client_event_id = event.get("event_id") if isinstance(event.get("event_id"), str) else None
+            handler = self._handlers.get(event["type"])
+            if handler is None:
+                raise RealtimeError(f"unknown event type {event['type']!r}; a transcription session takes "
+                                    f"{', '.join(self._handlers)}", "invalid_event", "type")
+            handler(self, event)
+        except RealtimeError as error:
+            self.report(error, client_event_id)
+
+    def report(self, error: RealtimeError, client_event_id: str | None = None) -> None:
+        """Send an ``error`` event (also for the transport's own problems: binary frames, idle)."""
+        self._emit(error_event(error, client_event_id))
+
+    async def close(self) -> None:
+        """Cancel every pass still running or queued; nothing more is emitted."""
+        self._emit = _drop
+        await self._utterances.close()
+
+    # -- client events --
+
+    def _update(self, event: dict[str, Any]) -> None:
+        settings, shape = read_update(event, self.settings, self._stt.check_language)
+        if settings.rate != self.settings.rate:
+            # Audio already appended stays (it is 16 kHz by now); the resampler's tail goes with it.
+            self._flush_resampler(settings.rate)
+        old, self.settings = self.settings, settings
+        if settings.turn_detection != old.turn_detection:
+            self._vad = self._detector(settings.turn_detection)
+        name = "transcription_session.updated" if shape == "beta" else "session.updated"
+        self._send(name, session=session_object(settings, self.id, shape))
+
+    def _append(self, event: dict[str, Any]) -> None:
+        pcm = append_audio(event)
+        if self._vad is None:  # with manual commits only the client can empty the buffer
+            seconds = (self._buffer.size + len(pcm) // 2 * SAMPLE_RATE // self.settings.rate) / SAMPLE_RATE
+            if seconds > self.config.max_buffer_s:
+                raise RealtimeError(
+                    f"input audio buffer would hold {seconds:.1f} s, over the limit of "
+                    f"{self.config.max_buffer_s:g} s; this append was dropped: commit or clear the buffer",
+                    "input_audio_buffer_full", "audio")
+        try:
+            self._take(self._resampler.push(pcm))
+        except AudioError as exc:
+            raise RealtimeError(f"audio: {exc}", "invalid_audio", "audio") from None
+
+    def _commit(self, event: dict[str, Any]) -> None:
+        self._flush_resampler(self.settings.rate)  # the client ended the audio here: the resampler's tail too
+        item = self._utterances.open
+        start = item.start if item is not None else self._buffer.start
+        ms = (self._buffer.end - start) * 1000 / SAMPLE_RATE
+        if ms < _MIN_COMMIT_MS:
+            raise RealtimeError(f"Error committing input audio buffer: buffer too small. Expected at least "
+                                f"{_MIN_COMMIT_MS}ms of audio, but buffer only has {ms:.2f}ms of audio.",
+                                "input_audio_buffer_commit_empty")
+        if item is None:
+            self._utterances.begin(start)
+        elif self._vad is not None:
+            self._send("input_audio_buffer.speech_stopped", audio_end_ms=_ms(self._buffer.end), item_id=item.id)
+        self._utterances.commit(self._buffer.end, self.settings.options())
+        self._vad = self._detector(self.settings.turn_detection)  # what follows is a new utterance
+
+    def _clear(self, event: dict[str, Any]) -> None:
+        self._utterances.discard()
+        self._resampler = PcmResampler(self.settings.rate)  # its tail is cleared audio too
+        self._buffer.drop_before(self._buffer.end)
+        self._vad = self._detector(self.settings.turn_detection)
+        self._send("input_audio_buffer.cleared")
+
+    _handlers: ClassVar[dict[str, Callable[[RealtimeSession, dict[str, Any]], None]]] = {
+        "transcription_session.update": _update,
+        "session.update": _update,
+        "input_audio_buffer.append": _append,
+        "input_audio_buffer.commit": _commit,
+        "input_audio_buffer.clear": _clear,
+    }
+
+    # -- audio and turns --
+
+    def _detector(self, config: VADConfig | None) -> StreamingVAD | None:
+        return None if config is None else StreamingVAD(config, origin=self._buffer.end)
+
+    def _flush_resampler(self, rate: int) -> None:
+        """Take what the resampler holds, and go on with a new one for ``rate``."""
+        self._take(self._resampler.flush())
+        self._resampler = PcmResampler(rate)
+
+    def _take(self, audio: np.ndarray) -> None:
+        """Add 16 kHz audio to the buffer and follow it: detect speech, cut, start partial passes."""
+        if audio.size == 0:
+            return
+        self._buffer.append(audio)
+        if self._vad is None:
+            if self._utterances.open is None:
+                self._utterances.begin(self._buffer.start)
+        else:
+            for event in self._vad.push(audio):
+                self._cut(event.sample)
+                if event.kind == "speech_started":
+                    self._speech_started(event.sample)
+                else:
+                    self._speech_stopped(event.sample)
+            self._cut(self._buffer.end)
+            if self._utterances.open is None:
+                self._buffer.drop_before(self._vad.earliest_start())
+        self._utterances.listen(self.settings.language)
+
+    def _cut(self, until: int) -> None:
+        """End the open utterance at the buffer limit, as often as it passes it before ``until``."""
+        while (item := self._utterances.open) is not None and until - item.start > self._max_samples:
+            cut = item.start + self._max_samples
+            self._speech_stopped(cut)
+            self._speech_started(cut)  # the VAD still hears speech: the rest is the next utterance
+
+    def _speech_started(self, sample: int) -> None:
+        if self._utterances.open is not None:  # detection was switched on part way through an utterance
+            return
+        item = self._utterances.begin(max(sample, self._buffer.start))
+        self._send("input_audio_buffer.speech_started", audio_start_ms=_ms(item.start), item_id=item.id)
+
+    def _speech_stopped(self, sample: int) -> None:
+        if (item := self._utterances.open) is not None:
+            self._send("input_audio_buffer.speech_stopped", audio_end_ms=_ms(sample), item_id=item.id)
+            self._utterances.commit(sample, self.settings.options())
+
+    def _send(self, kind: str, **fields: Any) -> None:
+        self._emit({"type": kind, "event_id": new_id("event"), **fields})
+
+
+def _ms(sample: int) -> int:
+    return sample * 1000 // SAMPLE_RATE
+
+
+def _drop(event: dict[str, Any]) -> None:
+    """``emit`` once the session is closed."""

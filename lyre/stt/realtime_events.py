@@ -1,0 +1,225 @@
+"""The realtime transcription protocol on the wire: client events read and checked, settings
+updated from them, and the session objects and errors sent back.
+
+Two shapes of the same settings, as OpenAI's clients send them:
+
+- beta, ``transcription_session.update``::
+
+    {"session": {"input_audio_format": "pcm16",
+                 "input_audio_transcription": {"model": "whisper-1", "language": "en", "prompt": ""},
+                 "turn_detection": {"type": "server_vad", "threshold": 0.5,
+                                    "prefix_padding_ms": 300, "silence_duration_ms": 500}}}
+
+- GA, ``session.update``::
+
+    {"session": {"type": "transcription",
+                 "audio": {"input": {"format": {"type": "audio/pcm", "rate": 24000},
+                                     "transcription": {...}, "turn_detection": {...}}}}}
+
+A field left out of an update keeps its current value; an object that is
+given (``transcription``, ``turn_detection``) is read whole, its own missing
+fields taking the defaults. ``turn_detection: null`` turns detection off: the
+client commits each utterance itself. Fields for features lyre does not have
+(noise reduction, logprobs, response creation) are accepted and ignored, so
+clients that always send them still work; anything lyre cannot honour as
+asked (another audio encoding, semantic VAD, a voice session) is refused.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from lyre.stt.whisper import TranscribeOptions
+from lyre.stt.vad import VADConfig
+
+__all__ = [
+    "DEFAULT_MODEL", "RATES", "RealtimeError", "SessionSettings", "append_audio", "error_event", "new_id",
+    "parse_event", "read_update", "session_object",
+]
+
+DEFAULT_MODEL = "whisper-1"  # what clients name; lyre transcribes with whichever Whisper it serves
+RATES = (24_000, 16_000)  # pcm16 input rates taken: OpenAI's one, and Whisper's own
+_G711 = ("g711_ulaw", "g711_alaw", "audio/pcmu", "audio/pcma")
+
+Shape = Literal["beta", "ga"]
+
+
+class RealtimeError(Exception):
+    """A client event lyre cannot act on; sent back as an ``error`` event, and the session goes on."""
+
+    def __init__(self, message: str, code: str = "invalid_value", param: str | None = None,
+                 kind: str = "invalid_request_error") -> None:
+        super().__init__(message)
+        self.code = code
+        self.param = param
+        self.kind = kind  # the error's "type": invalid_request_error or server_error
+
+
+@dataclass(frozen=True)
+class SessionSettings:
+    """One session's settings; the defaults are OpenAI's for a transcription session."""
+
+    rate: int = 24_000  # of the pcm16 the client appends
+    model: str = DEFAULT_MODEL
+    language: str | None = None  # None: detected
+    prompt: str | None = None
+    turn_detection: VADConfig | None = field(default_factory=VADConfig)  # None: the client commits
+
+    def options(self) -> TranscribeOptions:
+        """The final pass's options: what the REST endpoint uses for the same language and prompt."""
+        return TranscribeOptions(language=self.language, prompt=self.prompt)
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}_{secrets.token_hex(10)}"
+
+
+def parse_event(text: str, max_bytes: int) -> dict[str, Any]:
+    """One client event from its JSON text: an object with a string ``type``."""
+    if (size := len(text.encode())) > max_bytes:
+        raise RealtimeError(f"event is {size} bytes, over the limit of {max_bytes}; append audio in smaller "
+                            "pieces", "message_too_large")
+    try:
+        event = json.loads(text)
+    except (ValueError, RecursionError) as exc:  # RecursionError: nested deeper than the parser goes
+        raise RealtimeError(f"event is not valid JSON: {exc}", "invalid_json") from None
+    if not isinstance(event, dict) or not isinstance(event.get("type"), str):
+        raise RealtimeError("an event must be a JSON object with a string type", "invalid_event", "type")
+    return event
+
+
+def append_audio(event: dict[str, Any]) -> bytes:
+    """The pcm16 bytes of an ``input_audio_buffer.append``, from its base64 ``audio``."""
+    audio = event.get("audio")
+    if not isinstance(audio, str):
+        raise RealtimeError("input_audio_buffer.append needs audio: base64 pcm16 mono", "invalid_type", "audio")
+    try:
+        return base64.b64decode(audio, validate=True)
+    except binascii.Error as exc:
+        raise RealtimeError(f"audio is not valid base64 ({exc})", "invalid_audio", "audio") from None
+
+
+def read_update(event: dict[str, Any], current: SessionSettings,
+                check_language: Callable[[str | None], None]) -> tuple[SessionSettings, Shape]:
+    """The settings after ``event`` (either update), and which shape it came in."""
+    shape: Shape = "beta" if event["type"] == "transcription_session.update" else "ga"
+    session = _object(event.get("session"), "session")
+    if shape == "beta":
+        settings = _read(current, session, "session", "input_audio_format", "input_audio_transcription",
+                         check_language)
+    else:
+        kind = session.get("type", "transcription")
+        if kind != "transcription":
+            raise RealtimeError(f"session.type {kind!r} is not supported: lyre serves transcription sessions "
+                                "only (session.type 'transcription')", param="session.type")
+        audio = _object(session.get("audio", {}), "session.audio")
+        parts = _object(audio.get("input", {}), "session.audio.input")
+        settings = _read(current, parts, "session.audio.input", "format", "transcription", check_language)
+    return settings, shape
+
+
+def session_object(settings: SessionSettings, session_id: str, shape: Shape) -> dict[str, Any]:
+    """The session as ``*.created`` and ``*.updated`` events carry it, in ``shape``."""
+    transcription = {"model": settings.model, "language": settings.language, "prompt": settings.prompt or ""}
+    vad = settings.turn_detection
+    turn_detection = None if vad is None else {
+        "type": "server_vad", "threshold": vad.threshold, "prefix_padding_ms": vad.prefix_padding_ms,
+        "silence_duration_ms": vad.silence_duration_ms,
+    }
+    if shape == "beta":
+        return {"id": session_id, "object": "realtime.transcription_session", "input_audio_format": "pcm16",
+                "input_audio_transcription": transcription, "turn_detection": turn_detection,
+                "input_audio_noise_reduction": None, "include": None}
+    return {"type": "transcription", "id": session_id, "object": "realtime.transcription_session",
+            "audio": {"input": {"format": {"type": "audio/pcm", "rate": settings.rate},
+                                "transcription": transcription, "turn_detection": turn_detection,
+                                "noise_reduction": None}},
+            "include": None}
+
+
+def _read(current: SessionSettings, parts: dict[str, Any], where: str, format_key: str, transcription_key: str,
+          check_language: Callable[[str | None], None]) -> SessionSettings:
+    """The three settings groups, named as one shape names them, under ``where``."""
+    changes: dict[str, Any] = {}
+    if format_key in parts:
+        changes["rate"] = _rate(parts[format_key], f"{where}.{format_key}")
+    # null transcription would mean "do not transcribe", which a transcription session cannot mean:
+    # it is taken as no change.
+    if (transcription := parts.get(transcription_key)) is not None:
+        changes.update(_transcription(transcription, f"{where}.{transcription_key}", check_language))
+    if "turn_detection" in parts:
+        changes["turn_detection"] = _turn_detection(parts["turn_detection"], f"{where}.turn_detection")
+    return replace(current, **changes)
+
+
+def _rate(value: object, param: str) -> int:
+    """The sample rate of a pcm16 format: beta's ``"pcm16"`` or GA's ``{"type": "audio/pcm", "rate": R}``."""
+    if value == "pcm16":
+        return 24_000
+    kind = value.get("type") if isinstance(value, dict) else value
+    if kind in _G711:
+        raise RealtimeError(f"{param} {kind!r} is not supported: lyre takes pcm16 (16-bit little-endian mono "
+                            "PCM) at 24000 Hz, or at 16000 Hz with session.update", param=param)
+    if not isinstance(value, dict) or kind != "audio/pcm":
+        raise RealtimeError(f"{param} must be 'pcm16' or {{\"type\": \"audio/pcm\", \"rate\": 24000}}, "
+                            f"got {value!r}", param=param)
+    rate = value.get("rate", 24_000)
+    if isinstance(rate, bool) or rate not in RATES:
+        raise RealtimeError(f"{param}.rate {rate!r} is not supported: send pcm16 at 24000 or 16000 Hz",
+                            param=f"{param}.rate")
+    return int(rate)
+
+
+def _transcription(value: object, param: str, check_language: Callable[[str | None], None]) -> dict[str, Any]:
+    value = _object(value, param)
+    model = value.get("model") or DEFAULT_MODEL
+    language = value.get("language") or None
+    prompt = value.get("prompt") or None
+    for name, item in (("model", model), ("language", language), ("prompt", prompt)):
+        if item is not None and not isinstance(item, str):
+            raise RealtimeError(f"{param}.{name} must be a string, got {item!r}", "invalid_type", f"{param}.{name}")
+    language = (language or "").strip().lower() or None  # as the REST endpoint reads it
+    try:
+        check_language(language)
+    except ValueError as exc:
+        raise RealtimeError(str(exc), param=f"{param}.language") from None
+    try:
+        TranscribeOptions(language=language, prompt=prompt)  # the final pass's own checks, now rather than later
+    except ValueError as exc:
+        raise RealtimeError(str(exc), param=f"{param}.prompt") from None
+    return {"model": model, "language": language, "prompt": prompt}
+
+
+def _turn_detection(value: object, param: str) -> VADConfig | None:
+    if value is None:
+        return None
+    value = _object(value, param)
+    kind = value.get("type", "server_vad")
+    if kind != "server_vad":
+        raise RealtimeError(f"{param}.type {kind!r} is not supported: use 'server_vad', or null to commit "
+                            "each utterance yourself", param=f"{param}.type")
+    fields = {name: value[name] for name in ("threshold", "prefix_padding_ms", "silence_duration_ms")
+              if value.get(name) is not None}
+    try:
+        return VADConfig(**fields)
+    except ValueError as exc:
+        raise RealtimeError(f"{param}: {exc}", param=param) from None
+
+
+def _object(value: object, param: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise RealtimeError(f"{param} must be an object, got {value!r}", "invalid_type", param)
+    return value
+
+
+def error_event(error: RealtimeError, client_event_id: str | None = None) -> dict[str, Any]:
+    """The ``error`` event for ``error``, naming the client event that caused it when known."""
+    return {"type": "error", "event_id": new_id("event"),
+            "error": {"type": error.kind, "code": error.code, "message": str(error), "param": error.param,
+                      "event_id": client_event_id}}

@@ -1,0 +1,310 @@
+"""The speech-to-text worker: one Whisper model, one thread, a fair queue across sessions.
+
+    stt = Transcriber.load()                      # the demo (Whisper base) when no model is named
+    transcript = await stt.transcribe(audio, TranscribeOptions(language="en"), session="rest")
+    text = await stt.partial(audio, language="en", session=session_id)
+
+Two kinds of pass:
+
+- a *final* pass is faster-whisper's full ``transcribe`` (beam search, the
+  temperature fallback, timestamps, audio of any length): REST requests and
+  the end of each realtime utterance;
+- a *partial* pass is one greedy decode of an utterance so far (at most 30 s,
+  no timestamps, temperature 0): the realtime deltas while someone speaks.
+  Partials from several sessions can share one encoder and decoder batch.
+
+Jobs wait in one queue per session and are taken round-robin, so a session
+sending many jobs delays the others by at most one job each. Final passes go
+before partials: a partial only previews text its final will bring anyway,
+while a final is what a user waits on at the end of a turn (benchmarks/stt.py
+measured finals waiting behind other sessions' partials).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+
+import numpy as np
+from faster_whisper import WhisperModel
+
+from lyre.stt.audio import SAMPLE_RATE
+from lyre.stt.model import resolve_whisper
+from lyre.stt.whisper import TranscribeOptions, Transcript, final_pass, partial_passes
+
+__all__ = [
+    "MAX_PARTIAL_SECONDS",
+    "PartialPolicy",
+    "STTConfig",
+    "STTStats",
+    "Transcriber",
+    "TranscriberBusy",
+    "TranscriberClosed",
+]
+
+MAX_PARTIAL_SECONDS = 30.0  # Whisper's window: a partial pass sees one
+
+
+class TranscriberBusy(RuntimeError):
+    """The queue is full; try again later."""
+
+
+class TranscriberClosed(RuntimeError):
+    """The transcriber is shut down."""
+
+
+@dataclass(frozen=True)
+class PartialPolicy:
+    """How partial passes are batched: up to ``max_batch`` sessions, gathered for ``max_wait_ms``."""
+
+    max_batch: int = 1
+    max_wait_ms: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.max_batch < 1:
+            raise ValueError(f"max_batch must be >= 1, got {self.max_batch}")
+        if self.max_wait_ms < 0:
+            raise ValueError(f"max_wait_ms must be >= 0, got {self.max_wait_ms}")
+
+    @classmethod
+    def for_device(cls, device: str) -> PartialPolicy:
+        # On a GPU the encoder costs about the same for 1 or 8 windows of 30 s, so
+        # partials wait a few ms for company. On a CPU a batch of b costs b passes
+        # or more (benchmarks/stt.py), so each goes alone, at once.
+        if device.startswith("cuda"):
+            return cls(max_batch=8, max_wait_ms=10.0)
+        return cls()
+
+
+@dataclass(frozen=True)
+class STTConfig:
+    """How the Whisper model runs. ``compute_type`` None: int8 on CPU, float16 on CUDA."""
+
+    device: str = "cpu"
+    compute_type: str | None = None
+    cpu_threads: int = 0  # 0: every core
+    max_pending: int = 64  # jobs queued at once; more raise TranscriberBusy
+    partial_policy: PartialPolicy | None = None  # None: PartialPolicy.for_device(device)
+
+    def __post_init__(self) -> None:
+        if self.device != "cpu" and not self.device.startswith("cuda"):
+            raise ValueError(f"device must be cpu or cuda[:N], got {self.device!r}")
+        if self.cpu_threads < 0:
+            raise ValueError(f"cpu_threads must be >= 0, got {self.cpu_threads}")
+        if self.max_pending < 1:
+            raise ValueError(f"max_pending must be >= 1, got {self.max_pending}")
+
+
+@dataclass(frozen=True)
+class STTStats:
+    pending: int
+    finals: int
+    partials: int
+    partial_batches: int
+    audio_seconds: float  # audio transcribed by final passes
+    busy_seconds: float  # worker time spent in the model
+    queue_wait_total_s: float
+    queue_wait_max_s: float
+
+    @property
+    def mean_partial_batch(self) -> float:
+        return self.partials / self.partial_batches if self.partial_batches else 0.0
+
+
+@dataclass(eq=False)
+class _Job:
+    session: Hashable
+    audio: np.ndarray  # float32, 16 kHz mono
+    future: asyncio.Future
+    loop: asyncio.AbstractEventLoop
+    options: TranscribeOptions | None = None  # None: a partial pass
+    language: str | None = None  # partials only
+    enqueued: float = field(default_factory=time.perf_counter)
+
+    @property
+    def partial(self) -> bool:
+        return self.options is None
+
+
+class Transcriber:
+    """One Whisper model behind a worker thread; see the module docstring."""
+
+    def __init__(self, model: WhisperModel, config: STTConfig) -> None:
+        self.model = model
+        self.config = config
+        self.policy = config.partial_policy or PartialPolicy.for_device(config.device)
+        self.languages = frozenset(model.supported_languages)
+        self._queues: dict[Hashable, deque[_Job]] = {}
+        self._turns: deque[Hashable] = deque()  # sessions with queued jobs, in round-robin order
+        self._pending = 0
+        self._cond = threading.Condition()
+        self._closed = False
+        self._counts = {"finals": 0, "partials": 0, "partial_batches": 0}
+        self._audio_s = self._busy_s = self._wait_total = self._wait_max = 0.0
+        self._thread = threading.Thread(target=self._work, name="lyre-stt", daemon=True)
+        self._thread.start()
+
+    @classmethod
+    def load(cls, model: str | os.PathLike[str] | None = None, config: STTConfig | None = None) -> Transcriber:
+        config = config or STTConfig()
+        folder = resolve_whisper(model)
+        device, _, index = config.device.partition(":")
+        compute = config.compute_type or ("float16" if device == "cuda" else "int8")
+        whisper = WhisperModel(str(folder), device=device, device_index=int(index or 0), compute_type=compute,
+                               cpu_threads=config.cpu_threads)
+        return cls(whisper, config)
+
+    # -- the public surface, called on an event loop --
+
+    def check_language(self, language: str | None) -> None:
+        if language is not None and language not in self.languages:
+            raise ValueError(f"language must be an ISO-639-1 code Whisper knows (such as en, de, fr), "
+                             f"got {language!r}")
+
+    async def transcribe(self, audio: np.ndarray, options: TranscribeOptions, session: Hashable) -> Transcript:
+        """A final pass over ``audio`` (float32 at 16 kHz, any length)."""
+        self.check_language(options.language)
+        return await self._submit(_Job(session, audio, *self._future(), options=options))
+
+    async def partial(self, audio: np.ndarray, language: str | None, session: Hashable) -> str:
+        """A greedy pass over an utterance so far (at most 30 s; longer keeps the last 30 s)."""
+        self.check_language(language)
+        audio = audio[-int(MAX_PARTIAL_SECONDS * SAMPLE_RATE):]
+        return await self._submit(_Job(session, audio, *self._future(), language=language))
+
+    def stats(self) -> STTStats:
+        with self._cond:
+            return STTStats(pending=self._pending, audio_seconds=self._audio_s, busy_seconds=self._busy_s,
+                            queue_wait_total_s=self._wait_total, queue_wait_max_s=self._wait_max, **self._counts)
+
+    def close(self) -> None:
+        """Stop the worker; queued jobs fail with TranscriberClosed."""
+        with self._cond:
+            self._closed = True
+            jobs = [job for queue in self._queues.values() for job in queue]
+            self._queues.clear()
+            self._turns.clear()
+            self._pending = 0
+            self._cond.notify_all()
+        for job in jobs:
+            self._deliver(job, TranscriberClosed("the speech-to-text worker is shut down"))
+        self._thread.join(timeout=60)
+
+    @staticmethod
+    def _future() -> tuple[asyncio.Future, asyncio.AbstractEventLoop]:
+        loop = asyncio.get_running_loop()
+        return loop.create_future(), loop
+
+    async def _submit(self, job: _Job):
+        with self._cond:
+            if self._closed:
+                raise TranscriberClosed("the speech-to-text worker is shut down")
+            if self._pending >= self.config.max_pending:
+                raise TranscriberBusy(f"the speech-to-text queue is full ({self.config.max_pending} jobs)")
+            queue = self._queues.setdefault(job.session, deque())
+            if not queue:
+                self._turns.append(job.session)
+            queue.append(job)
+            self._pending += 1
+            self._cond.notify()
+        try:
+            return await job.future
+        except asyncio.CancelledError:  # the caller gave up: drop the job unless it has started
+            self._discard(job)
+            raise
+
+    def _discard(self, job: _Job) -> None:
+        with self._cond:
+            queue = self._queues.get(job.session)
+            if queue and job in queue:
+                queue.remove(job)
+                self._pending -= 1
+                if not queue:
+                    del self._queues[job.session]
+                    self._turns.remove(job.session)
+
+    # -- the worker thread --
+
+    def _work(self) -> None:
+        while (batch := self._next_batch()) is not None:
+            start = time.perf_counter()
+            try:
+                if batch[0].partial:
+                    results: list[object] = list(partial_passes(self.model, [j.audio for j in batch], [j.language for j in batch]))
+                else:
+                    results = [final_pass(self.model, batch[0].audio, batch[0].options)]
+            except Exception as error:  # noqa: BLE001 -- each caller gets the model's failure
+                results = [error] * len(batch)
+            busy = time.perf_counter() - start
+            with self._cond:
+                self._busy_s += busy
+                if batch[0].partial:
+                    self._counts["partials"] += len(batch)
+                    self._counts["partial_batches"] += 1
+                else:
+                    self._counts["finals"] += 1
+                    self._audio_s += batch[0].audio.size / SAMPLE_RATE
+            for job, result in zip(batch, results):
+                self._deliver(job, result)
+
+    def _next_batch(self) -> list[_Job] | None:
+        """The next session's job; for a partial, more sessions' partials up to the policy."""
+        with self._cond:
+            while not self._turns and not self._closed:
+                self._cond.wait()
+            if self._closed:
+                return None
+            first = self._pop_turn(lambda job: not job.partial) or self._pop_turn(lambda job: True)
+            batch = [first]
+            if first.partial and self.policy.max_batch > 1:
+                deadline = first.enqueued + self.policy.max_wait_ms / 1000
+                while len(batch) < self.policy.max_batch:
+                    job = self._pop_turn(lambda job: job.partial)
+                    if job is not None:
+                        batch.append(job)
+                        continue
+                    remaining = deadline - time.perf_counter()
+                    if remaining <= 0 or self._closed:
+                        break
+                    self._cond.wait(remaining)
+            now = time.perf_counter()
+            for job in batch:
+                wait = now - job.enqueued
+                self._wait_total += wait
+                self._wait_max = max(self._wait_max, wait)
+            return batch
+
+    def _pop_turn(self, wanted) -> _Job | None:
+        """Pop the head job of the first session in turn whose head is ``wanted``; it goes to the back."""
+        for session in list(self._turns):
+            queue = self._queues[session]
+            if not wanted(queue[0]):
+                continue
+            job = queue.popleft()
+            self._pending -= 1
+            self._turns.remove(session)
+            if queue:
+                self._turns.append(session)
+            else:
+                del self._queues[session]
+            return job
+        return None
+
+    def _deliver(self, job: _Job, result: object) -> None:
+        def settle() -> None:
+            if job.future.done():
+                return
+            if isinstance(result, BaseException):
+                job.future.set_exception(result)
+            else:
+                job.future.set_result(result)
+
+        try:
+            job.loop.call_soon_threadsafe(settle)
+        except RuntimeError:  # that event loop is closed: nobody is waiting
+            pass

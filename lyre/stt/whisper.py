@@ -1,0 +1,113 @@
+"""Whisper passes over audio, and what they return.
+
+- a *final* pass is faster-whisper's full ``transcribe`` (beam search, the
+  temperature fallback, timestamps, audio of any length);
+- a *partial* pass is one greedy decode of an utterance so far (at most 30 s,
+  no timestamps, temperature 0), batched across sessions when asked.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from faster_whisper import WhisperModel
+from faster_whisper.audio import pad_or_trim
+from faster_whisper.tokenizer import Tokenizer
+from faster_whisper.transcribe import get_suppressed_tokens
+
+__all__ = ["Segment", "TranscribeOptions", "Transcript", "Word", "final_pass", "partial_passes"]
+
+_MAX_PROMPT_CHARS = 1000
+# The fallback ladder OpenAI's API uses when temperature is 0: retry hotter while the
+# output looks degenerate (compression ratio, mean log-probability).
+_FALLBACK_TEMPERATURES = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
+_NO_SPEECH = 0.6  # Whisper's own no-speech threshold
+
+
+@dataclass(frozen=True)
+class TranscribeOptions:
+    """A final pass's options, as the OpenAI transcription API names them."""
+
+    language: str | None = None  # None: detected from the first 30 s
+    prompt: str | None = None
+    temperature: float = 0.0  # 0: start at 0 and fall back hotter on degenerate output
+    word_timestamps: bool = False
+    beam_size: int = 5
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.temperature <= 1.0:
+            raise ValueError(f"temperature must be between 0 and 1, got {self.temperature}")
+        if self.prompt is not None and len(self.prompt) > _MAX_PROMPT_CHARS:
+            raise ValueError(f"prompt must be at most {_MAX_PROMPT_CHARS} characters, got {len(self.prompt)}")
+        if self.beam_size < 1:
+            raise ValueError(f"beam_size must be >= 1, got {self.beam_size}")
+
+
+@dataclass(frozen=True)
+class Word:
+    start: float
+    end: float
+    word: str
+    probability: float
+
+
+@dataclass(frozen=True)
+class Segment:
+    id: int
+    start: float
+    end: float
+    text: str
+    tokens: tuple[int, ...]
+    temperature: float
+    avg_logprob: float
+    compression_ratio: float
+    no_speech_prob: float
+    words: tuple[Word, ...] = ()
+
+
+@dataclass(frozen=True)
+class Transcript:
+    text: str
+    language: str
+    duration: float  # seconds of audio
+    segments: tuple[Segment, ...]
+
+
+
+def final_pass(model: WhisperModel, audio: np.ndarray, options: TranscribeOptions) -> Transcript:
+    """faster-whisper's full transcribe of ``audio`` (float32, 16 kHz, any length)."""
+    temperature = _FALLBACK_TEMPERATURES if options.temperature == 0 else options.temperature
+    segments, info = model.transcribe(
+        audio, language=options.language, initial_prompt=options.prompt, temperature=temperature,
+        beam_size=options.beam_size, word_timestamps=options.word_timestamps,
+        condition_on_previous_text=False,  # a long file's errors do not snowball
+    )
+    out = tuple(
+        Segment(id=s.id, start=s.start, end=s.end, text=s.text, tokens=tuple(s.tokens), temperature=s.temperature,
+                avg_logprob=s.avg_logprob, compression_ratio=s.compression_ratio, no_speech_prob=s.no_speech_prob,
+                words=tuple(Word(w.start, w.end, w.word, w.probability) for w in s.words or ()))
+        for s in segments  # a generator: the model runs here
+    )
+    text = "".join(s.text for s in out).strip()
+    return Transcript(text=text, language=info.language, duration=info.duration, segments=out)
+
+
+def partial_passes(model: WhisperModel, audios: list[np.ndarray], languages: list[str | None]) -> list[str]:
+    """One greedy, timestamp-free decode of each audio (at most 30 s), all in one encoder and decoder batch."""
+    features = np.stack([pad_or_trim(model.feature_extractor(audio)[..., :-1]) for audio in audios])
+    encoded = model.encode(features)  # (batch, 1500, d_model)
+    if any(lang is None for lang in languages) and model.model.is_multilingual:
+        detected = model.model.detect_language(encoded)
+        languages = [lang or found[0][0][2:-2] for lang, found in zip(languages, detected)]
+    tokenizers = [Tokenizer(model.hf_tokenizer, model.model.is_multilingual, task="transcribe",
+                            language=lang or "en") for lang in languages]
+    prompts = [model.get_prompt(tok, previous_tokens=[], without_timestamps=True) for tok in tokenizers]
+    results = model.model.generate(
+        encoded, prompts, beam_size=1, max_length=model.max_length, suppress_blank=True,
+        suppress_tokens=get_suppressed_tokens(tokenizers[0], [-1]), return_no_speech_prob=True,
+    )
+    texts = []
+    for tok, result in zip(tokenizers, results):
+        texts.append("" if result.no_speech_prob > _NO_SPEECH else tok.decode(result.sequences_ids[0]).strip())
+    return texts

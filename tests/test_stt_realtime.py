@@ -1,0 +1,369 @@
+"""The realtime transcription session in process, on the demo Whisper base hearing espeak-ng.
+
+Every Whisper pass costs a second or more on a small CPU: the model is loaded
+once, audio is appended in one go where timing does not matter, and tests that
+only need the events up to a commit close the session instead of waiting for
+its final pass.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+from speech import SENTENCES, normalise, speak_pcm16
+
+from lyre.stt import STTConfig, Transcriber
+from lyre.stt.realtime import RealtimeConfig, RealtimeSession
+
+SILENCE_24K = bytes(2 * 24_000)  # one second of pcm16 at 24 kHz
+TRANSCRIPTION = "conversation.item.input_audio_transcription"
+MANUAL = {"type": "transcription_session.update",
+          "session": {"input_audio_transcription": {"language": "en"}, "turn_detection": None}}
+ENGLISH = {"type": "transcription_session.update", "session": {"input_audio_transcription": {"language": "en"}}}
+
+
+@pytest.fixture(scope="module")
+def stt() -> Iterator[Transcriber]:
+    transcriber = Transcriber.load()
+    yield transcriber
+    transcriber.close()
+
+
+class Client:
+    """A session whose events are collected, with helpers to send events and wait for replies."""
+
+    def __init__(self, stt: Transcriber, config: RealtimeConfig | None = None) -> None:
+        self.events: list[dict[str, Any]] = []
+        self._arrived = asyncio.Event()
+        self.session = RealtimeSession(stt, self._emit, config or RealtimeConfig())
+
+    def _emit(self, event: dict[str, Any]) -> None:
+        self.events.append(event)
+        self._arrived.set()
+
+    def send(self, event: dict[str, Any] | str) -> dict[str, Any]:
+        """Send one event; the last event the session sent (its reply, when it replies at once)."""
+        self.session.receive(event if isinstance(event, str) else json.dumps(event))
+        return self.events[-1]
+
+    def append(self, pcm: bytes) -> dict[str, Any]:
+        return self.send({"type": "input_audio_buffer.append", "audio": base64.b64encode(pcm).decode()})
+
+    async def stream(self, pcm: bytes, chunk_ms: int = 100, pace: float = 1.0) -> None:
+        """Append in chunks of ``chunk_ms``, at ``pace`` times real time (at 24 kHz)."""
+        step = 24 * chunk_ms * 2
+        for i in range(0, len(pcm), step):
+            self.append(pcm[i:i + step])
+            await asyncio.sleep(chunk_ms / 1000 / pace)
+
+    def of(self, kind: str) -> list[dict[str, Any]]:
+        return [e for e in self.events if e["type"] == kind]
+
+    async def wait_for(self, kind: str, count: int = 1, timeout: float = 60.0) -> dict[str, Any]:
+        async with asyncio.timeout(timeout):
+            while len(self.of(kind)) < count:
+                self._arrived.clear()
+                await self._arrived.wait()
+        return self.of(kind)[count - 1]
+
+
+def _error(event: dict[str, Any], code: str, *words: str, param: str | None = None) -> None:
+    assert event["type"] == "error", event
+    error = event["error"]
+    assert error["type"] == "invalid_request_error" and error["code"] == code, error
+    for word in words:
+        assert word in error["message"], error
+    if param is not None:
+        assert error["param"] == param, error
+
+
+def test_an_utterance_goes_from_speech_to_a_transcript(stt: Transcriber) -> None:
+    async def run() -> Client:
+        client = Client(stt)
+        client.send(ENGLISH)
+        await client.stream(bytes(2 * 7200) + speak_pcm16(SENTENCES[0]) + SILENCE_24K, pace=2.0)
+        await client.wait_for(f"{TRANSCRIPTION}.completed")
+        await client.session.close()
+        return client
+
+    client = asyncio.run(run())
+    kinds = [e["type"] for e in client.events if e["type"] != f"{TRANSCRIPTION}.delta"]
+    assert kinds == ["transcription_session.created", "transcription_session.updated",
+                     "input_audio_buffer.speech_started", "input_audio_buffer.speech_stopped",
+                     "input_audio_buffer.committed", f"{TRANSCRIPTION}.completed"]
+    assert len({e["event_id"] for e in client.events}) == len(client.events)
+    started, stopped, committed = (client.of(f"input_audio_buffer.{k}")[0]
+                                   for k in ("speech_started", "speech_stopped", "committed"))
+    completed = client.of(f"{TRANSCRIPTION}.completed")[0]
+    item = started["item_id"]
+    assert stopped["item_id"] == committed["item_id"] == completed["item_id"] == item
+    assert committed["previous_item_id"] is None
+    # 300 ms of silence, then speech: its start less the 300 ms prefix is about 0.
+    assert 0 <= started["audio_start_ms"] <= 150
+    speech_ms = len(speak_pcm16(SENTENCES[0])) // 48
+    assert 300 + speech_ms <= stopped["audio_end_ms"] <= 300 + speech_ms + 800
+    assert completed["content_index"] == 0 and completed["usage"]["type"] == "duration"
+    heard = normalise(completed["transcript"]).split()
+    assert sum(w in heard for w in ("book", "table", "dinner", "tomorrow", "evening")) >= 4, heard
+    # The deltas only ever add: the first starts the text, each later one adds " words".
+    deltas = [e["delta"] for e in client.of(f"{TRANSCRIPTION}.delta")]
+    assert all(e["item_id"] == item and e["content_index"] == 0 for e in client.of(f"{TRANSCRIPTION}.delta"))
+    assert deltas and not deltas[0].startswith(" ") and all(d.startswith(" ") for d in deltas[1:])
+    assert all(d.strip() and "  " not in d for d in deltas)
+    assert client.events.index(client.of(f"{TRANSCRIPTION}.delta")[-1]) < client.events.index(completed)
+
+
+def test_manual_commits_transcribe_everything_since_the_last_one(stt: Transcriber) -> None:
+    async def run() -> Client:
+        client = Client(stt)
+        assert client.send(MANUAL)["session"]["turn_detection"] is None
+        for text in (SENTENCES[6], SENTENCES[4]):
+            client.append(SILENCE_24K[:9600] + speak_pcm16(text))
+            assert client.send({"type": "input_audio_buffer.commit"})["type"] == "input_audio_buffer.committed"
+        await client.wait_for(f"{TRANSCRIPTION}.completed", 2)
+        await client.session.close()
+        return client
+
+    client = asyncio.run(run())
+    assert not client.of("input_audio_buffer.speech_started") and not client.of("input_audio_buffer.speech_stopped")
+    first, second = client.of("input_audio_buffer.committed")
+    assert (first["previous_item_id"], second["previous_item_id"]) == (None, first["item_id"])
+    done = client.of(f"{TRANSCRIPTION}.completed")
+    assert [d["item_id"] for d in done] == [first["item_id"], second["item_id"]]
+    assert "works for me" in normalise(done[0]["transcript"])
+    assert "lights in the kitchen" in normalise(done[1]["transcript"])
+
+
+def test_bad_events_are_refused_by_name_and_the_session_goes_on(stt: Transcriber) -> None:
+    def pcm_event(audio: str) -> dict[str, Any]:
+        return {"type": "input_audio_buffer.append", "audio": audio}
+
+    def beta(session: dict[str, Any]) -> dict[str, Any]:
+        return {"type": "transcription_session.update", "session": session}
+
+    def ga(audio_input: dict[str, Any], **session: Any) -> dict[str, Any]:
+        return {"type": "session.update", "session": {"type": "transcription", **session,
+                                                      "audio": {"input": audio_input}}}
+
+    async def run() -> Client:
+        client = Client(stt, RealtimeConfig(max_message_bytes=200_000))
+        client.send(MANUAL)
+        _error(client.send("{not json"), "invalid_json", "not valid JSON")
+        _error(client.send("[1, 2]"), "invalid_event", "JSON object with a string type")
+        unknown = client.send({"type": "response.create", "event_id": "evt_7"})
+        _error(unknown, "invalid_event", "unknown event type 'response.create'", "input_audio_buffer.append",
+               param="type")
+        assert unknown["error"]["event_id"] == "evt_7"
+        _error(client.send({"type": "input_audio_buffer.append"}), "invalid_type", "needs audio", param="audio")
+        _error(client.send(pcm_event("AAA")), "invalid_audio", "not valid base64", param="audio")
+        _error(client.send(pcm_event("@@@@")), "invalid_audio", "not valid base64")
+        _error(client.send(pcm_event(base64.b64encode(b"abc").decode())), "invalid_audio", "2-byte", "3 bytes")
+        _error(client.send(pcm_event("A" * 300_000)), "message_too_large", "over the limit of 200000")
+        _error(client.send(beta({"input_audio_format": "g711_ulaw"})), "invalid_value", "'g711_ulaw' is not supported",
+               "pcm16", param="session.input_audio_format")
+        _error(client.send(ga({"format": {"type": "audio/pcmu"}})), "invalid_value", "'audio/pcmu' is not supported")
+        _error(client.send(ga({"format": {"type": "audio/pcm", "rate": 44_100}})), "invalid_value",
+               "44100 is not supported", "24000 or 16000", param="session.audio.input.format.rate")
+        _error(client.send({"type": "session.update", "session": {"type": "realtime"}}), "invalid_value",
+               "transcription sessions only", param="session.type")
+        _error(client.send(beta({"turn_detection": {"type": "semantic_vad"}})), "invalid_value",
+               "'semantic_vad' is not supported", param="session.turn_detection.type")
+        _error(client.send(beta({"turn_detection": {"threshold": 2}})), "invalid_value", "threshold must be")
+        _error(client.send(beta({"input_audio_transcription": {"language": "xx"}})), "invalid_value",
+               "ISO-639-1", param="session.input_audio_transcription.language")
+        _error(client.send(beta({"input_audio_transcription": {"prompt": "word " * 300}})), "invalid_value",
+               "prompt must be at most 1000 characters")
+        _error(client.send(beta({"input_audio_transcription": {"language": 7}})), "invalid_type", "must be a string")
+        _error(client.send({"type": "session.update", "session": "pcm16"}), "invalid_type", "must be an object")
+        _error(client.send({"type": "input_audio_buffer.commit", "event_id": "evt_9"}),
+               "input_audio_buffer_commit_empty", "buffer too small", "at least 100ms", "0.00ms")
+        # None of the refused updates changed anything: still manual, English, 24 kHz.
+        assert client.send({"type": "session.update", "session": {}})["session"]["audio"]["input"] == {
+            "format": {"type": "audio/pcm", "rate": 24_000}, "noise_reduction": None, "turn_detection": None,
+            "transcription": {"model": "whisper-1", "language": "en", "prompt": ""}}
+        client.append(speak_pcm16(SENTENCES[6]))
+        client.send({"type": "input_audio_buffer.commit"})
+        await client.wait_for(f"{TRANSCRIPTION}.completed")
+        await client.session.close()
+        return client
+
+    client = asyncio.run(run())
+    assert "works for me" in normalise(client.of(f"{TRANSCRIPTION}.completed")[0]["transcript"])
+
+
+def test_clear_empties_the_buffer(stt: Transcriber) -> None:
+    async def run() -> None:
+        client = Client(stt)
+        assert client.send({"type": "input_audio_buffer.clear"})["type"] == "input_audio_buffer.cleared"
+        client.send(MANUAL)
+        client.append(speak_pcm16(SENTENCES[6]))
+        assert client.send({"type": "input_audio_buffer.clear"})["type"] == "input_audio_buffer.cleared"
+        _error(client.send({"type": "input_audio_buffer.commit"}), "input_audio_buffer_commit_empty", "0.00ms")
+        await client.session.close()
+        assert not client.of("input_audio_buffer.committed")
+
+    asyncio.run(run())
+
+
+def test_with_manual_commits_an_append_over_the_limit_is_refused(stt: Transcriber) -> None:
+    async def run() -> None:
+        client = Client(stt, RealtimeConfig(max_buffer_s=1.0))
+        client.send(MANUAL)
+        assert client.append(SILENCE_24K[:38_400])["type"] == "transcription_session.updated"  # 0.8 s
+        _error(client.append(SILENCE_24K[:24_000]), "input_audio_buffer_full", "1.3 s", "limit of 1 s",
+               "append was dropped", param="audio")
+        # Nothing of the refused append was kept: 0.2 s more fits, and then nothing.
+        client.append(SILENCE_24K[:9_600])
+        assert len(client.of("error")) == 1
+        _error(client.append(SILENCE_24K[:480]), "input_audio_buffer_full", "1.0 s")
+        await client.session.close()
+
+    asyncio.run(run())
+
+
+def test_with_vad_a_long_utterance_is_cut_at_the_limit(stt: Transcriber) -> None:
+    async def run() -> Client:
+        client = Client(stt, RealtimeConfig(max_buffer_s=1.5))
+        client.append(speak_pcm16(SENTENCES[4]) + SILENCE_24K)  # 2.2 s of speech
+        await client.session.close()  # the final passes are not needed
+        return client
+
+    client = asyncio.run(run())
+    kinds = [e["type"].removeprefix("input_audio_buffer.") for e in client.events[1:]]
+    assert kinds == ["speech_started", "speech_stopped", "committed", "speech_started", "speech_stopped", "committed"]
+    first, cut, second, end = (client.events[i] for i in (1, 2, 4, 5))
+    assert cut["audio_end_ms"] - first["audio_start_ms"] == 1500
+    assert second["audio_start_ms"] == cut["audio_end_ms"] and second["item_id"] != first["item_id"]
+    assert end["audio_end_ms"] > second["audio_start_ms"]
+
+
+def test_updates_answer_in_the_shape_they_came_in(stt: Transcriber) -> None:
+    async def run() -> Client:
+        client = Client(stt)
+        client.send({"type": "transcription_session.update", "event_id": "e1", "session": {
+            "input_audio_format": "pcm16", "input_audio_noise_reduction": {"type": "near_field"},
+            "input_audio_transcription": {"model": "gpt-4o-transcribe", "language": "EN", "prompt": "lyre"},
+            "turn_detection": {"type": "server_vad", "threshold": 0.6, "silence_duration_ms": 700},
+        }})
+        client.send({"type": "session.update", "session": {
+            "type": "transcription", "include": ["item.input_audio_transcription.logprobs"],
+            "audio": {"input": {"format": {"type": "audio/pcm", "rate": 16_000}}}}})
+        await client.session.close()
+        return client
+
+    client = asyncio.run(run())
+    created, beta, ga = client.events
+    assert created["type"] == "transcription_session.created"
+    assert created["session"]["turn_detection"] == {"type": "server_vad", "threshold": 0.5,
+                                                    "prefix_padding_ms": 300, "silence_duration_ms": 500}
+    assert beta["type"] == "transcription_session.updated"
+    assert beta["session"]["input_audio_transcription"] == {"model": "gpt-4o-transcribe", "language": "en",
+                                                            "prompt": "lyre"}
+    # A turn_detection object is read whole: its missing fields take the defaults.
+    assert beta["session"]["turn_detection"] == {"type": "server_vad", "threshold": 0.6, "prefix_padding_ms": 300,
+                                                 "silence_duration_ms": 700}
+    assert ga["type"] == "session.updated" and ga["session"]["type"] == "transcription"
+    audio_input = ga["session"]["audio"]["input"]
+    assert audio_input["format"] == {"type": "audio/pcm", "rate": 16_000}
+    assert audio_input["transcription"]["language"] == "en"  # left out of the update: kept
+    assert audio_input["turn_detection"]["threshold"] == 0.6
+
+
+def test_the_rate_can_change_between_appends(stt: Transcriber) -> None:
+    async def run() -> Client:
+        client = Client(stt)
+        client.send(MANUAL)
+        at_24k, at_16k = speak_pcm16(SENTENCES[6]), speak_pcm16(SENTENCES[6], 16_000)
+        half = len(at_24k) // 4 * 2
+        client.append(at_24k[:half])
+        client.send({"type": "session.update", "session": {"audio": {"input": {"format": {
+            "type": "audio/pcm", "rate": 16_000}}}}})
+        client.append(at_16k[len(at_16k) // 4 * 2:])
+        client.send({"type": "input_audio_buffer.commit"})
+        await client.wait_for(f"{TRANSCRIPTION}.completed")
+        await client.session.close()
+        return client
+
+    client = asyncio.run(run())
+    completed = client.of(f"{TRANSCRIPTION}.completed")[0]
+    assert completed["usage"]["seconds"] == pytest.approx(2.21, abs=0.02)
+    assert "works for me" in normalise(completed["transcript"])
+
+
+def test_close_cancels_every_pass_and_sends_nothing_more(stt: Transcriber) -> None:
+    async def run() -> None:
+        client = Client(stt)
+        client.send(MANUAL)
+        for text in (SENTENCES[6], SENTENCES[4], SENTENCES[12]):
+            client.append(speak_pcm16(text))
+            client.send({"type": "input_audio_buffer.commit"})
+        await asyncio.sleep(0)  # the final passes are queued
+        assert client.session.busy
+        sent = len(client.events)
+        await client.session.close()
+        assert not client.session.busy
+        assert asyncio.all_tasks() == {asyncio.current_task()}
+        assert stt.stats().pending == 0  # the queued finals were dropped
+        await asyncio.sleep(0.1)
+        assert len(client.events) == sent
+
+    asyncio.run(run())
+
+
+def test_audio_positions_count_from_the_session_start(stt: Transcriber) -> None:
+    async def run() -> Client:
+        client = Client(stt)
+        client.append(SILENCE_24K * 3)  # kept only as far back as the prefix padding needs
+        assert client.session._buffer.size <= 16_000 // 2
+        client.append(speak_pcm16(SENTENCES[6]) + SILENCE_24K)
+        await client.session.close()
+        return client
+
+    client = asyncio.run(run())
+    started = client.of("input_audio_buffer.speech_started")[0]
+    assert 2700 <= started["audio_start_ms"] <= 3100
+    assert np.isclose(client.of("input_audio_buffer.speech_stopped")[0]["audio_end_ms"], 3000 + 2210 + 500, atol=400)
+
+
+def test_a_final_pass_that_cannot_run_is_reported_as_failed(stt: Transcriber) -> None:
+    closed = Transcriber(stt.model, STTConfig())  # the module's model, behind a worker already stopped
+    closed.close()
+
+    async def run() -> dict[str, Any]:
+        client = Client(closed)
+        client.send(MANUAL)
+        client.append(speak_pcm16(SENTENCES[6]))
+        committed = client.send({"type": "input_audio_buffer.commit"})
+        failed = await client.wait_for(f"{TRANSCRIPTION}.failed")
+        await client.session.close()
+        assert failed["item_id"] == committed["item_id"] and not client.of(f"{TRANSCRIPTION}.completed")
+        return failed
+
+    error = asyncio.run(run())["error"]
+    assert error["type"] == "server_error" and error["code"] == "server_closing" and "shut down" in error["message"]
+
+
+def test_a_commit_during_detected_speech_ends_the_utterance_there(stt: Transcriber) -> None:
+    async def run() -> Client:
+        client = Client(stt)
+        speech = speak_pcm16(SENTENCES[4])
+        half = len(speech) // 4 * 2
+        client.append(speech[:half])
+        client.send({"type": "input_audio_buffer.commit"})
+        client.append(speech[half:] + SILENCE_24K)  # still speaking: a new utterance
+        await client.session.close()  # the final passes are not needed
+        return client
+
+    client = asyncio.run(run())
+    kinds = [e["type"].removeprefix("input_audio_buffer.") for e in client.events[1:]]
+    assert kinds == ["speech_started", "speech_stopped", "committed"] * 2
+    first, second = client.of("input_audio_buffer.committed")
+    assert second["previous_item_id"] == first["item_id"] != second["item_id"]
+    stopped = client.of("input_audio_buffer.speech_stopped")[0]
+    assert client.of("input_audio_buffer.speech_started")[1]["audio_start_ms"] >= stopped["audio_end_ms"]

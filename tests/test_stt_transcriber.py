@@ -1,0 +1,203 @@
+"""The speech-to-text worker on the demo Whisper base, hearing espeak-ng.
+
+Every pass costs one to three seconds on a small CPU, so the model is loaded
+once for the module and other transcribers share it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections.abc import Callable, Iterator
+
+import numpy as np
+import pytest
+from speech import SENTENCES, normalise, speak, wer
+
+from lyre.stt import (
+    SAMPLE_RATE,
+    PartialPolicy,
+    STTConfig,
+    TranscribeOptions,
+    Transcriber,
+    TranscriberBusy,
+    TranscriberClosed,
+    Transcript,
+)
+
+MAX_WER = 0.15
+EN = TranscribeOptions(language="en")
+SHORT = SENTENCES[6]  # about 2.2 s: a cheap job for the queue tests
+
+
+@pytest.fixture(scope="module")
+def stt() -> Iterator[Transcriber]:
+    transcriber = Transcriber.load()
+    yield transcriber
+    transcriber.close()
+
+
+@pytest.fixture
+def share(stt: Transcriber) -> Iterator[Callable[[STTConfig], Transcriber]]:
+    """Makes transcribers around the module's model with other configs; they close after the test."""
+    made: list[Transcriber] = []
+
+    def make(config: STTConfig) -> Transcriber:
+        made.append(Transcriber(stt.model, config))
+        return made[-1]
+
+    yield make
+    for transcriber in made:
+        transcriber.close()
+
+
+async def _until(condition: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    """Poll ``condition`` until it holds."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.01)
+
+
+@pytest.fixture(scope="module")
+def detected(stt: Transcriber) -> Transcript:
+    """One final pass with the language left to the model and word timestamps on."""
+    options = TranscribeOptions(word_timestamps=True)
+    return asyncio.run(stt.transcribe(speak(SENTENCES[5]), options, session="detect"))
+
+
+def test_word_error_rate_over_the_sentences(stt: Transcriber) -> None:
+    async def run() -> list[Transcript]:
+        return await asyncio.gather(*(stt.transcribe(speak(s), EN, session=i) for i, s in enumerate(SENTENCES)))
+
+    transcripts = asyncio.run(run())
+    rate = wer(SENTENCES, [t.text for t in transcripts])
+    print(f"\nWER {100 * rate:.1f}% over {len(SENTENCES)} sentences, "
+          f"{sum(t.duration for t in transcripts):.1f} s of speech")
+    for sentence, transcript in zip(SENTENCES, transcripts):
+        if normalise(sentence) != normalise(transcript.text):
+            print(f"  said:  {sentence}\n  heard: {transcript.text}")
+    assert rate <= MAX_WER
+    assert all(t.language == "en" for t in transcripts)
+    assert [t.duration for t in transcripts] == pytest.approx([speak(s).size / SAMPLE_RATE for s in SENTENCES])
+
+
+def test_language_is_detected(detected: Transcript) -> None:
+    assert detected.language == "en"
+    assert normalise(detected.text) == normalise(SENTENCES[5])
+
+
+def test_word_timestamps_are_ordered_and_within_the_audio(detected: Transcript) -> None:
+    words = [w for segment in detected.segments for w in segment.words]
+    assert len(words) == len(SENTENCES[5].split())
+    assert all(0.0 <= w.start <= w.end <= detected.duration + 0.01 for w in words)
+    assert all(a.end <= b.start + 0.01 for a, b in itertools.pairwise(words))
+    assert words[-1].end > 0.6 * detected.duration  # the words span the speech, not a corner of it
+
+
+def test_partial_of_a_prefix_reads_like_a_prefix(stt: Transcriber) -> None:
+    sentence = SENTENCES[5]  # "I need to change my flight to a later date because ..." (4.6 s)
+    audio = speak(sentence)[: int(2.5 * SAMPLE_RATE)]
+    heard = normalise(asyncio.run(stt.partial(audio, "en", session="prefix"))).split()
+    said = normalise(sentence).split()
+    print(f"\npartial at 2.5 s of {len(audio) / SAMPLE_RATE:.1f}: {' '.join(heard)!r}")
+    # The last word may be cut off mid-way; those before it are the sentence's first words.
+    assert 4 <= len(heard) < len(said)
+    assert heard[:-1] == said[: len(heard) - 1]
+
+
+def test_partial_of_silence_is_empty(stt: Transcriber) -> None:
+    assert asyncio.run(stt.partial(np.zeros(SAMPLE_RATE, np.float32), "en", session="quiet")) == ""
+
+
+def test_sessions_take_turns(stt: Transcriber) -> None:
+    """A session with four jobs queued delays another session's one job by at most one of its own."""
+    order: list[str] = []
+    audio = speak(SHORT)
+
+    async def job(session: str, name: str) -> None:
+        await stt.partial(audio, "en", session=session)
+        order.append(name)
+
+    async def run() -> None:
+        # Tasks start in creation order, so the four "busy" jobs are queued before the "other" one.
+        await asyncio.gather(*(job("busy", f"busy-{i}") for i in range(4)), job("other", "other"))
+
+    asyncio.run(run())
+    print(f"\ncompletion order: {order}")
+    assert sorted(order) == ["busy-0", "busy-1", "busy-2", "busy-3", "other"]
+    assert order.index("other") < order.index("busy-3")
+    assert order.index("other") <= 2  # behind at most the job running and one more of busy's
+
+
+def test_cancelling_drops_the_queued_job(stt: Transcriber) -> None:
+    audio = speak(SHORT)
+
+    async def run() -> None:
+        running = asyncio.ensure_future(stt.partial(audio, "en", session="first"))
+        queued = asyncio.ensure_future(stt.partial(audio, "en", session="second"))
+        await _until(lambda: stt.stats().pending == 1)  # the worker has taken the first
+        queued.cancel()
+        await asyncio.wait([queued])
+        assert queued.cancelled()
+        assert stt.stats().pending == 0
+        await running
+        # Had the dropped job stayed queued, it would run before this one.
+        await stt.partial(audio, "en", session="third")
+
+    before = stt.stats()
+    asyncio.run(run())
+    after = stt.stats()
+    assert after.partials - before.partials == 2
+    assert after.pending == 0
+
+
+def test_a_full_queue_is_busy_and_close_fails_what_is_queued(share: Callable[[STTConfig], Transcriber]) -> None:
+    small = share(STTConfig(max_pending=2))
+    audio = speak(SHORT)
+
+    async def run() -> None:
+        running = asyncio.ensure_future(small.partial(audio, "en", session="a"))
+        await asyncio.sleep(0)
+        await _until(lambda: small.stats().pending == 0)  # the worker has taken it
+        queued = [asyncio.ensure_future(small.partial(audio, "en", session=s)) for s in ("b", "c")]
+        await asyncio.sleep(0)
+        assert small.stats().pending == 2
+        with pytest.raises(TranscriberBusy, match=r"queue is full \(2 jobs\)"):
+            await small.partial(audio, "en", session="d")
+        small.close()  # waits for the running job, fails the queued ones
+        for future in queued:
+            with pytest.raises(TranscriberClosed):
+                await future
+        assert normalise(await running) == normalise(SHORT)
+        with pytest.raises(TranscriberClosed):
+            await small.transcribe(audio, EN, session="late")
+
+    asyncio.run(run())
+    assert small.stats().partials == 1
+
+
+def test_partials_are_batched_and_agree_with_single_passes(stt: Transcriber,
+                                                           share: Callable[[STTConfig], Transcriber]) -> None:
+    batching = share(STTConfig(partial_policy=PartialPolicy(max_batch=4, max_wait_ms=50)))
+    audios = [speak(s) for s in SENTENCES[:4]]
+
+    async def run(transcriber: Transcriber) -> list[str]:
+        return await asyncio.gather(*(transcriber.partial(a, "en", session=i) for i, a in enumerate(audios)))
+
+    batched = asyncio.run(run(batching))
+    stats = batching.stats()
+    assert (stats.partials, stats.partial_batches, stats.mean_partial_batch) == (4, 1, 4.0)
+    assert stt.policy.max_batch == 1  # the CPU default: one at a time
+    singles = asyncio.run(run(stt))
+    assert batched == singles
+    assert wer(SENTENCES[:4], batched) <= MAX_WER
+
+
+def test_unknown_language_is_named(stt: Transcriber) -> None:
+    with pytest.raises(ValueError, match="got 'klingon'"):
+        asyncio.run(stt.transcribe(speak(SHORT), TranscribeOptions(language="klingon"), session="x"))
+    with pytest.raises(ValueError, match="got 'xx'"):
+        asyncio.run(stt.partial(speak(SHORT), "xx", session="x"))
+    assert stt.stats().pending == 0
