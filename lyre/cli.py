@@ -58,6 +58,18 @@ def _parser() -> argparse.ArgumentParser:
                        help="lyre's pipeline, or the naive baseline (transformers generate per request; "
                             "needs transformers) to compare against (default: lyre)")
     serve.add_argument("--log-level", default="info")
+    stt = serve.add_argument_group("speech to text")
+    stt.add_argument("--stt", action="store_true",
+                     help="also serve speech to text (POST /v1/audio/transcriptions) beside text to speech")
+    stt.add_argument("--no-tts", action="store_true",
+                     help="serve speech to text alone, loading no TTS model (implies --stt)")
+    stt.add_argument("--stt-model", metavar="PATH_OR_HUB_ID",
+                     help="CTranslate2 Whisper folder or hub id (default: the built-in Whisper base)")
+    stt.add_argument("--stt-device", help="cpu or cuda[:N] for Whisper (default: --device)")
+    stt.add_argument("--stt-max-file-mb", type=float, default=25.0,
+                     help="largest audio file accepted, in MiB (default: 25, OpenAI's limit)")
+    stt.add_argument("--stt-max-sessions", type=int, default=8,
+                     help="realtime transcription sessions at once; more are refused (default: 8)")
 
     demo = sub.add_parser("demo-model", help="write the tiny random demo model (Orpheus + SNAC folders) to DIR")
     demo.add_argument("dir", type=Path)
@@ -168,6 +180,12 @@ def _serve(args: argparse.Namespace) -> int:
         max_seq_len=args.max_seq_len,
         api_key=args.api_key or None,
         engine=args.engine,
+        tts=not args.no_tts,
+        stt=args.stt or args.no_tts,
+        stt_model=args.stt_model,
+        stt_device=args.stt_device,
+        stt_max_file_bytes=round(args.stt_max_file_mb * 2**20),
+        stt_max_sessions=args.stt_max_sessions,
     )
     # uvicorn turns SIGINT/SIGTERM into a graceful shutdown: the app stops
     # admitting, lets streams in flight finish (or ends them), then exits.

@@ -69,3 +69,28 @@ def running_server(*args: str, timeout_s: float = 180.0) -> Iterator[Server]:
             process.wait()
         if process.stdout is not None:
             process.stdout.close()
+
+
+@contextmanager
+def serving_in_thread(app: object) -> Iterator[int]:
+    """Serve an ASGI ``app`` (lifespan off) with uvicorn on a thread, on a free loopback port; yields the port."""
+    import socket as _socket
+    import threading
+
+    import uvicorn
+
+    sock = _socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    uv = uvicorn.Server(uvicorn.Config(app, lifespan="off", log_level="warning"))
+    thread = threading.Thread(target=uv.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 10
+        while not uv.started and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert uv.started, "uvicorn did not start"
+        yield int(sock.getsockname()[1])
+    finally:
+        uv.should_exit = True
+        thread.join(10)
+        sock.close()

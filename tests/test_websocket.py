@@ -6,8 +6,6 @@ import asyncio
 import base64
 import json
 import re
-import socket
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -16,7 +14,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-import uvicorn
 from fastapi import FastAPI
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import InvalidStatus
@@ -30,6 +27,7 @@ from lyre.server.metrics import Metrics
 from lyre.server.state import ServerState
 from lyre.server.websocket import WEBSOCKET_PATH, router
 from lyre.tts import TTS
+from serving import serving_in_thread
 
 FLUSH_AFTER_S = 0.5
 SHORT = 28  # max_tokens: 4 frames, well under a second of work
@@ -52,19 +50,8 @@ def server(demo: DemoPaths) -> Iterator[_Server]:
     app = FastAPI()
     app.state.lyre = state
     app.include_router(router)
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    uv = uvicorn.Server(uvicorn.Config(app, lifespan="off", log_level="warning"))
-    thread = threading.Thread(target=uv.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not uv.started and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert uv.started, "uvicorn did not start"
-    yield _Server(state, sock.getsockname()[1])
-    uv.should_exit = True
-    thread.join(10)
-    sock.close()
+    with serving_in_thread(app) as port:
+        yield _Server(state, port)
     tts.close()
 
 

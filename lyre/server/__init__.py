@@ -1,6 +1,6 @@
-"""The HTTP and WebSocket server: OpenAI speech API, streaming contexts, metrics.
+"""The HTTP and WebSocket server: OpenAI speech and transcription APIs, streaming contexts, metrics.
 
-No torch here: the server talks to the TTS pipeline only.
+No torch here: the server talks to the TTS pipeline and the transcriber only.
 """
 
 from lyre.server.app import create_app

@@ -1,4 +1,4 @@
-"""The FastAPI app: ``create_app(config)`` loads the model in its lifespan."""
+"""The FastAPI app: ``create_app(config)`` loads the models in its lifespan."""
 
 from __future__ import annotations
 
@@ -6,24 +6,26 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from importlib.resources import files
 from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl
 
+import numpy as np
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import HTMLResponse, JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from lyre.engine import EngineConfig, SamplingParams
-from lyre.server import speech, websocket
+from lyre.server import realtime, speech, transcriptions, websocket
 from lyre.server.admission import Admission
 from lyre.server.auth import authorized
 from lyre.server.config import ServerConfig
-from lyre.server.errors import document_errors, error_response, install_error_handlers
+from lyre.server.errors import document_errors, error_doc, error_response, install_error_handlers
 from lyre.server.metrics import Metrics
 from lyre.server.state import ServerState
+from lyre.stt import SAMPLE_RATE, STTConfig, TranscribeOptions, Transcriber
 from lyre.tts import TTS, TTSConfig
 
 if TYPE_CHECKING:
@@ -36,6 +38,9 @@ log = logging.getLogger("lyre.server")
 # Reachable without the API key: liveness, readiness and the playground page itself.
 _OPEN_PATHS = frozenset({"/health", "/ready", "/"})
 _DRAIN_GRACE_S = 30.0
+# The names /v1/models lists; a request may name any model, as each server runs one of each kind.
+TTS_MODEL_ID = "orpheus"
+STT_MODEL_ID = "whisper-1"  # what OpenAI's clients ask for
 
 
 def _load(config: ServerConfig) -> TTS | NaiveTTS:
@@ -48,41 +53,64 @@ def _load(config: ServerConfig) -> TTS | NaiveTTS:
     return TTS.load(config.model, config.codec, engine, TTSConfig(max_input_chars=config.max_input_chars))
 
 
+def _load_stt(config: ServerConfig) -> Transcriber:
+    return Transcriber.load(config.stt_model, STTConfig(device=config.stt_device or config.device))
+
+
 async def _warm_up(tts: TTS) -> None:
     """One short utterance through engine and codec, so the first user does not pay for it."""
     async for _ in tts.stream("Ready.", None, SamplingParams(max_tokens=21, seed=0), trim=False):
         pass
 
 
+async def _warm_up_stt(stt: Transcriber) -> None:
+    """One second of silence through the model. Greedy and in a named language: on silence a beam
+    search in the temperature fallback takes seconds on a CPU and warms up nothing more."""
+    silence = np.zeros(SAMPLE_RATE, np.float32)
+    await stt.transcribe(silence, TranscribeOptions(language="en", beam_size=1), session="warm-up")
+
+
 def create_app(config: ServerConfig, tts: TTS | None = None) -> FastAPI:
-    """The app for ``config``. Pass ``tts`` to serve an already-loaded pipeline."""
+    """The app for ``config``. Pass ``tts`` to serve an already-loaded pipeline (``config.tts`` on)."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         start = time.perf_counter()
-        loaded = tts or await asyncio.to_thread(_load, config)
-        state = ServerState(
-            config=config,
-            tts=loaded,
-            admission=Admission(config.max_streams, config.max_queue, config.queue_timeout_s),
-            metrics=Metrics(loaded.engine.stats, loaded.codec.stats),
-        )
-        app.state.lyre = state
-        await _warm_up(loaded)
-        state.ready = True
-        log.info("lyre ready in %.1f s", time.perf_counter() - start)
-        try:
-            yield
-        finally:
-            # Stop admitting, give in-flight streams a grace period, then stop the engine
-            # and codec (which ends any stream still running).
-            state.draining = True
-            state.ready = False
-            deadline = time.monotonic() + _DRAIN_GRACE_S
-            while state.admission.active and time.monotonic() < deadline:
-                await asyncio.sleep(0.05)
-            if tts is None:
-                loaded.close()
+        async with AsyncExitStack() as models:  # on the way out: STT closed, then TTS
+            loaded = None
+            if config.tts:
+                loaded = tts or await asyncio.to_thread(_load, config)
+                if tts is None:
+                    models.callback(loaded.close)
+            stt = None
+            if config.stt:
+                stt = await asyncio.to_thread(_load_stt, config)
+                models.push_async_callback(asyncio.to_thread, stt.close)
+            state = ServerState(
+                config=config,
+                tts=loaded,
+                stt=stt,
+                admission=Admission(config.max_streams, config.max_queue, config.queue_timeout_s),
+                metrics=Metrics(loaded.engine.stats if loaded else None, loaded.codec.stats if loaded else None,
+                                stt.stats if stt else None),
+            )
+            app.state.lyre = state
+            if loaded is not None:
+                await _warm_up(loaded)
+            if stt is not None:
+                await _warm_up_stt(stt)
+            state.ready = True
+            log.info("lyre ready in %.1f s", time.perf_counter() - start)
+            try:
+                yield
+            finally:
+                # Stop admitting and give in-flight streams a grace period; then the exit stack
+                # stops the models (which ends any stream or transcription still running).
+                state.draining = True
+                state.ready = False
+                deadline = time.monotonic() + _DRAIN_GRACE_S
+                while state.admission.active and time.monotonic() < deadline:
+                    await asyncio.sleep(0.05)
 
     app = FastAPI(title="lyre", version="0.1.0", lifespan=lifespan)
     install_error_handlers(app)
@@ -90,6 +118,8 @@ def create_app(config: ServerConfig, tts: TTS | None = None) -> FastAPI:
     app.add_middleware(_ApiKey, api_key=config.api_key)
     app.include_router(speech.router)
     app.include_router(websocket.router)
+    app.include_router(transcriptions.router)
+    app.include_router(realtime.router)
 
     @app.get("/health")
     async def health() -> dict[str, str]:
@@ -103,13 +133,18 @@ def create_app(config: ServerConfig, tts: TTS | None = None) -> FastAPI:
         ok = state is not None and state.ready
         return JSONResponse({"ready": ok}, status_code=200 if ok else 503)
 
-    @app.get("/v1/audio/voices")
+    @app.get("/v1/audio/voices", responses={404: error_doc("Text to speech is not served by this server")})
     async def voices(request: Request) -> dict[str, list[dict[str, str]]]:
-        return {"voices": [{"id": v, "name": v} for v in request.app.state.lyre.tts.voices]}
+        tts = request.app.state.lyre.require_tts()
+        return {"voices": [{"id": v, "name": v} for v in tts.voices]}
 
     @app.get("/v1/models")
-    async def models() -> dict[str, object]:
-        return {"object": "list", "data": [{"id": "orpheus", "object": "model", "created": 0, "owned_by": "lyre"}]}
+    async def models(request: Request) -> dict[str, object]:
+        """The models served: orpheus (text to speech), whisper-1 (speech to text)."""
+        state: ServerState = request.app.state.lyre
+        served = [name for name, on in ((TTS_MODEL_ID, state.tts), (STT_MODEL_ID, state.stt)) if on is not None]
+        return {"object": "list",
+                "data": [{"id": name, "object": "model", "created": 0, "owned_by": "lyre"} for name in served]}
 
     @app.get("/metrics", response_class=Response,
              responses={200: {"description": "Prometheus text format", "content": {CONTENT_TYPE_LATEST: {}}}})

@@ -30,19 +30,33 @@ class ServerConfig:
     ws_idle_timeout_s: float = 60.0  # a context with no new text and nothing to speak is closed
     ws_flush_after_s: float = 0.8  # pending text with no sentence end is spoken after this pause
     engine: str = "lyre"  # one of ENGINES
+    tts: bool = True  # serve text to speech (the Orpheus pipeline)
+    stt: bool = False  # serve speech to text (Whisper)
+    stt_model: str | None = None  # Whisper folder or hub id; None: the demo, Whisper base
+    stt_device: str | None = None  # None: the same as device
+    stt_max_file_bytes: int = 25 * 1024 * 1024  # OpenAI's upload limit
+    stt_max_sessions: int = 8  # realtime transcription sockets open at once
+    stt_idle_timeout_s: float = 30.0  # a realtime session with no audio for this long is closed
+    stt_max_buffer_s: float = 60.0  # seconds of audio a realtime session's input buffer may hold
 
     def __post_init__(self) -> None:
-        for name in ("max_streams", "max_seq_len", "max_input_chars", "ws_max_contexts", "ws_max_message_bytes"):
+        if not (self.tts or self.stt):
+            raise ValueError("serve at least one of text to speech (tts) and speech to text (stt)")
+        for name in ("max_streams", "max_seq_len", "max_input_chars", "ws_max_contexts", "ws_max_message_bytes",
+                     "stt_max_file_bytes", "stt_max_sessions"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.max_queue < 0:
             raise ValueError(f"max_queue must be >= 0, got {self.max_queue}")
-        for name in ("queue_timeout_s", "ws_idle_timeout_s", "ws_flush_after_s"):
+        for name in ("queue_timeout_s", "ws_idle_timeout_s", "ws_flush_after_s", "stt_idle_timeout_s",
+                     "stt_max_buffer_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
         if not 0 < self.port < 65536:
             raise ValueError(f"port must be in 1..65535, got {self.port}")
         if self.engine not in ENGINES:
             raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {self.engine!r}")
+        if self.stt_device is not None and self.stt_device != "cpu" and not self.stt_device.startswith("cuda"):
+            raise ValueError(f"stt_device must be cpu or cuda[:N], got {self.stt_device!r}")
         if self.api_key is not None and not self.api_key:
             raise ValueError("api_key must not be empty")

@@ -9,7 +9,15 @@ from starlette.exceptions import HTTPException
 
 from lyre.server.admission import Overloaded
 
-__all__ = ["error_response", "install_error_handlers"]
+__all__ = ["InvalidParam", "document_errors", "error_doc", "error_response", "install_error_handlers"]
+
+
+class InvalidParam(ValueError):
+    """A 400 whose error names the request field at fault (OpenAI's ``param``)."""
+
+    def __init__(self, message: str, param: str) -> None:
+        super().__init__(message)
+        self.param = param
 
 
 def error_response(status: int, message: str, kind: str, param: str | None = None,
@@ -44,7 +52,7 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ValueError)
     async def _bad_value(request: Request, exc: ValueError) -> JSONResponse:
         count(request, "invalid_request")
-        return error_response(400, str(exc), "invalid_request_error")
+        return error_response(400, str(exc), "invalid_request_error", getattr(exc, "param", None))
 
     @app.exception_handler(Overloaded)
     async def _overloaded(request: Request, exc: Overloaded) -> JSONResponse:
@@ -73,6 +81,11 @@ _ERROR_SCHEMA = {
         }
     },
 }
+def error_doc(description: str) -> dict[str, object]:
+    """An OpenAPI response with an OpenAI error body, for a route's own errors (404, 413, ...)."""
+    return {"description": description, "content": {"application/json": {"schema": _ERROR_SCHEMA}}}
+
+
 _DOCUMENTED = {"400": "Bad request: the message names the problem", "401": "Missing or wrong API key",
                "429": "At capacity: retry after Retry-After seconds"}
 
@@ -91,8 +104,7 @@ def document_errors(app: FastAPI) -> None:
                 responses = operation.setdefault("responses", {})
                 responses.pop("422", None)
                 for code, description in _DOCUMENTED.items():
-                    responses[code] = {"description": description,
-                                       "content": {"application/json": {"schema": _ERROR_SCHEMA}}}
+                    responses[code] = error_doc(description)
         app.openapi_schema = schema
         return schema
 

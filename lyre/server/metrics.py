@@ -1,5 +1,5 @@
-"""Prometheus metrics: request-side figures recorded as they happen, engine and
-codec counters read from their stats at scrape time."""
+"""Prometheus metrics: request-side figures recorded as they happen; engine, codec and
+transcriber counters read from their stats at scrape time."""
 
 from __future__ import annotations
 
@@ -13,17 +13,33 @@ from prometheus_client.registry import Collector
 __all__ = ["Metrics"]
 
 _LATENCY_BUCKETS = (0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0)
+# A transcription takes about as long as a fraction of its audio, and files run to minutes.
+_TRANSCRIPTION_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0, 30.0, 60.0, 120.0, 300.0)
+
+Stats = Callable[[], Any]
 
 
 class _StatsCollector(Collector):
-    """Exposes the engine's and codec's own counters without copying them."""
+    """Exposes the engine's, codec's and transcriber's own counters without copying them.
 
-    def __init__(self, engine_stats: Callable[[], Any], codec_stats: Callable[[], Any]) -> None:
+    Each source is None when the server does not run it (no TTS, or no STT).
+    """
+
+    def __init__(self, engine_stats: Stats | None, codec_stats: Stats | None, stt_stats: Stats | None) -> None:
         self._engine = engine_stats
         self._codec = codec_stats
+        self._stt = stt_stats
 
     def collect(self) -> Iterator[Any]:
-        e, c = self._engine(), self._codec()
+        if self._engine is not None:
+            yield from self._engine_metrics(self._engine())
+        if self._codec is not None:
+            yield from self._codec_metrics(self._codec())
+        if self._stt is not None:
+            yield from self._stt_metrics(self._stt())
+
+    @staticmethod
+    def _engine_metrics(e: Any) -> Iterator[Any]:
         yield CounterMetricFamily("lyre_engine_steps", "Engine steps run", value=e.steps)
         yield CounterMetricFamily("lyre_tokens_generated", "Tokens generated, all requests", value=e.tokens)
         yield GaugeMetricFamily("lyre_engine_batch_size", "Requests in the last engine step", value=e.last_batch_size)
@@ -32,6 +48,9 @@ class _StatsCollector(Collector):
         yield GaugeMetricFamily("lyre_engine_waiting", "Requests waiting for a KV-cache slot", value=e.waiting)
         yield CounterMetricFamily("lyre_engine_queue_wait_seconds", "Seconds requests waited for a slot, summed",
                                   value=e.queue_wait_total)
+
+    @staticmethod
+    def _codec_metrics(c: Any) -> Iterator[Any]:
         yield CounterMetricFamily("lyre_codec_windows", "SNAC windows decoded", value=c.windows)
         yield CounterMetricFamily("lyre_codec_batches", "SNAC decode batches", value=c.batches)
         yield GaugeMetricFamily("lyre_codec_batch_size", "Windows in the last codec batch", value=c.last_batch)
@@ -41,11 +60,31 @@ class _StatsCollector(Collector):
         yield GaugeMetricFamily("lyre_codec_queue_wait_max_seconds", "Longest codec queue wait", value=c.queue_wait_max_s)
         yield CounterMetricFamily("lyre_codec_dropped_windows", "Codec windows dropped by cancellation", value=c.dropped)
 
+    @staticmethod
+    def _stt_metrics(s: Any) -> Iterator[Any]:
+        yield GaugeMetricFamily("lyre_stt_pending", "Transcriber jobs queued", value=s.pending)
+        yield CounterMetricFamily("lyre_stt_finals", "Final transcription passes (files, ended utterances)",
+                                  value=s.finals)
+        yield CounterMetricFamily("lyre_stt_partials", "Partial passes (live transcripts so far)", value=s.partials)
+        yield CounterMetricFamily("lyre_stt_partial_batches", "Batches the partial passes ran in",
+                                  value=s.partial_batches)
+        yield GaugeMetricFamily("lyre_stt_mean_partial_batch_size", "Mean partial passes per batch",
+                                value=s.mean_partial_batch)
+        yield CounterMetricFamily("lyre_stt_audio_seconds", "Audio seconds transcribed by final passes",
+                                  value=s.audio_seconds)
+        yield CounterMetricFamily("lyre_stt_busy_seconds", "Seconds the transcriber spent in the model",
+                                  value=s.busy_seconds)
+        yield CounterMetricFamily("lyre_stt_queue_wait_seconds", "Seconds jobs waited for the transcriber, summed",
+                                  value=s.queue_wait_total_s)
+        yield GaugeMetricFamily("lyre_stt_queue_wait_max_seconds", "Longest transcriber queue wait",
+                                value=s.queue_wait_max_s)
+
 
 class Metrics:
     """One registry per app, so several apps in one process never collide."""
 
-    def __init__(self, engine_stats: Callable[[], Any], codec_stats: Callable[[], Any]) -> None:
+    def __init__(self, engine_stats: Stats | None = None, codec_stats: Stats | None = None,
+                 stt_stats: Stats | None = None) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
         self.ttfa = Histogram("lyre_time_to_first_audio_seconds", "Request received to first audio chunk",
@@ -59,4 +98,9 @@ class Metrics:
         self.audio = Counter("lyre_audio_seconds", "Audio seconds sent", ["api"], registry=r)
         self.requests = Counter("lyre_requests", "Requests by outcome", ["api", "outcome"], registry=r)
         self.errors = Counter("lyre_errors", "Errors by kind", ["kind"], registry=r)
-        r.register(_StatsCollector(engine_stats, codec_stats))
+        self.transcriptions = Counter("lyre_transcription_requests", "Transcription requests by format and outcome",
+                                      ["format", "outcome"], registry=r)
+        self.transcription_latency = Histogram(
+            "lyre_transcription_seconds", "Transcription request received to response ready, successful ones",
+            buckets=_TRANSCRIPTION_BUCKETS, registry=r)
+        r.register(_StatsCollector(engine_stats, codec_stats, stt_stats))

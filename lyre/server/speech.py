@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from lyre.engine import SamplingParams
 from lyre.server.encoding import FORMATS, StreamEncoder, make_encoder
+from lyre.server.errors import error_doc
 from lyre.server.state import ServerState
 from lyre.tts import SpeechStream
 
@@ -71,10 +72,12 @@ _AUDIO_TYPES = {"audio/pcm": {}, "audio/wav": {}, "audio/mpeg": {}, "audio/ogg":
 @router.post(
     "/v1/audio/speech",
     response_class=StreamingResponse,
-    responses={200: {"description": "Audio, streamed as it is made", "content": _AUDIO_TYPES}},
+    responses={200: {"description": "Audio, streamed as it is made", "content": _AUDIO_TYPES},
+               404: error_doc("Text to speech is not served by this server")},
 )
 async def create_speech(body: SpeechRequest, request: Request) -> StreamingResponse:
     state: ServerState = request.app.state.lyre
+    tts = state.require_tts()
     if state.draining:
         raise ValueError("server is shutting down")
     if body.speed != 1.0:
@@ -86,7 +89,7 @@ async def create_speech(body: SpeechRequest, request: Request) -> StreamingRespo
     if body.max_tokens is not None and body.max_tokens > limit:
         raise ValueError(f"max_tokens: {body.max_tokens} is over this server's limit of {limit}")
     sampling = body.sampling(limit)
-    stream = state.tts.stream(body.input, body.voice, sampling, trim=body.trim_silence)  # validates first
+    stream = tts.stream(body.input, body.voice, sampling, trim=body.trim_silence)  # validates first
     encoder = make_encoder(body.response_format)
     exits = AsyncExitStack()
     try:

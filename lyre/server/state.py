@@ -4,19 +4,38 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from starlette.exceptions import HTTPException
+
 from lyre.server.admission import Admission
 from lyre.server.config import ServerConfig
 from lyre.server.metrics import Metrics
+from lyre.stt import Transcriber
 from lyre.tts import TTS
 
-__all__ = ["ServerState"]
+__all__ = ["STT_OFF", "TTS_OFF", "ServerState"]
+
+TTS_OFF = "text-to-speech is not served by this server (it was started with --no-tts)"
+STT_OFF = "speech-to-text is not enabled on this server (start it with --stt)"
 
 
 @dataclass
 class ServerState:
     config: ServerConfig
-    tts: TTS
+    tts: TTS | None  # None: started without text to speech
     admission: Admission
     metrics: Metrics
-    ready: bool = False  # model loaded and warmed up
+    stt: Transcriber | None = None  # None: started without speech to text
+    ready: bool = False  # models loaded and warmed up
     draining: bool = False  # shutting down: admit nothing new
+
+    def require_tts(self) -> TTS:
+        """The TTS pipeline; a 404 when text to speech is off."""
+        if self.tts is None:
+            raise HTTPException(404, TTS_OFF)
+        return self.tts
+
+    def require_stt(self) -> Transcriber:
+        """The transcriber; a 404 when speech to text is off."""
+        if self.stt is None:
+            raise HTTPException(404, STT_OFF)
+        return self.stt

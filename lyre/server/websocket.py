@@ -29,7 +29,8 @@ from starlette.websockets import WebSocketDisconnected
 
 from lyre.server.auth import authorized
 from lyre.server import ws_messages as msg
-from lyre.server.state import ServerState
+from lyre.server.errors import error_response
+from lyre.server.state import TTS_OFF, ServerState
 from lyre.tts.segments import IncrementalSplitter
 
 __all__ = ["WEBSOCKET_PATH", "router"]
@@ -273,6 +274,10 @@ async def tts_websocket(websocket: WebSocket) -> None:
         # Closing before accepting refuses the handshake (HTTP 403): the client's connect
         # fails at once, rather than on its first send.
         await websocket.close(code=status.WS_1008_POLICY_VIOLATION, reason="missing or wrong API key")
+        return
+    if state.tts is None:
+        # Refused with an HTTP 404 and an OpenAI-shaped body, as the HTTP routes are.
+        await websocket.send_denial_response(error_response(404, TTS_OFF, "invalid_request_error"))
         return
     await websocket.accept()
     await _Session(websocket, state).serve()

@@ -1,0 +1,200 @@
+"""``POST /v1/audio/transcriptions``: OpenAI's transcription API, a whole file in, its transcript out."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, File, Form, Request, Response, UploadFile
+from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.routing import APIRoute
+from pydantic import BaseModel
+from starlette.exceptions import HTTPException
+from starlette.types import Message, Receive
+
+from lyre.server import transcript_formats as formats
+from lyre.server.admission import Overloaded
+from lyre.server.errors import InvalidParam, error_doc
+from lyre.server.state import ServerState
+from lyre.stt import AudioError, TranscribeOptions, TranscriberBusy, TranscriberClosed, Transcript, decode_file
+
+__all__ = ["TRANSCRIPTIONS_PATH", "router"]
+
+TRANSCRIPTIONS_PATH = "/v1/audio/transcriptions"
+# Room in a multipart body beyond the file: part headers, boundaries and the other fields
+# (a prompt is at most 1000 characters).
+_FORM_ROOM = 64 * 1024
+_RETRY_AFTER_S = 1  # a full transcriber queue drains in seconds
+
+ResponseFormat = Literal["json", "text", "srt", "verbose_json", "vtt"]
+Granularity = Literal["word", "segment"]
+assert ResponseFormat.__args__ == formats.RESPONSE_FORMATS  # type: ignore[attr-defined]
+
+
+class _BodyTooLarge(Exception):
+    """Raised by the capped receive; FastAPI turns it into a generic 400, which the route replaces."""
+
+
+def _too_large(limit: int) -> HTTPException:
+    return HTTPException(413, f"file: the upload is over this server's limit of {limit / 2**20:g} MB "
+                              f"({limit} bytes)")
+
+
+class _LimitedUpload(APIRoute):
+    """Refuses an upload over the limit before its body is read: by its Content-Length, or, for
+    a chunked body, as soon as the bytes received pass the limit. So no more of a body than the
+    limit reaches memory or the disk the form parser spools files to.
+
+    Speech to text being off is answered here too, so such a server reads no body at all.
+    """
+
+    def get_route_handler(self) -> Callable[[Request], Awaitable[Response]]:
+        handle = super().get_route_handler()
+
+        async def limited(request: Request) -> Response:
+            state: ServerState = request.app.state.lyre
+            state.require_stt()
+            limit = state.config.stt_max_file_bytes
+            length = request.headers.get("content-length", "")
+            if length.isdigit() and int(length) > limit + _FORM_ROOM:
+                raise _too_large(limit)
+            capped = _CappedReceive(request.receive, limit + _FORM_ROOM)
+            try:
+                return await handle(Request(request.scope, capped))
+            except HTTPException:
+                if capped.exceeded:
+                    raise _too_large(limit) from None
+                raise
+
+        return limited
+
+
+class _CappedReceive:
+    """An ASGI receive that fails once more than ``limit`` body bytes have come."""
+
+    def __init__(self, receive: Receive, limit: int) -> None:
+        self._receive = receive
+        self._left = limit
+        self.exceeded = False
+
+    async def __call__(self) -> Message:
+        message = await self._receive()
+        if message["type"] == "http.request":
+            self._left -= len(message.get("body", b""))
+            if self._left < 0:
+                self.exceeded = True
+                raise _BodyTooLarge
+        return message
+
+
+class TranscriptionJson(BaseModel):
+    text: str
+
+
+class TranscriptionSegment(BaseModel):
+    id: int
+    seek: int
+    start: float
+    end: float
+    text: str
+    tokens: list[int]
+    temperature: float
+    avg_logprob: float
+    compression_ratio: float
+    no_speech_prob: float
+
+
+class TranscriptionWord(BaseModel):
+    word: str
+    start: float
+    end: float
+
+
+class TranscriptionVerbose(BaseModel):
+    task: Literal["transcribe"]
+    language: str
+    duration: float
+    text: str
+    segments: list[TranscriptionSegment] | None = None  # with the "segment" granularity (the default)
+    words: list[TranscriptionWord] | None = None  # with the "word" granularity
+
+
+router = APIRouter(route_class=_LimitedUpload)
+
+
+@router.post(
+    TRANSCRIPTIONS_PATH,
+    response_model=TranscriptionJson | TranscriptionVerbose,
+    responses={
+        200: {"description": "The transcript: JSON for json and verbose_json, plain text for text, srt and vtt",
+              "content": {"text/plain": {"schema": {"type": "string"}}}},
+        404: error_doc("Speech to text is not enabled on this server"),
+        413: error_doc("The file is over the server's upload limit"),
+        503: error_doc("The server is shutting down"),
+    },
+)
+async def create_transcription(
+    request: Request,
+    file: Annotated[UploadFile, File(description="Audio in any format ffmpeg reads: wav, mp3, flac, ogg, "
+                                                 "webm, m4a, ...")],
+    model: Annotated[str, Form(max_length=200, description="Any name, such as whisper-1: the server runs "
+                                                           "one Whisper model")],
+    language: Annotated[str | None, Form(max_length=20, description="ISO-639-1 code, such as en; "
+                                                                    "detected when not given")] = None,
+    prompt: Annotated[str | None, Form(max_length=4096)] = None,
+    temperature: Annotated[float, Form(ge=0, le=1)] = 0.0,
+    response_format: Annotated[ResponseFormat, Form()] = "json",
+    timestamp_granularities: Annotated[list[Granularity] | None, Form(alias="timestamp_granularities[]")] = None,
+) -> Response:
+    received = time.perf_counter()
+    state: ServerState = request.app.state.lyre
+    stt = state.require_stt()
+    outcome = "error"
+    try:
+        if state.draining:
+            raise HTTPException(503, "server is shutting down")
+        if timestamp_granularities and response_format != "verbose_json":
+            raise InvalidParam("timestamp_granularities[] needs response_format verbose_json, "
+                               f"got {response_format}", "timestamp_granularities[]")
+        limit = state.config.stt_max_file_bytes
+        if file.size is not None and file.size > limit:
+            raise _too_large(limit)
+        granularities = set(timestamp_granularities or ("segment",))
+        options = TranscribeOptions(language=(language or "").strip().lower() or None, prompt=prompt or None,
+                                    temperature=temperature, word_timestamps="word" in granularities)
+        try:
+            stt.check_language(options.language)  # before the decode, which can take a while
+        except ValueError as exc:
+            raise InvalidParam(str(exc), "language") from None
+        name = file.filename or "file"
+        audio = await asyncio.to_thread(decode_file, await file.read(), name)
+        # One queue per client address: a client sending many files delays others by one job at most.
+        client = request.client.host if request.client else None
+        transcript = await stt.transcribe(audio, options, session=("rest", client))
+        response = _respond(transcript, response_format, granularities)
+        state.metrics.transcription_latency.observe(time.perf_counter() - received)
+        outcome = "ok"
+        return response
+    except AudioError as exc:
+        raise InvalidParam(f"file: {exc}", "file") from None
+    except TranscriberBusy as exc:
+        raise Overloaded(str(exc), _RETRY_AFTER_S) from None
+    except TranscriberClosed:
+        raise HTTPException(503, "server is shutting down") from None
+    finally:
+        state.metrics.transcriptions.labels(response_format, outcome).inc()
+
+
+def _respond(transcript: Transcript, response_format: ResponseFormat, granularities: set[str]) -> Response:
+    if response_format == "json":
+        return JSONResponse({"text": transcript.text})
+    if response_format == "verbose_json":
+        return JSONResponse(formats.verbose_json(transcript, segments="segment" in granularities,
+                                                 words="word" in granularities))
+    if response_format == "srt":
+        return PlainTextResponse(formats.srt(transcript.segments))
+    if response_format == "vtt":
+        return PlainTextResponse(formats.vtt(transcript.segments))
+    return PlainTextResponse(transcript.text)
