@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Rerun every CPU benchmark and rewrite the figures docs/benchmarks.md quotes:
+# each script's output goes to docs/bench/<name>.txt (compare also writes
+# compare.md, compare.json and its plots there), with the machine they ran on.
+# About 25 minutes on 2 cores. Run nothing else meanwhile: the figures are timings.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=docs/bench
+mkdir -p "$out"
+py=.venv/bin/python
+{
+  date -u +"measured %Y-%m-%d %H:%M UTC"
+  echo "cpu: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | xargs)"
+  echo "memory: $(free -g | awk '/Mem:/ {print $2}') GB"
+  $py -c "import torch, platform; print(f'python {platform.python_version()}, torch {torch.__version__}, {torch.get_num_threads()} intra-op threads')"
+  git rev-parse --short HEAD 2>/dev/null | sed 's/^/lyre commit /' || true
+} > "$out/machine.txt"
+run() {
+  local name=$1; shift
+  echo "== $name: $*" >&2
+  "$py" "$@" > "$out/$name.txt"
+}
+run engine benchmarks/engine.py
+run codec benchmarks/codec.py
+run streaming benchmarks/streaming.py --levels 1 2
+run compare benchmarks/compare.py --out "$out"
+run stt benchmarks/stt.py
+echo "wrote $out/" >&2
