@@ -25,9 +25,11 @@ from lyre.stt import (
     TranscriberClosed,
     Transcript,
 )
+from lyre.stt.whisper import partial_window
 
 MAX_WER = 0.15
 EN = TranscribeOptions(language="en")
+ONE_AT_A_TIME = STTConfig(partial_policy=PartialPolicy(max_batch=1))  # queue order without batching
 SHORT = SENTENCES[6]  # about 2.2 s: a cheap job for the queue tests
 
 
@@ -111,8 +113,9 @@ def test_partial_of_silence_is_empty(stt: Transcriber) -> None:
     assert asyncio.run(stt.partial(np.zeros(SAMPLE_RATE, np.float32), "en", session="quiet")) == ""
 
 
-def test_sessions_take_turns(stt: Transcriber) -> None:
+def test_sessions_take_turns(share: Callable[[STTConfig], Transcriber]) -> None:
     """A session with four jobs queued delays another session's one job by at most one of its own."""
+    stt = share(ONE_AT_A_TIME)
     order: list[str] = []
     audio = speak(SHORT)
 
@@ -131,7 +134,8 @@ def test_sessions_take_turns(stt: Transcriber) -> None:
     assert order.index("other") <= 2  # behind at most the job running and one more of busy's
 
 
-def test_cancelling_drops_the_queued_job(stt: Transcriber) -> None:
+def test_cancelling_drops_the_queued_job(share: Callable[[STTConfig], Transcriber]) -> None:
+    stt = share(ONE_AT_A_TIME)
     audio = speak(SHORT)
 
     async def run() -> None:
@@ -189,8 +193,8 @@ def test_partials_are_batched_and_agree_with_single_passes(stt: Transcriber,
     batched = asyncio.run(run(batching))
     stats = batching.stats()
     assert (stats.partials, stats.partial_batches, stats.mean_partial_batch) == (4, 1, 4.0)
-    assert stt.policy.max_batch == 1  # the CPU default: one at a time
-    singles = asyncio.run(run(stt))
+    single = share(ONE_AT_A_TIME)
+    singles = asyncio.run(run(single))
     assert batched == singles
     assert wer(SENTENCES[:4], batched) <= MAX_WER
 
@@ -201,3 +205,19 @@ def test_unknown_language_is_named(stt: Transcriber) -> None:
     with pytest.raises(ValueError, match="got 'xx'"):
         asyncio.run(stt.partial(speak(SHORT), "xx", session="x"))
     assert stt.stats().pending == 0
+
+
+def test_partials_fit_the_window_to_the_audio_and_do_not_loop(stt: Transcriber) -> None:
+    assert [partial_window(n) for n in (0, SAMPLE_RATE, 45_700, 28 * SAMPLE_RATE)] == [200, 300, 500, 3000]
+    audios = [speak(s) for s in SENTENCES]
+
+    async def run() -> list[str]:
+        return [await stt.partial(audio, "en", session="fit") for audio in audios]
+
+    heard = asyncio.run(run())
+    error = wer(SENTENCES, heard)
+    print(f"\npartial passes: WER {100 * error:.1f}% over {len(SENTENCES)} sentences")
+    assert error <= MAX_WER
+    # Short windows invite repetition loops; a partial never says much more than was spoken.
+    for said, text in zip(SENTENCES, heard):
+        assert len(normalise(text).split()) <= len(normalise(said).split()) + 3, text
