@@ -36,6 +36,7 @@ from lyre.bench.metrics import LevelSummary
 
 _READY_TIMEOUT_S = 300.0
 _TTFA_LIMITS_MS = (500.0, 1000.0, 2000.0)
+_NAMES = ("lyre", "baseline")
 
 
 def _free_port() -> int:
@@ -87,7 +88,7 @@ def _ms(seconds: float | None) -> str:
 
 def markdown(result: bench.BenchResult) -> str:
     """The side-by-side table and the headlines, as docs/benchmarks.md quotes them."""
-    names = ("lyre", "baseline")
+    names = _NAMES
     lines = ["| streams | server | TTFA p50 ms | p90 | p99 | e2e p50 ms | RTF | viable | req/s | audio s/s | errors |",
              "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for i, load in enumerate(result.config.levels):
@@ -127,7 +128,8 @@ def main() -> int:
     with ExitStack() as stack:
         urls = (stack.enter_context(_server()), stack.enter_context(_server("--engine", "naive")))
         config = bench.BenchConfig(urls=urls, levels=tuple(args.concurrency), warmup=1, duration_s=args.duration,
-                                   max_requests=args.requests, max_tokens=args.max_tokens, seed=1, timeout_s=300)
+                                   max_requests=args.requests, max_tokens=args.max_tokens, seed=1, timeout_s=300,
+                                   labels=_NAMES)
         result = asyncio.run(bench.run_bench(config))
     print(bench.format_table(result), file=sys.stderr)
     table = markdown(result)

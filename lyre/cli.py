@@ -86,6 +86,8 @@ def _add_bench_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
                     "client-side TTFA, end-to-end time, RTF, viable streams and the server's own metrics.")
     bench.add_argument("url", help="server base URL, e.g. http://127.0.0.1:8000")
     bench.add_argument("--compare", metavar="URL2", help="run the same sweep against a second server (e.g. a baseline)")
+    bench.add_argument("--labels", nargs="+", metavar="NAME", default=(),
+                       help="names for the server (and the one compared) in the table and plots (default: A, B)")
     bench.add_argument("--api", choices=("http", "ws"), default="http",
                        help="POST /v1/audio/speech, or the streaming WebSocket (one socket per stream)")
     load = bench.add_mutually_exclusive_group()
@@ -227,6 +229,7 @@ def _bench(args: argparse.Namespace) -> int:
         timeout_s=args.timeout,
         api_key=args.api_key or None,
         slo=bench.Slo(args.slo_ttfa_ms, args.slo_viable),
+        labels=tuple(args.labels),
     )
     result = asyncio.run(bench.run_bench(config))
     print(bench.format_table(result))

@@ -101,3 +101,17 @@ def test_bench_imports_no_torch_and_no_server_code() -> None:
             "print(bad); sys.exit(1 if bad else 0)")
     done = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_compare_names_each_server(server: Server, tmp_path: Path) -> None:
+    out = tmp_path / "cmp.json"
+    done = _bench(server.url, "--compare", server.url, "--labels", "first", "second", "--concurrency", "1",
+                  "--requests", "2", "--warmup", "0", "--max-tokens", MAX_TOKENS, "--json", str(out))
+    assert done.returncode == 0, done.stderr
+    assert "headline first:" in done.stdout and "headline second:" in done.stdout
+    report = json.loads(out.read_text())
+    assert report["settings"]["labels"] == ["first", "second"] and len(report["targets"]) == 2
+    assert all(target["levels"][0]["ok"] == 2 for target in report["targets"])
+
+    wrong = _bench(server.url, "--labels", "a", "b", "--concurrency", "1", "--requests", "1")
+    assert wrong.returncode == 2 and "1 URLs but 2 labels" in wrong.stderr

@@ -52,8 +52,8 @@ def _points(levels: list[LevelResult], attribute: str, scale: float = 1.0) -> tu
 
 
 def _name(result: BenchResult, i: int) -> str:
-    """The table's letter and the URL when servers are compared; nothing for one server."""
-    return f"{chr(ord('A') + i)}: {result.targets[i].url}" if len(result.targets) > 1 else ""
+    """The table's name for the server and its URL when servers are compared; nothing for one server."""
+    return f"{result.config.name(i)}: {result.targets[i].url}" if len(result.targets) > 1 else ""
 
 
 def _ttfa(result: BenchResult, path: Path) -> None:

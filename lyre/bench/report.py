@@ -102,7 +102,7 @@ def format_table(result: BenchResult) -> str:
     """One row per level (and server, side by side), then errors and the SLO headline."""
     config = result.config
     unit = "streams" if config.mode == "concurrency" else "req/s"
-    names = [chr(ord("A") + i) for i in range(len(result.targets))]
+    names = [config.name(i) for i in range(len(result.targets))]
     rows = [list(_COLUMNS)]
     for i, load in enumerate(config.levels):
         label = f"{load:g} {unit}"

@@ -51,10 +51,17 @@ class BenchConfig:
     timeout_s: float = 120.0
     api_key: str | None = field(default=None, repr=False)
     slo: Slo = field(default_factory=Slo)
+    labels: tuple[str, ...] = ()  # a name per URL for tables and plots; () for A, B
+
+    def name(self, i: int) -> str:
+        """What the table and plots call the ``i``-th server."""
+        return self.labels[i] if self.labels else chr(ord("A") + i)
 
     def __post_init__(self) -> None:
         if not 1 <= len(self.urls) <= 2:
             raise ValueError("bench takes one server URL, and optionally one to compare")
+        if self.labels and len(self.labels) != len(self.urls):
+            raise ValueError(f"labels name each server: {len(self.urls)} URLs but {len(self.labels)} labels")
         if self.api not in ("http", "ws"):
             raise ValueError(f"api must be 'http' or 'ws', got {self.api!r}")
         if self.mode not in ("concurrency", "rate"):
@@ -77,7 +84,7 @@ class BenchConfig:
     def settings(self) -> dict[str, object]:
         """The settings as recorded beside the results (the API key is never written)."""
         return {
-            "urls": list(self.urls), "api": self.api, "mode": self.mode, "levels": list(self.levels),
+            "urls": list(self.urls), "labels": list(self.labels), "api": self.api, "mode": self.mode, "levels": list(self.levels),
             "burstiness": self.burstiness, "warmup": self.warmup, "duration_s": self.duration_s,
             "max_requests": self.max_requests, "max_tokens": self.max_tokens, "seed": self.seed,
             "voice": self.voice, "texts": list(self.texts), "pooled": self.pooled, "timeout_s": self.timeout_s,
