@@ -36,7 +36,7 @@ class ServerConfig:
     stt_device: str | None = None  # None: the same as device
     stt_max_file_bytes: int = 25 * 1024 * 1024  # OpenAI's upload limit
     stt_max_sessions: int = 8  # realtime transcription sockets open at once
-    stt_idle_timeout_s: float = 30.0  # a realtime session with no audio for this long is closed
+    stt_idle_timeout_s: float = 30.0  # a realtime session with no client event and no pass running for this long is closed
     stt_max_buffer_s: float = 60.0  # seconds of audio a realtime session's input buffer may hold
 
     def __post_init__(self) -> None:
