@@ -13,10 +13,13 @@ import os
 import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
 from safetensors import safe_open
 from tokenizers import Tokenizer
+
+if TYPE_CHECKING:  # safe_open(framework="pt") imports torch when weights are read; speech to text never does
+    import torch
 
 __all__ = [
     "ModelFolderError",

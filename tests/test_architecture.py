@@ -4,6 +4,8 @@ the server no torch, the bench only HTTP."""
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -39,3 +41,11 @@ def test_a_package_imports_only_what_comes_before_it(package: str) -> None:
             if any(name == bad or name.startswith(bad + ".") for bad in FORBIDDEN[package]):
                 offending.append(f"{path.relative_to(PACKAGE.parent)} imports {name}")
     assert not offending, "\n".join(offending)
+
+
+def test_speech_to_text_runs_without_torch() -> None:
+    # Nothing on the speech-to-text path, indirect imports included, loads torch.
+    code = ("import sys, lyre.stt, lyre.stt.realtime, lyre.stt.vad;"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'snac', 'transformers')))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    assert done.stdout.strip() == "[]"
