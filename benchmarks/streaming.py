@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from lyre.codec import CodecWindow, SnacDecoder, load_snac
-from lyre.demo_model import demo_model
+from lyre.demo_model import or_demo
 from lyre.engine import EngineConfig, SamplingParams
 from lyre.orpheus import SAMPLE_RATE, SAMPLES_PER_FRAME, TOKENS_PER_SECOND
 from lyre.tts import TTS, TTSConfig, WindowPolicy
@@ -96,9 +96,7 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=280, help="max tokens per stream (7 per frame)")
     parser.add_argument("--first-frames", type=int, default=1, help="frames in each stream's first chunk")
     args = parser.parse_args()
-    demo = demo_model() if args.model is None or args.codec is None else None
-    model = args.model or demo.model
-    codec = args.codec or demo.codec
+    model, codec = or_demo(args.model, args.codec)
 
     print("1. codec work: emitted audio s per codec CPU s")
     for label, value in codec_efficiency(SnacDecoder(load_snac(codec))).items():

@@ -45,6 +45,7 @@ __all__ = [
     "build_orpheus_tokenizer",
     "write_demo_model",
     "demo_model",
+    "or_demo",
 ]
 
 # Orpheus's tokenizer holds <custom_token_0> .. <custom_token_28682>: ids
@@ -298,3 +299,13 @@ def _legacy_weight_norm_names(state: dict[str, torch.Tensor]) -> dict[str, torch
 
 def _write_json(path: Path, data: dict) -> None:
     path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+
+
+def or_demo(model: str | os.PathLike[str] | None, codec: str | os.PathLike[str] | None,
+            ) -> tuple[str | os.PathLike[str], str | os.PathLike[str]]:
+    """The model and codec as named; the demo's for whichever is None."""
+    if model is not None and codec is not None:
+        return model, codec
+    demo = demo_model()
+    return (demo.model if model is None else model), (demo.codec if codec is None else codec)
+

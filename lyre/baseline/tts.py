@@ -30,11 +30,9 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import secrets
 import threading
 import time
 from collections.abc import AsyncIterator
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -43,11 +41,11 @@ from transformers import LlamaForCausalLM
 
 from lyre import orpheus
 from lyre.codec import SnacDecoder, load_snac
-from lyre.demo_model import demo_model
+from lyre.demo_model import or_demo
 from lyre.engine import FinishReason, SamplingParams
 from lyre.model_folder import load_tokenizer, resolve
 from lyre.orpheus import FrameAssembler, InvalidAudioToken, TextTokenizer
-from lyre.tts.speech import load_voices, speech_sampling
+from lyre.tts.speech import MODEL_FILES, check_voice, load_voices, request_sampling
 from lyre.tts.stream import TTSConfig, to_int16
 from lyre.tts.text import MAX_INPUT_CHARS, normalize
 
@@ -55,8 +53,6 @@ from lyre.baseline.generate import Generation, NaiveEngine
 from lyre.baseline.reference_decode import NaiveCodec, ReferenceWindows
 
 __all__ = ["NaiveSpeechStream", "NaiveTTS"]
-
-_MODEL_FILES = ("config.json", "tokenizer.json")
 
 
 class NaiveSpeechStream:
@@ -181,11 +177,8 @@ class NaiveTTS:
         """
         if valid_audio_only is None:
             valid_audio_only = model is None
-        if model is None or codec is None:
-            demo = demo_model()
-            model = model if model is not None else demo.model
-            codec = codec if codec is not None else demo.codec
-        folder = resolve(model, required=_MODEL_FILES)
+        model, codec = or_demo(model, codec)
+        folder = resolve(model, required=MODEL_FILES)
         dtype = torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32
         llama = LlamaForCausalLM.from_pretrained(folder, dtype=dtype).to(device).eval()
         decoder = SnacDecoder(load_snac(codec, device=device))
@@ -201,14 +194,10 @@ class NaiveTTS:
         trims. ``sampling.seed`` keys only the codec noise: transformers samples
         from torch's global generator, shared by every request's thread.
         """
-        if voice is not None and voice not in self.voices:
-            raise ValueError(f"unknown voice {voice!r}; this model has: {', '.join(self.voices)}")
+        check_voice(voice, self.voices)
         clean = normalize(text, self.config.max_input_chars)
         prompt = orpheus.prompt_ids(self.tokenizer, clean, voice)
-        params = speech_sampling(sampling)
-        if params.seed is None:
-            params = replace(params, seed=secrets.randbits(62))
-        return NaiveSpeechStream(self, request_id or f"naive-{next(self._ids)}", prompt, params)
+        return NaiveSpeechStream(self, request_id or f"naive-{next(self._ids)}", prompt, request_sampling(sampling))
 
     def close(self) -> None:
         self.engine.shutdown()

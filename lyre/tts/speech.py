@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+import secrets
 from dataclasses import replace
 from pathlib import Path
 
 from lyre import orpheus
 from lyre.engine import PeriodicConstraint, SamplingParams
 
-__all__ = ["AUDIO_CONSTRAINT", "VOICES_FILE", "load_voices", "speech_sampling"]
+__all__ = ["AUDIO_CONSTRAINT", "MODEL_FILES", "VOICES_FILE", "check_voice", "load_voices", "request_sampling",
+           "speech_sampling"]
 
 # Frame position k may only produce its own 4096 audio ids; the stop token is
 # allowed only between whole frames. Invalid tokens therefore cannot occur.
@@ -20,6 +22,8 @@ AUDIO_CONSTRAINT = PeriodicConstraint(
 
 # A finetune with voices of its own lists them here, beside its weights.
 VOICES_FILE = "voices.json"
+# What an Orpheus folder must hold besides its weights.
+MODEL_FILES = ("config.json", "tokenizer.json")
 
 
 def speech_sampling(params: SamplingParams | None = None) -> SamplingParams:
@@ -27,6 +31,19 @@ def speech_sampling(params: SamplingParams | None = None) -> SamplingParams:
     params = params or SamplingParams()
     frames = max(1, params.max_tokens // orpheus.FRAME_TOKENS)
     return replace(params, stop_ids=(orpheus.STOP_TOKEN,), max_tokens=frames * orpheus.FRAME_TOKENS)
+
+
+def request_sampling(params: SamplingParams | None) -> SamplingParams:
+    """A request's sampling: `speech_sampling`, with a random seed when none is given, so the
+    request's codec noise (and, in lyre's engine, its tokens) is fixed from the start."""
+    params = speech_sampling(params)
+    return params if params.seed is not None else replace(params, seed=secrets.randbits(62))
+
+
+def check_voice(voice: str | None, voices: tuple[str, ...]) -> None:
+    """Raise ValueError naming the model's voices when ``voice`` is not one of them (None: the default)."""
+    if voice is not None and voice not in voices:
+        raise ValueError(f"unknown voice {voice!r}; this model has: {', '.join(voices)}")
 
 
 def load_voices(folder: Path) -> tuple[str, ...]:

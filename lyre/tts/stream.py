@@ -8,7 +8,6 @@
 from __future__ import annotations
 
 import itertools
-import secrets
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
@@ -18,19 +17,17 @@ import numpy as np
 
 from lyre import orpheus
 from lyre.codec import BatchPolicy, CodecService, SnacDecoder, load_snac
-from lyre.demo_model import demo_model
+from lyre.demo_model import or_demo
 from lyre.engine import Engine, EngineConfig, FinishReason, RequestStream, SamplingParams
 from lyre.model_folder import load_tokenizer, resolve
 from lyre.orpheus import FrameAssembler, TextTokenizer
-from lyre.tts.speech import AUDIO_CONSTRAINT, load_voices, speech_sampling
+from lyre.tts.speech import AUDIO_CONSTRAINT, MODEL_FILES, check_voice, load_voices, request_sampling
 from lyre.tts.segments import split_segments
 from lyre.tts.text import DEFAULT_SEGMENT_CHARS, MAX_INPUT_CHARS, normalize
 from lyre.tts.trim import LeadingSilenceTrimmer, TrimConfig
 from lyre.tts.windows import WindowPlanner, WindowPolicy
 
 __all__ = ["SpeechStream", "TTS", "TTSConfig", "to_int16"]
-
-_MODEL_FILES = ("config.json", "tokenizer.json")
 
 
 @dataclass(frozen=True)
@@ -182,12 +179,9 @@ class TTS:
              engine_config: EngineConfig | None = None, config: TTSConfig | None = None,
              codec_policy: BatchPolicy | None = None) -> TTS:
         """Load model and codec folders (or hub ids); the demo model when none is named."""
-        if model is None or codec is None:
-            demo = demo_model()
-            model = model if model is not None else demo.model
-            codec = codec if codec is not None else demo.codec
+        model, codec = or_demo(model, codec)
         engine_config = engine_config or EngineConfig()
-        folder = resolve(model, required=_MODEL_FILES)
+        folder = resolve(model, required=MODEL_FILES)
         voices = load_voices(folder)
         tokenizer = load_tokenizer(folder)
         decoder = SnacDecoder(load_snac(codec, device=engine_config.device))
@@ -202,18 +196,15 @@ class TTS:
         Raises ValueError (naming what was wrong) for empty or over-long text,
         an unknown voice, or bad sampling values, before any work starts.
         """
-        if voice is not None and voice not in self.voices:
-            raise ValueError(f"unknown voice {voice!r}; this model has: {', '.join(self.voices)}")
+        check_voice(voice, self.voices)
         clean = normalize(text, self.config.max_input_chars)
         prompts = [orpheus.prompt_ids(self.tokenizer, s, voice) for s in split_segments(clean, self.config.segment_chars)]
-        params = speech_sampling(sampling)
+        params = request_sampling(sampling)
         longest, room = max(map(len, prompts)), self.engine.config.max_seq_len
         if longest + params.max_tokens > room:
             # Refused here, before any work, rather than when that segment's turn comes.
             raise ValueError(f"max_tokens: {params.max_tokens} plus a {longest}-token prompt is more than the "
                              f"engine's {room} positions per request; lower max_tokens")
-        if params.seed is None:
-            params = replace(params, seed=secrets.randbits(62))
         request_id = request_id or f"tts-{next(self._ids)}"
         return SpeechStream(self, request_id, prompts, params, trim)
 
