@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from lyre.batching import BatchLimits
 from lyre.codec.snac import CodecWindow, SnacDecoder
 
 __all__ = ["BatchPolicy", "CodecService", "CodecServiceClosed", "CodecStats"]
@@ -38,18 +39,9 @@ RECENT_WAITS = 256
 
 
 @dataclass(frozen=True)
-class BatchPolicy:
+class BatchPolicy(BatchLimits):
     """How the worker forms batches: at most ``max_batch`` windows of one shape,
     waiting at most ``max_wait_ms`` after the oldest one arrived for more."""
-
-    max_batch: int = 1
-    max_wait_ms: float = 0.0
-
-    def __post_init__(self) -> None:
-        if self.max_batch < 1:
-            raise ValueError(f"max_batch must be >= 1, got {self.max_batch}")
-        if self.max_wait_ms < 0:
-            raise ValueError(f"max_wait_ms must be >= 0, got {self.max_wait_ms}")
 
     @classmethod
     def for_device(cls, device: str) -> BatchPolicy:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import hmac
 from collections.abc import Mapping
 
-__all__ = ["authorized"]
+from fastapi import WebSocket, status
+
+__all__ = ["authorized", "refuse_unauthorized"]
 
 
 def authorized(expected: str | None, headers: Mapping[str, str], query: Mapping[str, str]) -> bool:
@@ -23,3 +25,15 @@ def authorized(expected: str | None, headers: Mapping[str, str], query: Mapping[
         offered = auth[7:].strip()
     offered = offered or headers.get("x-api-key", "") or query.get("api_key", "")
     return hmac.compare_digest(offered.encode(), expected.encode())
+
+
+async def refuse_unauthorized(websocket: WebSocket, expected: str | None) -> bool:
+    """Refuse the handshake (HTTP 403) and return True when the socket lacks the key.
+
+    Closing before accepting fails the client's connect at once, rather than on its first send.
+    """
+    if authorized(expected, websocket.headers, websocket.query_params):
+        return False
+    await websocket.close(code=status.WS_1008_POLICY_VIOLATION, reason="missing or wrong API key")
+    return True
+

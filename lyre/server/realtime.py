@@ -31,7 +31,7 @@ from typing import Any
 from fastapi import APIRouter, FastAPI, WebSocket, WebSocketDisconnect, status
 from starlette.websockets import WebSocketDisconnected, WebSocketState
 
-from lyre.server.auth import authorized
+from lyre.server.auth import refuse_unauthorized
 from lyre.server.config import ServerConfig
 from lyre.server.state import STT_OFF, ServerState
 from lyre.stt import Transcriber
@@ -153,10 +153,8 @@ async def _settle(writer: asyncio.Task[None]) -> None:
 async def realtime_websocket(websocket: WebSocket) -> None:
     """Live transcription: OpenAI realtime transcription events (beta and GA session shapes)."""
     state: ServerState = websocket.app.state.lyre
-    if not authorized(state.config.api_key, websocket.headers, websocket.query_params):
+    if await refuse_unauthorized(websocket, state.config.api_key):
         state.metrics.errors.labels("unauthorized").inc()
-        # Closing before accepting refuses the handshake (HTTP 403).
-        await websocket.close(code=status.WS_1008_POLICY_VIOLATION, reason="missing or wrong API key")
         return
     await websocket.accept()
     sessions = _Sessions.of(websocket.app)

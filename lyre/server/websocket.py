@@ -24,10 +24,10 @@ from collections import OrderedDict, deque
 from dataclasses import replace
 from typing import Any
 
-from fastapi import APIRouter, WebSocket, WebSocketDisconnect, status
+from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 from starlette.websockets import WebSocketDisconnected
 
-from lyre.server.auth import authorized
+from lyre.server.auth import refuse_unauthorized
 from lyre.server import ws_messages as msg
 from lyre.server.errors import error_response
 from lyre.server.state import TTS_OFF, ServerState
@@ -269,11 +269,8 @@ class _Session:
 async def tts_websocket(websocket: WebSocket) -> None:
     """Streaming text-to-speech over one socket, many contexts at once."""
     state: ServerState = websocket.app.state.lyre
-    if not authorized(state.config.api_key, websocket.headers, websocket.query_params):
+    if await refuse_unauthorized(websocket, state.config.api_key):
         state.metrics.errors.labels("unauthorized").inc()
-        # Closing before accepting refuses the handshake (HTTP 403): the client's connect
-        # fails at once, rather than on its first send.
-        await websocket.close(code=status.WS_1008_POLICY_VIOLATION, reason="missing or wrong API key")
         return
     if state.tts is None:
         # Refused with an HTTP 404 and an OpenAI-shaped body, as the HTTP routes are.

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from faster_whisper import WhisperModel
 
+from lyre.batching import BatchLimits
 from lyre.stt.audio import SAMPLE_RATE
 from lyre.stt.model import resolve_whisper
 from lyre.stt.whisper import TranscribeOptions, Transcript, final_pass, partial_passes
@@ -59,17 +60,8 @@ class TranscriberClosed(RuntimeError):
 
 
 @dataclass(frozen=True)
-class PartialPolicy:
+class PartialPolicy(BatchLimits):
     """How partial passes are batched: up to ``max_batch`` sessions, gathered for ``max_wait_ms``."""
-
-    max_batch: int = 1
-    max_wait_ms: float = 0.0
-
-    def __post_init__(self) -> None:
-        if self.max_batch < 1:
-            raise ValueError(f"max_batch must be >= 1, got {self.max_batch}")
-        if self.max_wait_ms < 0:
-            raise ValueError(f"max_wait_ms must be >= 0, got {self.max_wait_ms}")
 
     @classmethod
     def for_device(cls, device: str) -> PartialPolicy:
