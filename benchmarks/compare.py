@@ -21,64 +21,24 @@ import argparse
 import asyncio
 import json
 import os
-import socket
-import subprocess
 import sys
-import time
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from pathlib import Path
-
-import httpx
+from typing import Any
 
 from lyre import bench
-from lyre.bench.metrics import LevelSummary
 
-_READY_TIMEOUT_S = 300.0
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # the tests' server runner
+from serving import running_server
+
 _TTFA_LIMITS_MS = (500.0, 1000.0, 2000.0)
 _NAMES = ("lyre", "baseline")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@contextmanager
-def _server(*args: str) -> Iterator[str]:
-    """``lyre serve ARGS`` as a child process; yields its URL once /ready answers."""
-    port = _free_port()
-    cmd = [sys.executable, "-m", "lyre.cli", "serve", "--port", str(port), "--log-level", "warning", *args]
-    process = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + _READY_TIMEOUT_S
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(f"{' '.join(cmd)} exited with {process.returncode}")
-            try:
-                if httpx.get(f"{url}/ready", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{' '.join(cmd)} was not ready after {_READY_TIMEOUT_S:.0f} s")
-            time.sleep(0.5)
-        yield url
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
-def _held(levels: list[LevelSummary], ttfa_ms: float) -> float | None:
+def _held(levels: list[dict[str, Any]], ttfa_ms: float) -> float | None:
     """The most streams with every request done and p90 TTFA <= ``ttfa_ms`` (viability not required)."""
-    held = [s.load for s in levels if s.requests and s.ok == s.requests and s.ttfa_p90_s is not None
-            and s.ttfa_p90_s * 1000 <= ttfa_ms]
+    held = [lv["load"] for lv in levels if lv["requests"] and lv["ok"] == lv["requests"]
+            and lv["ttfa_p90_s"] is not None and lv["ttfa_p90_s"] * 1000 <= ttfa_ms]
     return max(held) if held else None
 
 
@@ -86,33 +46,42 @@ def _ms(seconds: float | None) -> str:
     return "-" if seconds is None else f"{1000 * seconds:.0f}"
 
 
-def markdown(result: bench.BenchResult) -> str:
-    """The side-by-side table and the headlines, as docs/benchmarks.md quotes them."""
-    names = _NAMES
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def _audio_per_s(level: dict[str, Any]) -> float | None:
+    """Audio seconds delivered per second of the measured window (warm-up excluded, as req/s is)."""
+    if not level["ok"] or level["requests_per_s"] is None:
+        return None
+    return level["audio_s_total"] * level["requests_per_s"] / level["ok"]
+
+
+def markdown(report: dict[str, Any]) -> str:
+    """The side-by-side table and the headlines, from `lyre.bench.to_json`'s report."""
+    settings, targets = report["settings"], report["targets"]
+    names = settings["labels"] or [chr(ord("A") + i) for i in range(len(targets))]
     lines = ["| streams | server | TTFA p50 ms | p90 | p99 | e2e p50 ms | RTF | viable | req/s | audio s/s | errors |",
              "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for i, load in enumerate(result.config.levels):
-        for name, target in zip(names, result.targets):
-            if i >= len(target.levels):
+    for i, load in enumerate(settings["levels"]):
+        for name, target in zip(names, targets):
+            if i >= len(target["levels"]):
                 continue
-            s, wall = target.levels[i].summary, target.levels[i].wall_s
+            lv = target["levels"][i]
+            viable = "-" if lv["viable_share"] is None else f"{100 * lv['viable_share']:.0f}%"
             lines.append(
-                f"| {load:g} | {name} | {_ms(s.ttfa_p50_s)} | {_ms(s.ttfa_p90_s)} | {_ms(s.ttfa_p99_s)} "
-                f"| {_ms(s.e2e_p50_s)} | {s.rtf_mean or 0:.2f} | {100 * (s.viable_share or 0):.0f}% "
-                f"| {s.requests_per_s or 0:.2f} | {s.audio_s_total / wall if wall else 0:.2f} "
-                f"| {sum(s.errors.values())} |")
-    slo = result.config.slo
-    lines.append("")
-    lines.append("Most concurrent streams held, by rule (- : no level held it):\n")
-    lines.append("| rule | " + " | ".join(names) + " |")
-    lines.append("|---|" + "---:|" * len(names))
-    strict = [target.headline for target in result.targets]
-    lines.append(f"| SLO: p90 TTFA <= {slo.ttfa_p90_ms:g} ms and >= {100 * slo.viable_share:g}% viable | "
-                 + " | ".join("-" if h is None else f"{h:g}" for h in strict) + " |")
-    for limit in _TTFA_LIMITS_MS:
-        held = [_held([lv.summary for lv in target.levels], limit) for target in result.targets]
-        lines.append(f"| p90 TTFA <= {limit:g} ms, all requests done | "
-                     + " | ".join("-" if h is None else f"{h:g}" for h in held) + " |")
+                f"| {load:g} | {name} | {_ms(lv['ttfa_p50_s'])} | {_ms(lv['ttfa_p90_s'])} | {_ms(lv['ttfa_p99_s'])} "
+                f"| {_ms(lv['e2e_p50_s'])} | {_num(lv['rtf_mean'])} | {viable} | {_num(lv['requests_per_s'])} "
+                f"| {_num(_audio_per_s(lv))} | {sum(lv['errors'].values())} |")
+    slo = settings["slo"]
+    lines += ["", "Most concurrent streams held, by rule (- : no level held it):", "",
+              "| rule | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
+    rows = [(f"SLO: p90 TTFA <= {slo['ttfa_p90_ms']:g} ms and >= {100 * slo['viable_share']:g}% viable",
+             [target["headline"] for target in targets])]
+    rows += [(f"p90 TTFA <= {limit:g} ms, all requests done", [_held(target["levels"], limit) for target in targets])
+             for limit in _TTFA_LIMITS_MS]
+    for rule, held in rows:
+        lines.append(f"| {rule} | " + " | ".join("-" if h is None else f"{h:g}" for h in held) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -123,20 +92,27 @@ def main() -> int:
     parser.add_argument("--duration", type=float, default=60.0, help="seconds per level at most")
     parser.add_argument("--max-tokens", type=int, default=84, help="per request (84: 12 frames, 1 s of audio)")
     parser.add_argument("--out", type=Path, default=Path("docs/bench"))
+    parser.add_argument("--from-json", type=Path, metavar="PATH",
+                        help="measure nothing: print the table of an earlier run's compare.json")
     args = parser.parse_args()
+    if args.from_json:
+        print(markdown(json.loads(args.from_json.read_text())), end="")
+        return 0
 
     with ExitStack() as stack:
-        urls = (stack.enter_context(_server()), stack.enter_context(_server("--engine", "naive")))
+        urls = tuple(stack.enter_context(running_server(*extra, timeout_s=300)).url
+                     for extra in ((), ("--engine", "naive")))
         config = bench.BenchConfig(urls=urls, levels=tuple(args.concurrency), warmup=1, duration_s=args.duration,
                                    max_requests=args.requests, max_tokens=args.max_tokens, seed=1, timeout_s=300,
                                    labels=_NAMES)
         result = asyncio.run(bench.run_bench(config))
     print(bench.format_table(result), file=sys.stderr)
-    table = markdown(result)
-    print(table)
+    report = bench.to_json(result)
+    table = markdown(report)
+    print(table, end="")
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "compare.md").write_text(table)
-    (args.out / "compare.json").write_text(json.dumps(bench.to_json(result), indent=1) + "\n")
+    (args.out / "compare.json").write_text(json.dumps(report, indent=1) + "\n")
     for path in bench.write_plots(result, args.out):
         os.replace(path, path.with_name(f"compare-{path.name}"))
     return 0

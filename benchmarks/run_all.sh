@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Rerun every CPU benchmark and rewrite the figures docs/benchmarks.md quotes:
-# each script's output goes to docs/bench/<name>.txt (compare also writes
+# each script's output goes to docs/bench/<name>.txt (compare writes
 # compare.md, compare.json and its plots there), with the machine they ran on.
 # About 25 minutes on 2 cores. Run nothing else meanwhile: the figures are timings.
 set -euo pipefail
@@ -23,6 +23,7 @@ run() {
 run engine benchmarks/engine.py
 run codec benchmarks/codec.py
 run streaming benchmarks/streaming.py --levels 1 2
-run compare benchmarks/compare.py --out "$out"
+echo "== compare: benchmarks/compare.py --out $out" >&2
+"$py" benchmarks/compare.py --out "$out" > /dev/null  # it writes compare.md itself
 run stt benchmarks/stt.py
 echo "wrote $out/" >&2

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -41,16 +41,22 @@ def _free_port() -> int:
 
 @contextmanager
 def running_server(*args: str, timeout_s: float = 180.0) -> Iterator[Server]:
+    """``lyre serve ARGS`` as a child process on a free port, once /ready answers; SIGTERM at the end.
+
+    Its output goes to a temporary file, not a pipe: nobody reads a pipe while
+    it runs, and a server that logs 64 KiB into a full pipe would block.
+    """
     port = _free_port()
     cmd = [sys.executable, "-m", "lyre.cli", "serve", "--port", str(port), "--log-level", "warning", *args]
-    process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ})
+    log = tempfile.TemporaryFile()
+    process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + timeout_s
         while True:
             if process.poll() is not None:
-                out = process.stdout.read().decode() if process.stdout else ""
-                raise RuntimeError(f"lyre serve exited with {process.returncode}:\n{out}")
+                log.seek(0)
+                raise RuntimeError(f"lyre serve exited with {process.returncode}:\n{log.read().decode()}")
             try:
                 if httpx.get(f"{url}/ready", timeout=2).status_code == 200:
                     break
@@ -67,19 +73,17 @@ def running_server(*args: str, timeout_s: float = 180.0) -> Iterator[Server]:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
-        if process.stdout is not None:
-            process.stdout.close()
+        log.close()
 
 
 @contextmanager
 def serving_in_thread(app: object) -> Iterator[int]:
     """Serve an ASGI ``app`` (lifespan off) with uvicorn on a thread, on a free loopback port; yields the port."""
-    import socket as _socket
     import threading
 
     import uvicorn
 
-    sock = _socket.socket()
+    sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     uv = uvicorn.Server(uvicorn.Config(app, lifespan="off", log_level="warning"))
     thread = threading.Thread(target=uv.run, kwargs={"sockets": [sock]}, daemon=True)
