@@ -83,6 +83,7 @@ def test_a_higher_threshold_hears_less() -> None:
 @pytest.mark.parametrize("fields, message", [
     ({"threshold": 1.5}, "threshold must be a number from 0.0 to 1.0"),
     ({"threshold": True}, "threshold"),
+    ({"threshold": "high"}, "threshold must be a number"),
     ({"prefix_padding_ms": -1}, "prefix_padding_ms must be a whole number"),
     ({"silence_duration_ms": 200.5}, "silence_duration_ms must be a whole number"),
     ({"silence_duration_ms": 60_000}, "from 0 to 10000"),

@@ -19,9 +19,10 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import InvalidStatus
 
 from lyre.demo_model import DemoPaths
-from lyre.engine import EngineConfig
+from lyre.engine import EngineConfig, SamplingParams
 from lyre.orpheus import FRAME_TOKENS, SAMPLES_PER_FRAME
 from lyre.server.admission import Admission
+from lyre.server import ws_messages as msg
 from lyre.server.config import ServerConfig
 from lyre.server.metrics import Metrics
 from lyre.server.state import ServerState
@@ -342,3 +343,11 @@ def test_a_context_the_server_has_no_room_for_gets_an_error_and_the_socket_stays
         server.state.admission = saved
     assert refused["type"] == "error" and "capacity" in refused["error"]
     assert reply == {"type": "done", "context_id": "third", "done": True}
+
+
+def test_without_max_tokens_a_context_gets_the_default_capped_to_the_server() -> None:
+    # As for HTTP: the default 1200 would not fit a server with fewer positions.
+    message = {"context_id": "d", "transcript": "Hi."}
+    assert msg.settings(message, ("tara",), max_tokens_limit=768).sampling.max_tokens == 768
+    assert msg.settings(message, ("tara",), max_tokens_limit=4096).sampling.max_tokens == SamplingParams.max_tokens
+    assert msg.settings({**message, "max_tokens": 70}, ("tara",), max_tokens_limit=768).sampling.max_tokens == 70

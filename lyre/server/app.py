@@ -25,6 +25,7 @@ from lyre.server.config import ServerConfig
 from lyre.server.errors import document_errors, error_doc, error_response, install_error_handlers
 from lyre.server.metrics import Metrics
 from lyre.server.state import ServerState
+from lyre.stt import DEFAULT_MODEL as STT_DEFAULT_MODEL
 from lyre.stt import SAMPLE_RATE, STTConfig, TranscribeOptions, Transcriber
 from lyre.tts import TTS, TTSConfig
 
@@ -40,7 +41,7 @@ _OPEN_PATHS = frozenset({"/health", "/ready", "/"})
 _DRAIN_GRACE_S = 30.0
 # The names /v1/models lists; a request may name any model, as each server runs one of each kind.
 TTS_MODEL_ID = "orpheus"
-STT_MODEL_ID = "whisper-1"  # what OpenAI's clients ask for
+STT_MODEL_ID = STT_DEFAULT_MODEL  # what OpenAI's clients ask for
 
 
 def _load(config: ServerConfig) -> TTS | NaiveTTS:

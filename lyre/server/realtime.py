@@ -34,9 +34,7 @@ from starlette.websockets import WebSocketDisconnected, WebSocketState
 from lyre.server.auth import refuse_unauthorized
 from lyre.server.config import ServerConfig
 from lyre.server.state import STT_OFF, ServerState
-from lyre.stt import Transcriber
-from lyre.stt.realtime import RealtimeConfig, RealtimeSession
-from lyre.stt.realtime_events import RealtimeError, error_event
+from lyre.stt import RealtimeConfig, RealtimeError, RealtimeSession, Transcriber, error_event
 
 __all__ = ["REALTIME_PATH", "router"]
 

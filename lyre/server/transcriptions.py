@@ -18,7 +18,16 @@ from lyre.server import transcript_formats as formats
 from lyre.server.admission import Overloaded
 from lyre.server.errors import InvalidParam, error_doc
 from lyre.server.state import ServerState
-from lyre.stt import AudioError, TranscribeOptions, TranscriberBusy, TranscriberClosed, Transcript, decode_file
+from lyre.stt import (
+    MAX_PROMPT_CHARS,
+    AudioError,
+    TranscribeOptions,
+    TranscriberBusy,
+    TranscriberClosed,
+    TranscriptionFailed,
+    Transcript,
+    decode_file,
+)
 
 __all__ = ["TRANSCRIPTIONS_PATH", "router"]
 
@@ -143,7 +152,7 @@ async def create_transcription(
                                                            "one Whisper model")],
     language: Annotated[str | None, Form(max_length=20, description="ISO-639-1 code, such as en; "
                                                                     "detected when not given")] = None,
-    prompt: Annotated[str | None, Form(max_length=4096)] = None,
+    prompt: Annotated[str | None, Form(max_length=MAX_PROMPT_CHARS)] = None,
     temperature: Annotated[float, Form(ge=0, le=1)] = 0.0,
     response_format: Annotated[ResponseFormat, Form()] = "json",
     timestamp_granularities: Annotated[list[Granularity] | None, Form(alias="timestamp_granularities[]")] = None,
@@ -183,6 +192,8 @@ async def create_transcription(
         raise Overloaded(str(exc), _RETRY_AFTER_S) from None
     except TranscriberClosed:
         raise HTTPException(503, "server is shutting down") from None
+    except TranscriptionFailed as exc:
+        raise HTTPException(500, str(exc)) from exc
     finally:
         state.metrics.transcriptions.labels(response_format, outcome).inc()
 

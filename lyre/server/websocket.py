@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import logging
 import time
 from collections import OrderedDict, deque
 from dataclasses import replace
@@ -30,6 +29,7 @@ from starlette.websockets import WebSocketDisconnected
 from lyre.server.auth import refuse_unauthorized
 from lyre.server import ws_messages as msg
 from lyre.server.errors import error_response
+from lyre.server.speech import PROMPT_ROOM
 from lyre.server.state import TTS_OFF, ServerState
 from lyre.tts.segments import IncrementalSplitter
 
@@ -40,7 +40,6 @@ _API = "websocket"  # the metrics label
 _ENDED_MEMORY = 1024  # ended context ids remembered per socket, so late messages for them are refused
 _SEED_SPACE = 2**63  # SamplingParams.seed range
 
-log = logging.getLogger(__name__)
 router = APIRouter()
 
 
@@ -251,7 +250,7 @@ class _Session:
         if (chars := len(transcript) + (context.chars if context else 0)) > config.max_input_chars:
             raise msg.ContextError(f"context text is {chars} characters, over the limit of {config.max_input_chars}")
         if context is None:
-            settings = msg.settings(message, voices)
+            settings = msg.settings(message, voices, self.state.config.max_seq_len - PROMPT_ROOM)
             if self.state.draining:
                 raise msg.ContextError("server is shutting down; open new contexts on another server", "draining")
             if len(self.contexts) >= config.ws_max_contexts:

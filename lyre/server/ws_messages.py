@@ -30,7 +30,7 @@ class ContextError(Exception):
 @dataclass(frozen=True)
 class Settings:
     voice: str | None  # None: the model's default
-    sampling: SamplingParams | None
+    sampling: SamplingParams
     trim: bool
 
 
@@ -55,11 +55,13 @@ def check_output_format(value: object) -> None:
                                 f"encoding 'pcm_s16le', sample_rate {orpheus.SAMPLE_RATE}")
 
 
-def settings(message: dict[str, Any], voices: tuple[str, ...]) -> Settings:
-    """A context's settings, from its first message."""
+def settings(message: dict[str, Any], voices: tuple[str, ...], max_tokens_limit: int) -> Settings:
+    """A context's settings, from its first message; an unset max_tokens is the default, capped
+    at the server's limit (as for HTTP), so a small --max-seq-len does not refuse every context."""
     extras = {name: message[name] for name in _SAMPLING_FIELDS if name in message}
+    extras.setdefault("max_tokens", min(SamplingParams.max_tokens, max_tokens_limit))
     try:
-        sampling = SamplingParams(**extras) if extras else None
+        sampling = SamplingParams(**extras)
     except ValueError as exc:
         raise ContextError(str(exc)) from None
     trim = message.get("trim", True)

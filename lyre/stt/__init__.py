@@ -12,6 +12,7 @@ from lyre.stt.agreement import LocalAgreement
 from lyre.stt.audio import SAMPLE_RATE, AudioError, PcmResampler, decode_file
 from lyre.stt.model import demo_whisper, resolve_whisper
 from lyre.stt.realtime import RealtimeConfig, RealtimeSession
+from lyre.stt.realtime_events import DEFAULT_MODEL, RealtimeError, error_event
 from lyre.stt.transcriber import (
     MAX_PARTIAL_SECONDS,
     PartialPolicy,
@@ -20,11 +21,14 @@ from lyre.stt.transcriber import (
     Transcriber,
     TranscriberBusy,
     TranscriberClosed,
+    TranscriptionFailed,
 )
 from lyre.stt.vad import SpeechEvent, StreamingVAD, VADConfig
-from lyre.stt.whisper import Segment, TranscribeOptions, Transcript, Word
+from lyre.stt.whisper import MAX_PROMPT_CHARS, Segment, TranscribeOptions, Transcript, Word
 
 __all__ = [
+    "DEFAULT_MODEL",
+    "MAX_PROMPT_CHARS",
     "MAX_PARTIAL_SECONDS",
     "SAMPLE_RATE",
     "AudioError",
@@ -32,6 +36,7 @@ __all__ = [
     "PartialPolicy",
     "PcmResampler",
     "RealtimeConfig",
+    "RealtimeError",
     "RealtimeSession",
     "STTConfig",
     "STTStats",
@@ -42,10 +47,12 @@ __all__ = [
     "Transcriber",
     "TranscriberBusy",
     "TranscriberClosed",
+    "TranscriptionFailed",
     "Transcript",
     "VADConfig",
     "Word",
     "decode_file",
     "demo_whisper",
+    "error_event",
     "resolve_whisper",
 ]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from difflib import SequenceMatcher
 
-__all__ = ["LocalAgreement", "words"]
+__all__ = ["LocalAgreement", "fold", "words"]
 
 _FOLD = re.compile(r"[^\w']+")
 
@@ -21,13 +21,14 @@ def words(text: str) -> list[str]:
     return text.split()
 
 
-def _fold(word: str) -> str:
+def fold(word: str) -> str:
+    """A word as agreement compares it: lower case, without punctuation."""
     return _FOLD.sub("", word).lower()
 
 
 def _same(a: str, b: str) -> bool:
     """Words agree when they match ignoring case and punctuation ("Hello," and "hello")."""
-    return _fold(a) == _fold(b)
+    return fold(a) == fold(b)
 
 
 class LocalAgreement:
@@ -71,12 +72,12 @@ class LocalAgreement:
         rest = words(final)
         if not self.committed:
             return " ".join(rest)
-        fold = [_fold(w) for w in self.committed]
-        matcher = SequenceMatcher(None, fold, [_fold(w) for w in rest], autojunk=False)
+        committed = [fold(w) for w in self.committed]
+        matcher = SequenceMatcher(None, committed, [fold(w) for w in rest], autojunk=False)
         blocks = [b for b in matcher.get_matching_blocks() if b.size]
         if not blocks:
             start = len(self.committed)
         else:  # after the last agreeing run, skip as many words as committed words follow it
             last = blocks[-1]
-            start = last.b + last.size + (len(fold) - last.a - last.size)
+            start = last.b + last.size + (len(committed) - last.a - last.size)
         return " ".join(rest[start:])

@@ -46,6 +46,7 @@ __all__ = [
     "Transcriber",
     "TranscriberBusy",
     "TranscriberClosed",
+    "TranscriptionFailed",
 ]
 
 MAX_PARTIAL_SECONDS = 30.0  # Whisper's window: a partial pass sees one
@@ -53,6 +54,10 @@ MAX_PARTIAL_SECONDS = 30.0  # Whisper's window: a partial pass sees one
 
 class TranscriberBusy(RuntimeError):
     """The queue is full; try again later."""
+
+
+class TranscriptionFailed(RuntimeError):
+    """The model itself failed on a job (not the caller's input)."""
 
 
 class TranscriberClosed(RuntimeError):
@@ -229,11 +234,15 @@ class Transcriber:
             start = time.perf_counter()
             try:
                 if batch[0].partial:
-                    results: list[object] = list(partial_passes(self.model, [j.audio for j in batch], [j.language for j in batch]))
+                    results: list[object] = partial_passes(self.model, [j.audio for j in batch],
+                                                           [j.language for j in batch])
                 else:
                     results = [final_pass(self.model, batch[0].audio, batch[0].options)]
             except Exception as error:  # noqa: BLE001 -- each caller gets the model's failure
-                results = [error] * len(batch)
+                # Wrapped: a ValueError from inside the model is not the caller's bad input.
+                failure = TranscriptionFailed(f"the speech-to-text model failed: {error}")
+                failure.__cause__ = error
+                results = [failure] * len(batch)
             busy = time.perf_counter() - start
             with self._cond:
                 self._busy_s += busy

@@ -45,7 +45,8 @@ class VADConfig:
     silence_duration_ms: int = 500  # silence that ends speech
 
     def __post_init__(self) -> None:
-        if isinstance(self.threshold, bool) or not 0.0 <= self.threshold <= 1.0:
+        if (isinstance(self.threshold, bool) or not isinstance(self.threshold, (int, float))
+                or not 0.0 <= self.threshold <= 1.0):
             raise ValueError(f"threshold must be a number from 0.0 to 1.0, got {self.threshold!r}")
         for name in ("prefix_padding_ms", "silence_duration_ms"):
             value = getattr(self, name)

@@ -18,11 +18,13 @@ from faster_whisper.audio import pad_or_trim
 from faster_whisper.tokenizer import Tokenizer
 from faster_whisper.transcribe import get_suppressed_tokens
 
+from lyre.stt.agreement import fold
 from lyre.stt.audio import SAMPLE_RATE
 
-__all__ = ["Segment", "TranscribeOptions", "Transcript", "Word", "final_pass", "partial_passes", "partial_window"]
+__all__ = ["Segment", "TranscribeOptions", "Transcript", "Word", "final_pass", "partial_passes", "partial_window",
+           "MAX_PROMPT_CHARS"]
 
-_MAX_PROMPT_CHARS = 1000
+MAX_PROMPT_CHARS = 1000
 # The fallback ladder OpenAI's API uses when temperature is 0: retry hotter while the
 # output looks degenerate (compression ratio, mean log-probability).
 _FALLBACK_TEMPERATURES = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
@@ -51,8 +53,8 @@ class TranscribeOptions:
     def __post_init__(self) -> None:
         if not 0.0 <= self.temperature <= 1.0:
             raise ValueError(f"temperature must be between 0 and 1, got {self.temperature}")
-        if self.prompt is not None and len(self.prompt) > _MAX_PROMPT_CHARS:
-            raise ValueError(f"prompt must be at most {_MAX_PROMPT_CHARS} characters, got {len(self.prompt)}")
+        if self.prompt is not None and len(self.prompt) > MAX_PROMPT_CHARS:
+            raise ValueError(f"prompt must be at most {MAX_PROMPT_CHARS} characters, got {len(self.prompt)}")
         if self.beam_size < 1:
             raise ValueError(f"beam_size must be >= 1, got {self.beam_size}")
 
@@ -122,7 +124,8 @@ def partial_passes(model: WhisperModel, audios: list[np.ndarray], languages: lis
     sentences). Short windows invite Whisper's repetition loops, so a partial
     may repeat no 4-gram and writes at most ~6 tokens per second of audio.
     """
-    frames = partial_window(max(audio.size for audio in audios))
+    longest = max(audio.size for audio in audios)
+    frames = partial_window(longest)
     features = np.stack([pad_or_trim(model.feature_extractor(audio)[..., :-1], frames) for audio in audios])
     encoded = model.encode(features)  # (batch, frames / 2, d_model)
     if any(lang is None for lang in languages) and model.model.is_multilingual:
@@ -131,7 +134,7 @@ def partial_passes(model: WhisperModel, audios: list[np.ndarray], languages: lis
     tokenizers = [Tokenizer(model.hf_tokenizer, model.model.is_multilingual, task="transcribe",
                             language=lang or "en") for lang in languages]
     prompts = [model.get_prompt(tok, previous_tokens=[], without_timestamps=True) for tok in tokenizers]
-    seconds = max(audio.size for audio in audios) / SAMPLE_RATE
+    seconds = longest / SAMPLE_RATE
     budget = _PARTIAL_TOKENS_BASE + math.ceil(_PARTIAL_TOKENS_PER_S * seconds)
     results = model.model.generate(
         encoded, prompts, beam_size=1, max_length=min(model.max_length, max(map(len, prompts)) + budget),
@@ -149,13 +152,10 @@ def _cut_restart(text: str) -> str:
     variation ("Turn off the light's invocation Turn off the lights in the"). Speech seldom repeats
     its own first three words."""
     words = text.split()
-    head = [_fold(w) for w in words[:_RESTART_WORDS]]
+    head = [fold(w) for w in words[:_RESTART_WORDS]]
     if len(head) == _RESTART_WORDS:
         for i in range(1, len(words) - _RESTART_WORDS + 1):
-            if [_fold(w) for w in words[i : i + _RESTART_WORDS]] == head:
+            if [fold(w) for w in words[i : i + _RESTART_WORDS]] == head:
                 return " ".join(words[:i])
     return " ".join(words)
 
-
-def _fold(word: str) -> str:
-    return "".join(c for c in word.lower() if c.isalnum() or c == "'")

@@ -1,0 +1,21 @@
+"""Batch limits shared by every worker that gathers requests into batches (the codec, speech to text)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["BatchLimits"]
+
+
+@dataclass(frozen=True)
+class BatchLimits:
+    """At most ``max_batch`` items in one batch, waiting at most ``max_wait_ms`` after the oldest arrived."""
+
+    max_batch: int = 1
+    max_wait_ms: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.max_batch < 1:
+            raise ValueError(f"max_batch must be >= 1, got {self.max_batch}")
+        if self.max_wait_ms < 0:
+            raise ValueError(f"max_wait_ms must be >= 0, got {self.max_wait_ms}")
