@@ -1,9 +1,9 @@
 """SNAC decode cost per window and per emitted frame, by batch size and window width.
 
 A streaming request decodes windows of frames and keeps the middle: a
-narrow window (4 frames: 1 left context, 1 new, 2 right context) while the
-stream is barely ahead of playback, a wide one (8 frames: 1 + 5 new + 2) once
-it is ahead. For each width and batch size this times
+narrow window (1 new frame between its context: 4 frames with the default
+`WindowPolicy`) while the stream is barely ahead of playback, a wide one
+(``max_new`` new frames: 11) once it is ahead. For each width and batch size this times
 `SnacDecoder.decode_windows` with noise on, after warm-up, and prints the
 median over several runs, then the CPU batch policy the numbers imply
 (`lyre.codec.service.CPU_MAX_BATCH`).
@@ -26,9 +26,14 @@ import torch
 from lyre.codec import BatchPolicy, CodecWindow, SnacDecoder, load_snac
 from lyre.demo_model import demo_model
 from lyre.orpheus import SAMPLES_PER_FRAME, SAMPLE_RATE
+from lyre.tts import WindowPolicy
 
-# (frames in the window, kept frames [a, b)): context 1 left, 2 right.
-WIDTHS = {"narrow": (4, (1, 2)), "wide": (8, (1, 6))}
+# (frames in the window, kept frames [a, b)), as lyre's planner cuts them by default.
+_POLICY = WindowPolicy()
+WIDTHS = {
+    "narrow": (_POLICY.left + 1 + _POLICY.right, (_POLICY.left, _POLICY.left + 1)),
+    "wide": (_POLICY.left + _POLICY.max_new + _POLICY.right, (_POLICY.left, _POLICY.left + _POLICY.max_new)),
+}
 # A batch must beat single decodes by this much per window to be worth it.
 MIN_GAIN = 0.05
 
