@@ -169,3 +169,16 @@ def test_without_stt_transcriptions_are_a_clear_404_before_the_body_is_read() ->
         http.close()
     assert r.status_code == 404
     assert r.json()["error"]["message"] == "speech-to-text is not enabled on this server (start it with --stt)"
+
+
+def test_a_draining_server_refuses_uploads_before_reading_them() -> None:
+    # In process, as above; the refusal comes before the transcriber is touched, so a placeholder stands in.
+    app = create_app(ServerConfig(stt=True))
+    app.state.lyre = ServerState(config=ServerConfig(stt=True), tts=None, stt=object(),  # type: ignore[arg-type]
+                                 admission=Admission(1, 0, 1.0), metrics=Metrics(), ready=False, draining=True)
+    http = TestClient(app)  # not entered: entering would run the lifespan
+    try:
+        r = http.post(ENDPOINT, files={"file": ("speech.wav", b"RIFF")}, data={"model": "whisper-1"})
+    finally:
+        http.close()
+    assert r.status_code == 503 and r.json()["error"]["message"] == "server is shutting down"

@@ -12,6 +12,7 @@ from typing import Literal
 from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException
 
 from lyre.engine import SamplingParams
 from lyre.server.encoding import FORMATS, StreamEncoder, make_encoder
@@ -73,13 +74,14 @@ _AUDIO_TYPES = {"audio/pcm": {}, "audio/wav": {}, "audio/mpeg": {}, "audio/ogg":
     "/v1/audio/speech",
     response_class=StreamingResponse,
     responses={200: {"description": "Audio, streamed as it is made", "content": _AUDIO_TYPES},
-               404: error_doc("Text to speech is not served by this server")},
+               404: error_doc("Text to speech is not served by this server"),
+               503: error_doc("The server is shutting down")},
 )
 async def create_speech(body: SpeechRequest, request: Request) -> StreamingResponse:
     state: ServerState = request.app.state.lyre
     tts = state.require_tts()
     if state.draining:
-        raise ValueError("server is shutting down")
+        raise HTTPException(503, "server is shutting down")
     if body.speed != 1.0:
         raise ValueError(f"speed: {body.speed} is not supported; Orpheus speaks at its own rate (use 1.0)")
     if body.instructions:

@@ -65,6 +65,8 @@ class _LimitedUpload(APIRoute):
         async def limited(request: Request) -> Response:
             state: ServerState = request.app.state.lyre
             state.require_stt()
+            if state.draining:  # before the body is read: a draining server reads no upload
+                raise HTTPException(503, "server is shutting down")
             limit = state.config.stt_max_file_bytes
             length = request.headers.get("content-length", "")
             if length.isdigit() and int(length) > limit + _FORM_ROOM:
@@ -162,8 +164,6 @@ async def create_transcription(
     stt = state.require_stt()
     outcome = "error"
     try:
-        if state.draining:
-            raise HTTPException(503, "server is shutting down")
         if timestamp_granularities and response_format != "verbose_json":
             raise InvalidParam("timestamp_granularities[] needs response_format verbose_json, "
                                f"got {response_format}", "timestamp_granularities[]")
