@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from lyre.engine import SamplingParams
+    from lyre.server import ServerConfig
     from lyre.tts import TTS
 
 __all__ = ["main"]
@@ -54,6 +55,9 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-seq-len", type=int, default=2048, help="KV-cache positions per stream")
     serve.add_argument("--api-key", default=os.environ.get("LYRE_API_KEY"),
                        help="require this Bearer key (default: $LYRE_API_KEY; none: open)")
+    serve.add_argument("--voice-alias", action="append", default=[], metavar="NAME=VOICE",
+                       help="let clients call VOICE by NAME (repeatable); OpenAI's voice names (alloy, nova, ...) "
+                            "are aliases of the model's voices by default, and this overrides one")
     serve.add_argument("--engine", choices=("lyre", "naive"), default="lyre",
                        help="lyre's pipeline, or the naive baseline (transformers generate per request; "
                             "needs transformers) to compare against (default: lyre)")
@@ -170,6 +174,7 @@ def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from lyre.server import ServerConfig, create_app
+    from lyre.tts import parse_alias
 
     config = ServerConfig(
         host=args.host,
@@ -181,6 +186,7 @@ def _serve(args: argparse.Namespace) -> int:
         max_queue=args.max_queue,
         max_seq_len=args.max_seq_len,
         api_key=args.api_key or None,
+        voice_aliases=tuple(parse_alias(a) for a in args.voice_alias),
         engine=args.engine,
         tts=not args.no_tts,
         stt=args.stt or args.no_tts,
@@ -189,10 +195,23 @@ def _serve(args: argparse.Namespace) -> int:
         stt_max_file_bytes=round(args.stt_max_file_mb * 2**20),
         stt_max_sessions=args.stt_max_sessions,
     )
+    if config.tts:
+        _check_voices(config)
     # uvicorn turns SIGINT/SIGTERM into a graceful shutdown: the app stops
     # admitting, lets streams in flight finish (or ends them), then exits.
     uvicorn.run(create_app(config), host=config.host, port=config.port, log_level=args.log_level)
     return 0
+
+
+def _check_voices(config: ServerConfig) -> None:
+    """Refuse an alias to a voice the model lacks (or a bad voices.json) before loading any weights."""
+    from lyre.demo_model import or_demo
+    from lyre.model_folder import resolve
+    from lyre.tts import load_voices
+    from lyre.tts.speech import MODEL_FILES
+
+    model, _ = or_demo(config.model, config.codec)
+    load_voices(resolve(model, required=MODEL_FILES), dict(config.voice_aliases))
 
 
 def _demo_model(args: argparse.Namespace) -> int:

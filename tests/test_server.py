@@ -11,6 +11,7 @@ import wave
 from collections.abc import Iterator
 
 import httpx
+import numpy as np
 import openai
 import pytest
 
@@ -123,6 +124,33 @@ def test_voices_models_health_ready_and_metrics(server: Server) -> None:
                  "lyre_codec_windows_total", "lyre_active_streams", "lyre_queued_requests"):
         assert server.metric(name) >= 0
     assert server.metric("lyre_time_to_first_audio_seconds_count") >= 1
+
+
+def _pcm(server: Server, voice: str) -> np.ndarray:
+    r = httpx.post(f"{server.url}/v1/audio/speech", timeout=60, json={
+        "input": "Same words.", "voice": voice, "response_format": "pcm", "trim_silence": False, **SHORT})
+    assert r.status_code == 200, r.text
+    return np.frombuffer(r.content, dtype="<i2").astype(np.float64)
+
+
+def test_openai_voice_names_speak_as_the_voice_they_stand_for(server: Server) -> None:
+    listing = httpx.get(f"{server.url}/v1/audio/voices").json()["voices"]
+    aliases = {v["id"]: v["alias_of"] for v in listing if "alias_of" in v}
+    assert {"alloy", "ash", "ballad", "cedar", "coral", "echo", "fable", "marin", "nova", "onyx", "sage", "shimmer",
+            "verse"} <= set(aliases)
+    assert aliases["alloy"] == "tara" and aliases["onyx"] != "tara"
+    alloy, tara, onyx = _pcm(server, "alloy"), _pcm(server, "tara"), _pcm(server, "onyx")
+    # Same prompt and seed: the same tokens, so the same audio up to where streamed window edges fell.
+    assert len(alloy) == len(tara) > 0
+    noise = np.sum((alloy - tara) ** 2) + 1e-9
+    assert 10 * np.log10(np.sum(tara**2) / noise) > 25
+    assert len(onyx) != len(tara) or not np.array_equal(onyx, tara)  # another voice: another prompt
+
+
+def test_process_metrics_show_memory_cpu_and_file_descriptors(server: Server) -> None:
+    assert server.metric("process_resident_memory_bytes") > 50e6
+    assert server.metric("process_cpu_seconds_total") > 0
+    assert 0 < server.metric("process_open_fds") < server.metric("process_max_fds")
 
 
 def test_a_client_that_disconnects_frees_its_engine_slot(server: Server) -> None:

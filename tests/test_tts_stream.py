@@ -137,9 +137,9 @@ def test_non_finite_sampling_values_are_refused() -> None:
 
 
 def test_voices_come_from_the_model_folder(tmp_path: Path) -> None:
-    assert load_voices(tmp_path) == VOICES
+    assert load_voices(tmp_path).names == VOICES
     (tmp_path / "voices.json").write_text(json.dumps(["pierre", "amelie"]))
-    assert load_voices(tmp_path) == ("pierre", "amelie")
+    assert load_voices(tmp_path).names == ("pierre", "amelie")
     (tmp_path / "voices.json").write_text("{not json")
     with pytest.raises(ValueError, match="voices.json"):
         load_voices(tmp_path)

@@ -27,7 +27,7 @@ from lyre.server.config import ServerConfig
 from lyre.server.metrics import Metrics
 from lyre.server.state import ServerState
 from lyre.server.websocket import WEBSOCKET_PATH, router
-from lyre.tts import TTS
+from lyre.tts import TTS, Voices
 from serving import serving_in_thread
 
 FLUSH_AFTER_S = 0.5
@@ -128,6 +128,22 @@ def test_text_in_two_pieces_is_spoken_then_done(server: _Server) -> None:
     assert _metric(server, "lyre_requests_total", api="websocket", outcome="ok") == ok_before + 1
     assert _metric(server, "lyre_time_to_first_audio_seconds_count", api="websocket") >= 1
     assert _metric(server, "lyre_audio_seconds_total", api="websocket") > 0
+
+
+def test_an_openai_voice_name_is_accepted_and_keeps_the_voice_it_stands_for(server: _Server) -> None:
+    async def main() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        async with connect(server.url) as ws:
+            await ws.send(_msg("c1", "Hi.", True, voice={"mode": "id", "id": "nova"}, max_tokens=SHORT, seed=1))
+            # "nova" stands for one voice; naming that voice later is the same voice, another is refused.
+            await ws.send(_msg("c1", " There.", False, voice={"mode": "id", "id": server.state.tts.voices.resolve("nova")}))
+            first = await _until_done(ws, "c1")
+            await ws.send(_msg("c2", "Hi.", True, voice={"mode": "id", "id": "nova"}))
+            await ws.send(_msg("c2", " There.", False, voice={"mode": "id", "id": "onyx"}))
+            return first["c1"], (await _until_done(ws, "c2"))["c2"]
+
+    spoken, refused = asyncio.run(main())
+    assert len(_audio(spoken)) > 0
+    assert refused[-1]["type"] == "error" and "keeps the voice" in refused[-1]["error"]
 
 
 def test_interleaved_contexts_on_one_socket_each_finish_with_their_own_id(server: _Server) -> None:
@@ -348,6 +364,6 @@ def test_a_context_the_server_has_no_room_for_gets_an_error_and_the_socket_stays
 def test_without_max_tokens_a_context_gets_the_default_capped_to_the_server() -> None:
     # As for HTTP: the default 1200 would not fit a server with fewer positions.
     message = {"context_id": "d", "transcript": "Hi."}
-    assert msg.settings(message, ("tara",), max_tokens_limit=768).sampling.max_tokens == 768
-    assert msg.settings(message, ("tara",), max_tokens_limit=4096).sampling.max_tokens == SamplingParams.max_tokens
-    assert msg.settings({**message, "max_tokens": 70}, ("tara",), max_tokens_limit=768).sampling.max_tokens == 70
+    assert msg.settings(message, Voices(("tara",)), max_tokens_limit=768).sampling.max_tokens == 768
+    assert msg.settings(message, Voices(("tara",)), max_tokens_limit=4096).sampling.max_tokens == SamplingParams.max_tokens
+    assert msg.settings({**message, "max_tokens": 70}, Voices(("tara",)), max_tokens_limit=768).sampling.max_tokens == 70

@@ -45,9 +45,10 @@ from lyre.demo_model import or_demo
 from lyre.engine import FinishReason, SamplingParams
 from lyre.model_folder import load_tokenizer, resolve
 from lyre.orpheus import FrameAssembler, InvalidAudioToken, TextTokenizer
-from lyre.tts.speech import MODEL_FILES, check_voice, load_voices, request_sampling
+from lyre.tts.speech import MODEL_FILES, request_sampling
+from lyre.tts.voices import Voices, load_voices
 from lyre.tts.stream import TTSConfig, to_int16
-from lyre.tts.text import MAX_INPUT_CHARS, normalize
+from lyre.tts.text import normalize
 
 from lyre.baseline.generate import Generation, NaiveEngine
 from lyre.baseline.reference_decode import NaiveCodec, ReferenceWindows
@@ -157,7 +158,7 @@ class NaiveSpeechStream:
 class NaiveTTS:
     """Text to speech the naive way: a transformers generate and a sliding-window decode per request."""
 
-    def __init__(self, engine: NaiveEngine, tokenizer: TextTokenizer, codec: NaiveCodec, voices: tuple[str, ...],
+    def __init__(self, engine: NaiveEngine, tokenizer: TextTokenizer, codec: NaiveCodec, voices: Voices,
                  config: TTSConfig | None = None) -> None:
         self.engine = engine
         self.tokenizer = tokenizer
@@ -168,7 +169,7 @@ class NaiveTTS:
 
     @classmethod
     def load(cls, model: str | Path | None = None, codec: str | Path | None = None, device: str = "cpu",
-             max_input_chars: int = MAX_INPUT_CHARS, valid_audio_only: bool | None = None) -> NaiveTTS:
+             config: TTSConfig | None = None, valid_audio_only: bool | None = None) -> NaiveTTS:
         """Load model and codec folders (or hub ids); the demo model when none is named.
 
         float32 on CPU; bfloat16 on CUDA, as users load it there.
@@ -182,8 +183,9 @@ class NaiveTTS:
         dtype = torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32
         llama = LlamaForCausalLM.from_pretrained(folder, dtype=dtype).to(device).eval()
         decoder = SnacDecoder(load_snac(codec, device=device))
-        return cls(NaiveEngine(llama, valid_audio_only), load_tokenizer(folder), NaiveCodec(decoder), load_voices(folder),
-                   TTSConfig(max_input_chars=max_input_chars))
+        config = config or TTSConfig()
+        voices = load_voices(folder, dict(config.voice_aliases))
+        return cls(NaiveEngine(llama, valid_audio_only), load_tokenizer(folder), NaiveCodec(decoder), voices, config)
 
     def stream(self, text: str, voice: str | None = None, sampling: SamplingParams | None = None,
                trim: bool = True, request_id: str | None = None) -> NaiveSpeechStream:
@@ -194,7 +196,7 @@ class NaiveTTS:
         trims. ``sampling.seed`` keys only the codec noise: transformers samples
         from torch's global generator, shared by every request's thread.
         """
-        check_voice(voice, self.voices)
+        voice = self.voices.resolve(voice)
         clean = normalize(text, self.config.max_input_chars)
         prompt = orpheus.prompt_ids(self.tokenizer, clean, voice)
         return NaiveSpeechStream(self, request_id or f"naive-{next(self._ids)}", prompt, request_sampling(sampling))

@@ -1,4 +1,4 @@
-"""The server's ``/metrics`` page: a small Prometheus text-format parser and the per-level deltas.
+"""The server's ``/metrics`` page: its samples and the per-level deltas.
 
 The bench scrapes the page before and after each load level; the difference
 of the counters says what the server did for that level's requests (warm-up
@@ -9,16 +9,12 @@ expose comes out as None ("absent"), never as an error.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
-__all__ = ["Samples", "parse_metrics", "server_deltas"]
+from prometheus_client.parser import text_string_to_metric_families
 
-# name{label="value",...} value [timestamp]
-_SAMPLE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>.*)\})?\s+(?P<value>\S+)(?:\s+\S+)?$")
-_LABEL = re.compile(r'\s*(?P<key>[a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"(?P<value>(?:[^"\\]|\\.)*)"\s*,?')
-_UNESCAPE = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
+__all__ = ["Samples", "parse_metrics", "server_deltas"]
 
 Labels = tuple[tuple[str, str], ...]  # sorted (key, value) pairs
 
@@ -42,37 +38,22 @@ class Samples:
         return iter(self.values)
 
 
-def _labels(text: str) -> Labels:
-    pairs = []
-    pos = 0
-    while pos < len(text):
-        match = _LABEL.match(text, pos)
-        if match is None:
-            if text[pos:].strip():
-                raise ValueError(f"malformed labels: {{{text}}}")
-            break
-        value = re.sub(r"\\.", lambda m: _UNESCAPE.get(m.group(0), m.group(0)), match["value"])
-        pairs.append((match["key"], value))
-        pos = match.end()
-    return tuple(sorted(pairs))
-
-
 def parse_metrics(text: str) -> Samples:
-    """Parse a Prometheus text-format page (comments and unparsable lines are skipped)."""
+    """Parse a Prometheus text-format page with prometheus-client's parser.
+
+    Line by line, so that one line the parser refuses is skipped rather than
+    losing the page; comments (HELP, TYPE) carry nothing the deltas need.
+    """
     values: dict[str, dict[Labels, float]] = {}
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        match = _SAMPLE.match(line)
-        if match is None:
+    for line in text.splitlines():
+        if not line.strip() or line.lstrip().startswith("#"):
             continue
         try:
-            value = float(match["value"])  # also "+Inf", "-Inf", "NaN"
-            labels = _labels(match["labels"] or "")
+            families = list(text_string_to_metric_families(line + "\n"))
         except ValueError:
             continue
-        values.setdefault(match["name"], {})[labels] = value
+        for sample in (s for family in families for s in family.samples):
+            values.setdefault(sample.name, {})[tuple(sorted(sample.labels.items()))] = sample.value
     return Samples(values)
 
 

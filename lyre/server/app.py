@@ -45,13 +45,14 @@ STT_MODEL_ID = STT_DEFAULT_MODEL  # what OpenAI's clients ask for
 
 
 def _load(config: ServerConfig) -> TTS | NaiveTTS:
+    tts_config = TTSConfig(max_input_chars=config.max_input_chars, voice_aliases=config.voice_aliases)
     if config.engine == "naive":
         # Needs transformers: imported only when asked for.
         from lyre.baseline import NaiveTTS
 
-        return NaiveTTS.load(config.model, config.codec, config.device, config.max_input_chars)
+        return NaiveTTS.load(config.model, config.codec, config.device, tts_config)
     engine = EngineConfig(max_batch=config.max_streams, max_seq_len=config.max_seq_len, device=config.device)
-    return TTS.load(config.model, config.codec, engine, TTSConfig(max_input_chars=config.max_input_chars))
+    return TTS.load(config.model, config.codec, engine, tts_config)
 
 
 def _load_stt(config: ServerConfig) -> Transcriber:
@@ -136,8 +137,9 @@ def create_app(config: ServerConfig, tts: TTS | None = None) -> FastAPI:
 
     @app.get("/v1/audio/voices", responses={404: error_doc("Text to speech is not served by this server")})
     async def voices(request: Request) -> dict[str, list[dict[str, str]]]:
+        """The model's voices, then OpenAI's voice names with the voice each one stands for (``alias_of``)."""
         tts = request.app.state.lyre.require_tts()
-        return {"voices": [{"id": v, "name": v} for v in tts.voices]}
+        return {"voices": tts.voices.listing()}
 
     @app.get("/v1/models")
     async def models(request: Request) -> dict[str, object]:

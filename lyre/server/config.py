@@ -25,6 +25,8 @@ class ServerConfig:
     max_seq_len: int = 2048
     max_input_chars: int = 4096
     api_key: str | None = None
+    # (alias, voice) pairs over the default OpenAI-name aliases and voices.json's (--voice-alias NAME=VOICE).
+    voice_aliases: tuple[tuple[str, str], ...] = ()
     ws_max_contexts: int = 16  # open contexts per WebSocket
     ws_max_message_bytes: int = 64 * 1024
     ws_idle_timeout_s: float = 60.0  # a context with no new text and nothing to speak is closed

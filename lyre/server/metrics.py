@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -104,3 +104,5 @@ class Metrics:
             "lyre_transcription_seconds", "Transcription request received to response ready, successful ones",
             buckets=_TRANSCRIPTION_BUCKETS, registry=r)
         r.register(_StatsCollector(engine_stats, codec_stats, stt_stats))
+        # process_resident_memory_bytes, process_cpu_seconds_total, process_open_fds, ...: a leak shows here.
+        ProcessCollector(registry=r)

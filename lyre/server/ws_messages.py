@@ -9,6 +9,7 @@ from typing import Any
 from lyre import orpheus
 from lyre.engine import EngineFull, SamplingParams
 from lyre.server.admission import Overloaded
+from lyre.tts import Voices
 
 __all__ = ["OUTPUT_FORMAT", "ContextError", "Settings", "check_output_format", "describe", "settings", "voice_of"]
 
@@ -34,16 +35,19 @@ class Settings:
     trim: bool
 
 
-def voice_of(message: dict[str, Any], voices: tuple[str, ...]) -> str | None:
-    """The voice of ``{"mode": "id", "id": NAME}`` (or a bare name)."""
+def voice_of(message: dict[str, Any], voices: Voices) -> str | None:
+    """The model voice of ``{"mode": "id", "id": NAME}`` (or a bare name); NAME may be an alias."""
     voice = message.get("voice")
     if isinstance(voice, dict):
         if voice.get("mode", "id") != "id":
             raise ContextError(f"voice mode {voice.get('mode')!r} is not supported; use mode 'id'")
         voice = voice.get("id")
-    if voice is not None and (not isinstance(voice, str) or voice not in voices):
-        raise ContextError(f"unknown voice {voice!r}; this model has: {', '.join(voices)}")
-    return voice
+    if voice is not None and not isinstance(voice, str):
+        raise ContextError(f"voice id must be a string, got {voice!r}")
+    try:
+        return voices.resolve(voice)
+    except ValueError as exc:
+        raise ContextError(str(exc)) from None
 
 
 def check_output_format(value: object) -> None:
@@ -55,7 +59,7 @@ def check_output_format(value: object) -> None:
                                 f"encoding 'pcm_s16le', sample_rate {orpheus.SAMPLE_RATE}")
 
 
-def settings(message: dict[str, Any], voices: tuple[str, ...], max_tokens_limit: int) -> Settings:
+def settings(message: dict[str, Any], voices: Voices, max_tokens_limit: int) -> Settings:
     """A context's settings, from its first message; an unset max_tokens is the default, capped
     at the server's limit (as for HTTP), so a small --max-seq-len does not refuse every context."""
     extras = {name: message[name] for name in _SAMPLING_FIELDS if name in message}

@@ -21,10 +21,11 @@ from lyre.demo_model import or_demo
 from lyre.engine import Engine, EngineConfig, FinishReason, RequestStream, SamplingParams
 from lyre.model_folder import load_tokenizer, resolve
 from lyre.orpheus import FrameAssembler, TextTokenizer
-from lyre.tts.speech import AUDIO_CONSTRAINT, MODEL_FILES, check_voice, load_voices, request_sampling
+from lyre.tts.speech import AUDIO_CONSTRAINT, MODEL_FILES, request_sampling
 from lyre.tts.segments import split_segments
 from lyre.tts.text import DEFAULT_SEGMENT_CHARS, MAX_INPUT_CHARS, normalize
 from lyre.tts.trim import LeadingSilenceTrimmer, TrimConfig
+from lyre.tts.voices import Voices, load_voices
 from lyre.tts.windows import WindowPlanner, WindowPolicy
 
 __all__ = ["SpeechStream", "TTS", "TTSConfig", "to_int16"]
@@ -40,6 +41,8 @@ class TTSConfig:
     trim: TrimConfig = field(default_factory=TrimConfig)
     # Later segments keep a longer pad: a natural pause between sentences.
     segment_trim: TrimConfig = field(default_factory=lambda: TrimConfig(pad_ms=150.0))
+    # (alias, voice) pairs over the defaults and voices.json's aliases, e.g. (("alloy", "leah"),).
+    voice_aliases: tuple[tuple[str, str], ...] = ()
 
 
 def to_int16(pcm: np.ndarray) -> np.ndarray:
@@ -165,7 +168,7 @@ class SpeechStream:
 class TTS:
     """Text to speech for many concurrent requests: one engine, one codec service."""
 
-    def __init__(self, engine: Engine, tokenizer: TextTokenizer, codec: CodecService, voices: tuple[str, ...],
+    def __init__(self, engine: Engine, tokenizer: TextTokenizer, codec: CodecService, voices: Voices,
                  config: TTSConfig | None = None) -> None:
         self.engine = engine
         self.tokenizer = tokenizer
@@ -180,9 +183,9 @@ class TTS:
              codec_policy: BatchPolicy | None = None) -> TTS:
         """Load model and codec folders (or hub ids); the demo model when none is named."""
         model, codec = or_demo(model, codec)
-        engine_config = engine_config or EngineConfig()
+        engine_config, config = engine_config or EngineConfig(), config or TTSConfig()
         folder = resolve(model, required=MODEL_FILES)
-        voices = load_voices(folder)
+        voices = load_voices(folder, dict(config.voice_aliases))
         tokenizer = load_tokenizer(folder)
         decoder = SnacDecoder(load_snac(codec, device=engine_config.device))
         engine = Engine.from_folder(folder, engine_config)
@@ -193,10 +196,12 @@ class TTS:
                trim: bool = True, request_id: str | None = None) -> SpeechStream:
         """Speak ``text``; iterate the result for int16 PCM chunks as they are made.
 
-        Raises ValueError (naming what was wrong) for empty or over-long text,
-        an unknown voice, or bad sampling values, before any work starts.
+        ``voice`` is one of the model's voices or an alias of one (None: no
+        voice in the prompt). Raises ValueError (naming what was wrong) for
+        empty or over-long text, an unknown voice, or bad sampling values,
+        before any work starts.
         """
-        check_voice(voice, self.voices)
+        voice = self.voices.resolve(voice)
         clean = normalize(text, self.config.max_input_chars)
         prompts = [orpheus.prompt_ids(self.tokenizer, s, voice) for s in split_segments(clean, self.config.segment_chars)]
         params = request_sampling(sampling)
