@@ -20,13 +20,23 @@ import struct
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from fractions import Fraction
+from typing import TYPE_CHECKING
 
-import av
 import numpy as np
+
+if TYPE_CHECKING:
+    import av
 
 __all__ = ["FORMATS", "StreamEncoder", "UnsupportedFormat", "make_encoder"]
 
 FORMATS: tuple[str, ...] = ("pcm", "wav", "mp3", "opus", "flac", "aac", "mulaw", "alaw")
+
+
+def _av():  # type: ignore[no-untyped-def]
+    """PyAV, imported by the first encoder that needs FFmpeg: pcm and wav never load it."""
+    import av
+
+    return av
 
 DEFAULT_SAMPLE_RATE = 24_000  # Orpheus (SNAC) output
 TELEPHONY_SAMPLE_RATE = 8_000  # G.711, what Twilio-style media streams carry
@@ -119,7 +129,7 @@ class StreamEncoder(ABC):
     def _frame(self, pcm: np.ndarray) -> av.AudioFrame:
         """Wrap ``pcm`` as a PyAV frame stamped with its position in the stream."""
         planar = np.ascontiguousarray(pcm).reshape(1, -1)  # (1, n): one channel plane
-        frame = av.AudioFrame.from_ndarray(planar, format="s16", layout="mono")
+        frame = _av().AudioFrame.from_ndarray(planar, format="s16", layout="mono")
         frame.sample_rate = self.input_rate
         frame.pts = self._samples_in
         frame.time_base = Fraction(1, self.input_rate)
@@ -179,6 +189,7 @@ class _G711Encoder(StreamEncoder):
         self.sample_rate = TELEPHONY_SAMPLE_RATE
         # One resampler for the whole stream: its filter history carries over
         # chunk edges, so there are no clicks where chunks meet.
+        av = _av()
         self._resampler = av.AudioResampler(format="s16", layout="mono", rate=self.sample_rate)
         self._codec = av.CodecContext.create(codec, "w")
         self._codec.sample_rate = self.sample_rate
@@ -246,7 +257,7 @@ class _MuxedEncoder(StreamEncoder):
         self.content_type = spec.content_type
         self.sample_rate = _output_rate(spec.codec, input_rate)
         self._sink = _ByteSink()
-        self._container = av.open(
+        self._container = _av().open(
             self._sink, mode="w", format=spec.container, container_options=spec.container_options
         )
         # PyAV converts sample format and rate, and regroups samples into the
@@ -267,7 +278,7 @@ class _MuxedEncoder(StreamEncoder):
 
 def _output_rate(codec: str, input_rate: int) -> int:
     """Keep the input rate when the codec takes it, else use its highest rate."""
-    rates = av.codec.Codec(codec, "w").audio_rates  # None: any rate
+    rates = _av().codec.Codec(codec, "w").audio_rates  # None: any rate
     if not rates or input_rate in rates:
         return input_rate
     return max(rates)

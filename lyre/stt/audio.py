@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import io
+from typing import TYPE_CHECKING
 
-import av
 import numpy as np
-from faster_whisper.audio import decode_audio
+
+if TYPE_CHECKING:
+    import av
 
 __all__ = ["SAMPLE_RATE", "AudioError", "PcmResampler", "decode_file"]
 
@@ -21,6 +23,9 @@ def decode_file(data: bytes, name: str = "file") -> np.ndarray:
     """Decode an audio file (wav, mp3, flac, ogg, webm, m4a, ...) to float32 16 kHz mono, shape (samples,)."""
     if not data:
         raise AudioError(f"{name} is empty")
+    import av  # PyAV and faster-whisper load when audio is first decoded, not with the server
+    from faster_whisper.audio import decode_audio
+
     try:
         audio = decode_audio(io.BytesIO(data), sampling_rate=SAMPLE_RATE)
     except (av.error.FFmpegError, ValueError, IndexError) as error:
@@ -37,6 +42,9 @@ class PcmResampler:
         if not 8_000 <= rate <= 48_000:
             raise AudioError(f"sample rate must be 8000..48000 Hz, got {rate}")
         self.rate = rate
+        import av
+
+        self._av = av
         self._resampler = (
             None if rate == SAMPLE_RATE else av.AudioResampler(format="flt", layout="mono", rate=SAMPLE_RATE)
         )
@@ -51,7 +59,7 @@ class PcmResampler:
             return samples.astype(np.float32) / 32768.0
         if samples.size == 0:
             return np.zeros(0, np.float32)
-        frame = av.AudioFrame.from_ndarray(samples.reshape(1, -1), format="s16", layout="mono")
+        frame = self._av.AudioFrame.from_ndarray(samples.reshape(1, -1), format="s16", layout="mono")
         frame.sample_rate = self.rate
         frame.pts = self._pts
         self._pts += samples.size

@@ -30,13 +30,17 @@ from collections import deque
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-from faster_whisper import WhisperModel
 
 from lyre.batching import BatchLimits
 from lyre.stt.audio import SAMPLE_RATE
 from lyre.stt.model import resolve_whisper
 from lyre.stt.whisper import TranscribeOptions, Transcript, final_pass, partial_passes
+
+if TYPE_CHECKING:
+    from faster_whisper import WhisperModel
 
 __all__ = [
     "MAX_PARTIAL_SECONDS",
@@ -150,6 +154,8 @@ class Transcriber:
 
     @classmethod
     def load(cls, model: str | os.PathLike[str] | None = None, config: STTConfig | None = None) -> Transcriber:
+        from faster_whisper import WhisperModel  # with CTranslate2: loaded only by servers that transcribe
+
         config = config or STTConfig()
         folder = resolve_whisper(model)
         device, _, index = config.device.partition(":")

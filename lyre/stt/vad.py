@@ -22,8 +22,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-from faster_whisper.vad import SileroVADModel, get_vad_model
+
+if TYPE_CHECKING:
+    from faster_whisper.vad import SileroVADModel
 
 from lyre.stt.audio import SAMPLE_RATE
 
@@ -85,7 +89,11 @@ class StreamingVAD:
         self.config = config
         self.speaking = False
         self.position = origin  # stream position of the next window's first sample
-        self._model = model or get_vad_model()
+        if model is None:
+            from faster_whisper.vad import get_vad_model  # onnxruntime loads with the first session
+
+            model = get_vad_model()
+        self._model = model
         self._neg_threshold = max(config.threshold - _HYSTERESIS, 0.01)
         self._h = np.zeros(_STATE, np.float32)
         self._c = np.zeros(_STATE, np.float32)

@@ -12,11 +12,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-from faster_whisper import WhisperModel
-from faster_whisper.audio import pad_or_trim
-from faster_whisper.tokenizer import Tokenizer
-from faster_whisper.transcribe import get_suppressed_tokens
+
+if TYPE_CHECKING:  # faster-whisper (and CTranslate2) load with the first pass, not with the server
+    from faster_whisper import WhisperModel
 
 from lyre.stt.agreement import fold
 from lyre.stt.audio import SAMPLE_RATE
@@ -115,6 +116,10 @@ def partial_window(samples: int) -> int:
 
 
 def partial_passes(model: WhisperModel, audios: list[np.ndarray], languages: list[str | None]) -> list[str]:
+    from faster_whisper.audio import pad_or_trim
+    from faster_whisper.tokenizer import Tokenizer
+    from faster_whisper.transcribe import get_suppressed_tokens
+
     """One greedy, timestamp-free decode of each audio (at most 30 s), all in one encoder and decoder batch.
 
     Whisper's final passes encode 30 s windows whatever the audio. A partial
