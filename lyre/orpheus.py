@@ -20,6 +20,7 @@ __all__ = [
     "END_OF_HUMAN",
     "END_OF_SPEECH",
     "EOT",
+    "FRAME_SECONDS",
     "FRAME_TOKENS",
     "PAD",
     "SAMPLES_PER_FRAME",
@@ -64,6 +65,7 @@ CODEBOOK_SIZE = 4096
 FRAME_TOKENS = 7
 SAMPLE_RATE = 24000
 SAMPLES_PER_FRAME = 2048  # one coarse SNAC frame: 85.33 ms
+FRAME_SECONDS = SAMPLES_PER_FRAME / SAMPLE_RATE
 # Tokens the model must emit per second of audio to keep up with playback.
 TOKENS_PER_SECOND = FRAME_TOKENS * SAMPLE_RATE / SAMPLES_PER_FRAME  # ~82.03
 

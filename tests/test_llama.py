@@ -1,4 +1,4 @@
-"""The compact Llama matches transformers' LlamaForCausalLM on the demo model."""
+"""The compact Llama matches transformers' LlamaForCausalLM on the demo model, through every attention path."""
 
 from __future__ import annotations
 
@@ -7,65 +7,112 @@ import torch
 from transformers import LlamaForCausalLM
 
 from lyre.demo_model import DemoPaths
+from lyre.engine.attention import DecodeRows, FlexBlocks, PrefillAttention, decode_context
 from lyre.engine.kv_cache import KVCache
 from lyre.engine.llama import Llama
 from lyre.engine.loader import load_llama
 
 ATOL = 1e-4
+SEQ = 128
 PROMPT = [128259, 128000, 83, 5169, 25, 22691, 1070, 13, 128009, 128260, 128261, 128257]
+IN_PLACE = ("gather", "sdpa")  # flex compiles for ~20 s on a CPU: its own test below
 
 
 @pytest.fixture(scope="module")
 def models(demo: DemoPaths) -> tuple[Llama, LlamaForCausalLM]:
-    ours = load_llama(demo.model, max_seq_len=64, device="cpu", dtype="float32")
+    ours = load_llama(demo.model, max_seq_len=SEQ, device="cpu", dtype="float32")
     theirs = LlamaForCausalLM.from_pretrained(demo.model, dtype=torch.float32).eval()
     return ours, theirs
 
 
-def _cache(model: Llama, slots: int = 2) -> KVCache:
-    return KVCache(model.config, slots, 64, torch.float32, torch.device("cpu"))
+def _cache(model: Llama, slots: int = 4) -> KVCache:
+    return KVCache(model.config, slots, SEQ, torch.float32, torch.device("cpu"))
+
+
+def _prefill(model: Llama, cache: KVCache, prompts: list[list[int]], slots: list[int]) -> torch.Tensor:
+    """Right-padded prompts into ``slots`` -> hidden states (B, T, H)."""
+    width = max(map(len, prompts))
+    tokens = torch.tensor([p + [0] * (width - len(p)) for p in prompts])
+    positions = torch.arange(width).expand(len(prompts), width)
+    return model(tokens, positions, PrefillAttention(cache, torch.tensor(slots), positions))
+
+
+def _decode(model: Llama, cache: KVCache, backend: str, tokens: list[int], positions: list[int], slots: list[int],
+            blocks: FlexBlocks | None = None) -> torch.Tensor:
+    """One token per row -> logits (B, V)."""
+    slot_t, pos_t = torch.tensor(slots), torch.tensor(positions)
+    lengths = torch.zeros(cache.slots + 1, dtype=torch.int32)
+    lengths[slot_t] = (pos_t + 1).to(torch.int32)
+    context = decode_context(backend, cache, DecodeRows(slot_t, pos_t, lengths), n_slots=max(slots) + 1,
+                             key_len=max(positions) + 1, blocks=blocks)
+    return model.logits(model(torch.tensor(tokens)[:, None], pos_t[:, None], context)[:, 0])
 
 
 @torch.inference_mode()
 def test_prefill_logits_match(models: tuple[Llama, LlamaForCausalLM]) -> None:
     ours, theirs = models
-    tokens = torch.tensor([PROMPT])
-    positions = torch.arange(len(PROMPT))[None]
-    hidden = ours(tokens, positions, torch.tensor([0]), _cache(ours))
-    got = ours.logits(hidden[0])
-    want = theirs(tokens).logits[0].float()
+    got = ours.logits(_prefill(ours, _cache(ours), [PROMPT], [0])[0])
+    want = theirs(torch.tensor([PROMPT])).logits[0].float()
     assert got.shape == want.shape == (len(PROMPT), 156940)
     torch.testing.assert_close(got, want, atol=ATOL, rtol=0)
 
 
 @torch.inference_mode()
-def test_cached_decode_logits_match(models: tuple[Llama, LlamaForCausalLM]) -> None:
+def test_a_right_padded_prefill_matches_each_prompt_alone(models: tuple[Llama, LlamaForCausalLM]) -> None:
+    ours, theirs = models
+    short = PROMPT[:5]
+    hidden = _prefill(ours, _cache(ours), [short, PROMPT], [2, 0])
+    want = theirs(torch.tensor([short])).logits[0].float()
+    torch.testing.assert_close(ours.logits(hidden[0, : len(short)]), want, atol=ATOL, rtol=0)
+
+
+@pytest.mark.parametrize("backend", IN_PLACE)
+@torch.inference_mode()
+def test_cached_decode_logits_match(models: tuple[Llama, LlamaForCausalLM], backend: str) -> None:
     ours, theirs = models
     cache = _cache(ours)
-    slot = torch.tensor([1])  # not slot 0: the slot index must not matter
-    ours(torch.tensor([PROMPT]), torch.arange(len(PROMPT))[None], slot, cache)
+    _prefill(ours, cache, [PROMPT], [1])  # not slot 0: the slot index must not matter
     out = theirs(torch.tensor([PROMPT]), use_cache=True)
     past = out.cache
     for step, token in enumerate([130000, 135000, 140000, 145000, 150000]):
-        pos = len(PROMPT) + step
-        got = ours.logits(ours(torch.tensor([[token]]), torch.tensor([[pos]]), slot, cache)[:, 0])
+        got = _decode(ours, cache, backend, [token], [len(PROMPT) + step], [1])
         out = theirs(torch.tensor([[token]]), cache=past, use_cache=True)
         past = out.cache
         torch.testing.assert_close(got, out.logits[:, -1].float(), atol=ATOL, rtol=0)
 
 
+@pytest.mark.parametrize("backend", IN_PLACE)
 @torch.inference_mode()
-def test_batched_decode_of_different_lengths_matches_each_alone(models: tuple[Llama, LlamaForCausalLM]) -> None:
+def test_a_batch_of_very_different_lengths_matches_each_alone(models: tuple[Llama, LlamaForCausalLM],
+                                                              backend: str) -> None:
     ours, theirs = models
     cache = _cache(ours)
-    short, long = PROMPT[:6], PROMPT
-    ours(torch.tensor([short]), torch.arange(6)[None], torch.tensor([0]), cache)
-    ours(torch.tensor([long]), torch.arange(len(long))[None], torch.tensor([1]), cache)
-    nxt = torch.tensor([[131000], [132000]])
-    positions = torch.tensor([[6], [len(long)]])
-    got = ours.logits(ours(nxt, positions, torch.tensor([0, 1]), cache)[:, 0])
-    for row, prompt in enumerate((short, long)):
-        want = theirs(torch.tensor([prompt + [int(nxt[row, 0])]])).logits[0, -1].float()
+    long = (PROMPT * 10)[:100]
+    prompts = {3: PROMPT[:2], 0: long, 2: PROMPT}  # slot -> prompt; slot 1 stays free (stale keys there)
+    for slot, prompt in prompts.items():
+        _prefill(ours, cache, [prompt], [slot])
+    slots = list(prompts)
+    nxt = [131000, 132000, 133000]
+    got = _decode(ours, cache, backend, nxt, [len(prompts[s]) for s in slots], slots)
+    for row, slot in enumerate(slots):
+        want = theirs(torch.tensor([prompts[slot] + [nxt[row]]])).logits[0, -1].float()
+        torch.testing.assert_close(got[row], want, atol=ATOL, rtol=0)
+
+
+@pytest.mark.slow
+@torch.inference_mode()
+def test_flex_attention_reads_the_cache_in_place_and_matches(models: tuple[Llama, LlamaForCausalLM]) -> None:
+    ours, theirs = models
+    cache = _cache(ours)
+    blocks = FlexBlocks(cache.slots + 1, SEQ, torch.device("cpu"))
+    prompts = {2: PROMPT, 0: (PROMPT * 11)[:127]}  # the second ends one key short of a whole block
+    for slot, prompt in prompts.items():
+        _prefill(ours, cache, [prompt], [slot])
+    slots = list(prompts)
+    got = _decode(ours, cache, "flex", [131000, 132000], [len(prompts[s]) for s in slots], slots, blocks)
+    assert blocks.full.view(-1).tolist()[:3] == [1, 0, 0] and blocks.partial.view(-1).tolist()[:3] == [0, 0, 1]
+    for row, slot in enumerate(slots):
+        want = theirs(torch.tensor([prompts[slot] + [[131000, 132000][row]]])).logits[0, -1].float()
         torch.testing.assert_close(got[row], want, atol=ATOL, rtol=0)
 
 

@@ -5,7 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["EngineConfig", "LlamaConfig", "RopeScaling"]
+__all__ = ["ATTENTION_BACKENDS", "EngineConfig", "LlamaConfig", "RopeScaling"]
+
+# Also in lyre.engine.attention, which needs torch; kept here so the config stays plain.
+ATTENTION_BACKENDS = ("gather", "sdpa", "flex")
 
 
 @dataclass(frozen=True)
@@ -94,6 +97,14 @@ class EngineConfig:
     device: str = "cpu"
     dtype: str | None = None  # None: float32 on CPU, bfloat16 on CUDA
     seed: int | None = None  # seeds requests that bring no seed of their own
+    # How decode attention reads the KV cache: "sdpa" in place, "flex" in place reading only live
+    # blocks (compiled FlexAttention), or "gather" (copies every row's K/V each step; for comparison).
+    # None: sdpa on CPU; gather on CUDA until a GPU run has shown the in-place paths' tokens equal it.
+    attention: str | None = None
+    # Replay decode steps from CUDA graphs captured per batch bucket (CUDA only). Opt-in until a GPU
+    # run has shown their tokens equal eager decoding's.
+    cuda_graphs: bool = False
+    quantize: str | None = None  # "fp8": e4m3 weights with per-channel scales for the projections
 
     def __post_init__(self) -> None:
         for name in ("max_batch", "max_seq_len", "max_waiting"):
@@ -102,6 +113,19 @@ class EngineConfig:
                 raise ValueError(f"EngineConfig.{name} must be a positive integer, got {value!r}")
         if self.dtype not in (None, "float32", "bfloat16", "float16"):
             raise ValueError(f"EngineConfig.dtype must be float32, bfloat16 or float16, got {self.dtype!r}")
+        if self.attention not in (None, *ATTENTION_BACKENDS):
+            raise ValueError(f"EngineConfig.attention must be one of {', '.join(ATTENTION_BACKENDS)}, "
+                             f"got {self.attention!r}")
+        if self.cuda_graphs and not self.device.startswith("cuda"):
+            raise ValueError(f"EngineConfig.cuda_graphs needs a CUDA device, got {self.device!r}")
+        if self.quantize not in (None, "fp8"):
+            raise ValueError(f"EngineConfig.quantize must be None or 'fp8', got {self.quantize!r}")
+
+    @property
+    def resolved_attention(self) -> str:
+        if self.attention is not None:
+            return self.attention
+        return "gather" if self.device.startswith("cuda") else "sdpa"
 
     @property
     def resolved_dtype(self) -> str:

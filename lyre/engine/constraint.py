@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-__all__ = ["Constraint", "PeriodicConstraint", "TokenSlice"]
+__all__ = ["Constraint", "PeriodicConstraint", "SliceFamily", "TokenSlice"]
 
 
 @dataclass(frozen=True)
@@ -35,10 +35,38 @@ class TokenSlice:
         return self.stop - self.start + len(self.extra)
 
 
+@dataclass(frozen=True)
+class SliceFamily:
+    """The shape every slice of one constraint shares, so a fixed-shape step can sample any of them.
+
+    Each slice is ``width`` consecutive ids starting inside ``[lo, hi)``,
+    plus some of ``extras``. A step projects onto all of ``[lo, hi)`` and
+    ``extras`` once, then takes each row's own ``width`` columns and masks the
+    extras it may not use.
+    """
+
+    lo: int
+    hi: int
+    width: int
+    extras: tuple[int, ...] = ()
+
+    def place(self, allowed: TokenSlice) -> tuple[int, tuple[bool, ...]]:
+        """``allowed`` as (offset of its first id from ``lo``, which extras it allows)."""
+        if allowed.size - len(allowed.extra) != self.width or not self.lo <= allowed.start <= self.hi - self.width:
+            raise ValueError(f"slice {allowed} is not of this family ({self})")
+        if not set(allowed.extra) <= set(self.extras):
+            raise ValueError(f"slice {allowed} allows ids outside the family's extras {self.extras}")
+        return allowed.start - self.lo, tuple(e in allowed.extra for e in self.extras)
+
+
 class Constraint(Protocol):
     """Anything that names the allowed slice for the n-th generated token."""
 
     def allowed(self, n_generated: int) -> TokenSlice: ...
+
+    @property
+    def family(self) -> SliceFamily | None:
+        """The shape all its slices share, or None when they differ in width (then steps sample eagerly)."""
 
 
 class PeriodicConstraint:
@@ -58,6 +86,14 @@ class PeriodicConstraint:
     @property
     def period(self) -> int:
         return len(self._plain)
+
+    @property
+    def family(self) -> SliceFamily | None:
+        widths = {band.stop - band.start for band in self._plain}
+        if len(widths) != 1:
+            return None
+        return SliceFamily(min(b.start for b in self._plain), max(b.stop for b in self._plain), widths.pop(),
+                           self._boundary.extra)
 
     def allowed(self, n_generated: int) -> TokenSlice:
         k = n_generated % len(self._plain)

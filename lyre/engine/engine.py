@@ -1,6 +1,6 @@
 """The engine: one loop that serves every request, off the asyncio event loop.
 
-``generate()`` returns an async iterator of token ids; ``abort()`` ends a
+``generate()`` returns a `RequestStream` of token ids; ``abort()`` ends a
 request at the next step. Inside, a worker thread repeats one step:
 take new submissions and aborts, schedule, run the model, hand tokens back.
 """
@@ -12,100 +12,46 @@ import itertools
 import secrets
 import threading
 import time
-from collections import defaultdict, deque
+import weakref
+from collections import deque
 from pathlib import Path
 
 from lyre.engine.config import EngineConfig
-from lyre.engine.constraint import Constraint
+from lyre.engine.constraint import Constraint, SliceFamily
+from lyre.engine.fp8 import quantize_fp8
 from lyre.engine.loader import load_llama
 from lyre.engine.llama import Llama
-from lyre.engine.runner import ModelRunner
+from lyre.engine.runner import ModelRunner, Runner
 from lyre.engine.sampling import SamplingParams
-from lyre.engine.scheduler import Scheduler
+from lyre.engine.scheduler import ScheduledBatch, Scheduler
 from lyre.engine.sequence import FinishReason, Request
 from lyre.engine.stats import EngineStats, StatsRecorder
+from lyre.engine.stream import RequestStream
+from lyre.loops import call_soon_per_loop
 
 __all__ = ["Engine", "RequestStream"]
-
-_END = object()  # marks the end of a request's token stream
-
-
-class RequestStream:
-    """Async iterator over one request's tokens. Closing it aborts the request."""
-
-    def __init__(self, engine: Engine, req: Request) -> None:
-        self._engine = engine
-        self._req = req
-        self._items: deque[object] = deque()
-        self._arrived = asyncio.Event()
-        self._loop = asyncio.get_running_loop()
-
-    @property
-    def request_id(self) -> str:
-        return self._req.request_id
-
-    @property
-    def finish_reason(self) -> FinishReason | None:
-        """Why the request ended, once it has."""
-        return self._req.finish_reason
-
-    @property
-    def request(self) -> Request:
-        return self._req
-
-    def __aiter__(self) -> RequestStream:
-        return self
-
-    async def __anext__(self) -> int:
-        while not self._items:
-            self._arrived.clear()
-            try:
-                await self._arrived.wait()
-            except asyncio.CancelledError:
-                self._engine.abort(self.request_id)
-                raise
-        item = self._items[0]
-        if item is _END:
-            raise StopAsyncIteration  # _END stays: the stream stays exhausted
-        self._items.popleft()
-        if isinstance(item, BaseException):
-            raise item
-        assert isinstance(item, int)
-        return item
-
-    def take_ready(self) -> list[int]:
-        """The tokens already made and not yet taken, without waiting."""
-        tokens = []
-        while self._items and isinstance(self._items[0], int):
-            tokens.append(self._items.popleft())
-        return tokens
-
-    async def aclose(self) -> None:
-        """Stop consuming: the engine frees the request's slot at its next step."""
-        self._engine.abort(self.request_id)
-
-    async def __aenter__(self) -> RequestStream:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
-
-    def _deliver(self, items: list[object]) -> None:
-        self._items.extend(items)
-        self._arrived.set()
-
 
 class Engine:
     """Continuous-batching generation over a preallocated KV cache."""
 
-    def __init__(self, model: Llama, config: EngineConfig) -> None:
+    def __init__(self, model: Llama | None, config: EngineConfig, family: SliceFamily | None = None,
+                 *, runner: Runner | None = None) -> None:
+        """``family``: the constraint family most requests use; fixed-shape (graph) steps serve rows of
+        that family (None: unconstrained rows), any other step runs eagerly. ``runner`` replaces the
+        `ModelRunner` built from ``model`` (a test or the host-overhead benchmark; ``model`` is then None)."""
         self.config = config
-        self.model_config = model.config
-        self.runner = ModelRunner(model, config)
+        if runner is None:
+            if model is None:
+                raise ValueError("an engine needs a model or a runner")
+            if config.quantize == "fp8":
+                quantize_fp8(model)
+            runner = ModelRunner(model, config, family)
+        self.runner: Runner = runner
         self.scheduler = Scheduler(config.max_batch, config.max_seq_len, config.max_waiting)
         self.recorder = StatsRecorder()
-        self._streams: dict[str, RequestStream] = {}
-        self._outbox: list[tuple[RequestStream, list[object]]] = []
+        # Weak: a stream nobody holds is collected, and its finalizer aborts the request.
+        self._streams: weakref.WeakValueDictionary[str, RequestStream] = weakref.WeakValueDictionary()
+        self._outbox: list[tuple[asyncio.AbstractEventLoop, _Delivery]] = []
         self._aborts: deque[str] = deque()
         self._wake = threading.Condition()
         self._ids = itertools.count()
@@ -116,11 +62,11 @@ class Engine:
         self._thread.start()
 
     @classmethod
-    def from_folder(cls, folder: Path, config: EngineConfig | None = None) -> Engine:
+    def from_folder(cls, folder: Path, config: EngineConfig | None = None, family: SliceFamily | None = None) -> Engine:
         """Load a Hugging Face Llama checkpoint folder and start an engine on it."""
         config = config or EngineConfig()
         model = load_llama(folder, config.max_seq_len, config.device, config.resolved_dtype)
-        return cls(model, config)
+        return cls(model, config, family)
 
     # -- public API (call from the event loop) -------------------------------
     def generate(
@@ -141,7 +87,7 @@ class Engine:
             raise RuntimeError("engine is shut down")
         if adapter is not None:
             raise ValueError(f"adapter {adapter!r}: this engine serves no adapters")
-        vocab = self.model_config.vocab_size
+        vocab = self.runner.vocab_size
         if not prompt_ids:
             raise ValueError("prompt_ids is empty")
         if not all(isinstance(t, int) and 0 <= t < vocab for t in prompt_ids):
@@ -162,7 +108,7 @@ class Engine:
         with self._wake:
             req.submit_step = self.recorder.steps
             self.scheduler.add(req)  # validates length, queue room and id under the lock
-            stream = RequestStream(self, req)
+            stream = RequestStream(self.abort, req)
             self._streams[request_id] = stream
             self._wake.notify()
         return stream
@@ -209,32 +155,37 @@ class Engine:
                     return
                 self._apply_aborts()
                 batch = self.scheduler.schedule()
-            if not batch:
-                continue
-            start = time.perf_counter()
-            try:
-                tokens = self.runner.step(batch.prefill, batch.decode)
-            except Exception as exc:  # a failed step must not strand its requests
-                with self._wake:
-                    for req in batch.prefill + batch.decode:
-                        self.scheduler.finish(req, FinishReason.ERROR)
-                        self._send(req, [RuntimeError(f"engine step failed: {exc}"), _END])
-                continue
+            if batch:
+                self._step(batch)
+
+    def _step(self, batch: ScheduledBatch) -> None:
+        """Run one scheduled batch: launch it, deliver the last step's tokens while the device works,
+        then take this step's tokens (its one device-to-host copy) and book them."""
+        reqs = batch.prefill + batch.decode
+        start = time.perf_counter()
+        try:
+            pending = self.runner.launch(batch.prefill, batch.decode)
+            self._flush()
+            tokens = pending.tokens()
+        except Exception as exc:  # a failed step must not strand its requests
             with self._wake:
-                self.recorder.record_step(batch, time.perf_counter() - start)
-                step = self.recorder.steps
-                for req, token in zip(batch.prefill + batch.decode, tokens):
-                    if req.finished:  # aborted while the step ran
-                        continue
-                    if req.first_token_step is None:
-                        req.first_token_step = step
-                    done = self.scheduler.append_token(req, token)
-                    if done:
-                        req.finish_step = step
-                    items: list[object] = [] if req.finish_reason is FinishReason.STOP else [token]
-                    if done:
-                        items.append(_END)
-                    self._send(req, items)
+                for req in reqs:
+                    self.scheduler.finish(req, FinishReason.ERROR)
+                    self._send(req, [], RuntimeError(f"engine step failed: {exc}"))
+            return
+        with self._wake:
+            self.runner.forward_seconds += pending.forward_seconds
+            self.recorder.record_step(batch, time.perf_counter() - start)
+            step = self.recorder.steps
+            for req, token in zip(reqs, tokens):
+                if req.finished:  # aborted while the step ran
+                    continue
+                if req.first_token_step is None:
+                    req.first_token_step = step
+                done = self.scheduler.append_token(req, token)
+                if done:
+                    req.finish_step = step
+                self._send(req, [] if req.finish_reason is FinishReason.STOP else [token])
 
     def _apply_aborts(self) -> None:
         while self._aborts:
@@ -242,36 +193,29 @@ class Engine:
             if req is not None:
                 self.scheduler.finish(req, FinishReason.ABORT)
                 req.finish_step = self.recorder.steps
-                self._send(req, [_END])
+                self._send(req, [])
 
     def _finish_all(self, reason: FinishReason) -> None:
         for req in list(self.scheduler.running.values()) + list(self.scheduler.waiting):
             self.scheduler.finish(req, reason)
-            self._send(req, [_END])
+            self._send(req, [])
 
-    def _send(self, req: Request, items: list[object]) -> None:
-        """Queue items for the request's stream (called under the lock)."""
-        if req.finished:
-            stream = self._streams.pop(req.request_id, None)
-        else:
-            stream = self._streams.get(req.request_id)
-        if stream is not None and items:
-            self._outbox.append((stream, items))
+    def _send(self, req: Request, tokens: list[int], error: BaseException | None = None) -> None:
+        """Queue a step's tokens for the request's stream, with its end once it has finished (under the lock)."""
+        stream = self._streams.pop(req.request_id, None) if req.finished else self._streams.get(req.request_id)
+        if stream is not None and (tokens or req.finished):
+            self._outbox.append((stream.loop, (stream, tokens, req.finished, error)))
 
     def _flush(self) -> None:
-        """Hand a step's tokens to their event loops: one wake-up per loop, not per token."""
+        """Hand the queued tokens to their event loops: one wake-up per loop, not per token."""
         with self._wake:
             outbox, self._outbox = self._outbox, []
-        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[RequestStream, list[object]]]] = defaultdict(list)
-        for stream, items in outbox:
-            by_loop[stream._loop].append((stream, items))
-        for loop, deliveries in by_loop.items():
-            try:
-                loop.call_soon_threadsafe(_deliver_all, deliveries)
-            except RuntimeError:  # that loop has closed; nobody is listening
-                pass
+        call_soon_per_loop(outbox, _deliver_all)
 
 
-def _deliver_all(deliveries: list[tuple[RequestStream, list[object]]]) -> None:
-    for stream, items in deliveries:
-        stream._deliver(items)
+_Delivery = tuple[RequestStream, list[int], bool, "BaseException | None"]
+
+
+def _deliver_all(deliveries: list[_Delivery]) -> None:
+    for stream, tokens, ended, error in deliveries:
+        stream._deliver(tokens, ended, error)

@@ -1,19 +1,23 @@
 """A compact Llama (RMSNorm, grouped-query attention, llama3 RoPE, SwiGLU).
 
-Reads Hugging Face tensor names, so a checkpoint loads without renaming, and
-computes attention over the engine's preallocated KV cache.
+Reads Hugging Face tensor names, so a checkpoint loads without renaming.
+Attention goes through the context a forward is given (`lyre.engine.attention`),
+which owns the KV cache: the model itself holds no per-request state.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from lyre.engine.config import LlamaConfig
-from lyre.engine.kv_cache import KVCache
+
+# attend(layer, q (B, T, nh, hd), k (B, T, n_kv, hd), v) -> (B, nh, T, hd): writes the cache, then attends.
+Attend = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
 __all__ = ["Llama", "rope_frequencies"]
 
@@ -69,18 +73,14 @@ class Attention(nn.Module):
         self.v_proj = nn.Linear(cfg.hidden_size, self.n_kv * self.head_dim, bias=False)
         self.o_proj = nn.Linear(self.n_heads * self.head_dim, cfg.hidden_size, bias=False)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, ctx: _Context) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, attend: Attend) -> torch.Tensor:
         b, t, _ = x.shape
         q = self.q_proj(x).view(b, t, self.n_heads, self.head_dim)
         k = self.k_proj(x).view(b, t, self.n_kv, self.head_dim)
         v = self.v_proj(x).view(b, t, self.n_kv, self.head_dim)
         q = q * cos + _rotate_half(q) * sin  # (B, T, nh, hd)
         k = k * cos + _rotate_half(k) * sin
-        ctx.cache.write(self.layer, ctx.slots, ctx.positions, k, v)
-        keys, values = ctx.cache.read(self.layer, ctx.slots, ctx.length)  # (B, n_kv, L, hd)
-        out = F.scaled_dot_product_attention(
-            q.transpose(1, 2), keys, values, attn_mask=ctx.mask, enable_gqa=self.n_kv != self.n_heads
-        )  # (B, nh, T, hd)
+        out = attend(self.layer, q, k, v)  # (B, nh, T, hd)
         return self.o_proj(out.transpose(1, 2).reshape(b, t, self.n_heads * self.head_dim))
 
 
@@ -103,23 +103,9 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.mlp = MLP(cfg)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, ctx: _Context) -> torch.Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, ctx)
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, attend: Attend) -> torch.Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, attend)
         return x + self.mlp(self.post_attention_layernorm(x))
-
-
-class _Context:
-    """What every layer needs to reach the cache for one forward."""
-
-    def __init__(self, cache: KVCache, slots: torch.Tensor, positions: torch.Tensor) -> None:
-        self.cache = cache
-        self.slots = slots  # (B,)
-        self.positions = positions  # (B, T)
-        self.length = int(positions.max()) + 1
-        keys = torch.arange(self.length, device=positions.device)
-        # A query at position p sees keys 0..p of its own slot: causal within a
-        # prefill, and blind to stale entries a previous owner left in the slot.
-        self.mask = (keys[None, None, :] <= positions[:, :, None])[:, None]  # (B, 1, T, L)
 
 
 class LlamaModel(nn.Module):
@@ -158,14 +144,13 @@ class Llama(nn.Module):
         """(vocab, hidden): the tied embedding or the separate head."""
         return self.model.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
 
-    def forward(self, tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor, cache: KVCache) -> torch.Tensor:
-        """tokens, positions (B, T); slots (B,) -> normed hidden states (B, T, hidden)."""
+    def forward(self, tokens: torch.Tensor, positions: torch.Tensor, attend: Attend) -> torch.Tensor:
+        """tokens, positions (B, T) -> normed hidden states (B, T, hidden); ``attend`` reaches the cache."""
         x = self.model.embed_tokens(tokens)
         cos = self.rope_cos[positions].to(x.dtype)[:, :, None, :]  # (B, T, 1, hd)
         sin = self.rope_sin[positions].to(x.dtype)[:, :, None, :]
-        ctx = _Context(cache, slots, positions)
         for layer in self.model.layers:
-            x = layer(x, cos, sin, ctx)
+            x = layer(x, cos, sin, attend)
         return self.model.norm(x)
 
     def logits(self, hidden: torch.Tensor, start: int = 0, stop: int | None = None) -> torch.Tensor:

@@ -1,40 +1,104 @@
-"""The one place that builds tensors: prefill, decode and sampling for a step."""
+"""The one place that builds tensors: prefill, decode and sampling for a step.
+
+A decode step's inputs live in persistent buffers: the host writes one small
+packed int64 block (token, position, slot and the slice placement of every
+row) and copies it to the device in one transfer; everything else (each
+slot's key count, the attention mask, the sampling parameters) is derived on
+the device. The step's only device-to-host transfer is the sampled ids,
+started asynchronously so the engine can do host work while the device runs
+(`PendingTokens`).
+
+Two decode paths share that layout:
+
+- eager: exactly the step's rows; attention bounded by the highest slot and
+  the longest row (host figures the scheduler already knows); rows sampled in
+  groups of equal slices. The default, and the CPU's.
+- fixed-shape (``cuda_graphs``): rows padded to a bucket, attention over every
+  slot, each row's slice cut from one projection of its constraint's whole
+  `SliceFamily`; no host figure inside, so it is captured in a CUDA graph
+  per bucket (`lyre.engine.graphs`) and replayed.
+"""
 
 from __future__ import annotations
 
 import time
 from collections import defaultdict
+from typing import Protocol
 
 import torch
 
+from lyre.engine.attention import DecodeRows, FlexBlocks, PrefillAttention, decode_context
 from lyre.engine.config import EngineConfig
-from lyre.engine.constraint import TokenSlice
+from lyre.engine.constraint import SliceFamily, TokenSlice
+from lyre.engine.graphs import DecodeGraphs, batch_buckets, bucket_for
 from lyre.engine.kv_cache import KVCache
 from lyre.engine.llama import Llama
 from lyre.engine.sampler import SamplingTensors, row_keys, sample
 from lyre.engine.sequence import Request
 
-__all__ = ["ModelRunner"]
+__all__ = ["ModelRunner", "PendingTokens", "Runner"]
+
+_KEY_ROUND = 64  # eager decode reads keys up to the longest row, rounded up to this (fewer distinct shapes)
+_TOKEN, _POSITION, _SLOT, _OFFSET = range(4)  # rows of the packed decode inputs; extras' flags follow
+
+
+class Pending(Protocol):
+    forward_seconds: float  # the step's compute time, once `tokens` has returned
+
+    def tokens(self) -> list[int]: ...
+
+
+class Runner(Protocol):
+    """What the engine's loop needs of a runner: `ModelRunner`, or a stand-in that makes no tensors."""
+
+    vocab_size: int
+    forward_seconds: float  # cumulative, kept by the engine
+
+    def launch(self, prefill: list[Request], decode: list[Request]) -> Pending: ...
+
+
+class PendingTokens:
+    """A step's sampled ids on their way to the host; `tokens` waits for them."""
+
+    def __init__(self, ids: torch.Tensor, host: torch.Tensor, started: float,
+                 events: tuple[torch.cuda.Event, torch.cuda.Event] | None) -> None:
+        self._host = host[: len(ids)]
+        self._host.copy_(ids, non_blocking=True)
+        self._events = events
+        self._done = torch.cuda.Event() if events is not None else None
+        if self._done is not None:
+            self._done.record()
+        # Off CUDA the work ran inside the launch; on CUDA the events time it once it is done.
+        self.forward_seconds = time.perf_counter() - started
+
+    def tokens(self) -> list[int]:
+        if self._done is not None:
+            self._done.synchronize()
+            assert self._events is not None
+            self.forward_seconds = self._events[0].elapsed_time(self._events[1]) / 1000.0
+        return self._host.tolist()
 
 
 class ModelRunner:
     """Runs the model over a step's requests and samples their next tokens.
 
     Per-slot state (sampling parameters, seeds, which ids each request has
-    seen, how many tokens it has drawn) lives in tensors allocated once and
-    written when a request is admitted, so a decode step allocates only the
-    small index tensors of that step.
+    seen, how many tokens it has drawn) lives in tensors allocated once, one
+    row per KV-cache slot plus the spare, written when a request is admitted.
     """
 
-    def __init__(self, model: Llama, config: EngineConfig) -> None:
+    def __init__(self, model: Llama, config: EngineConfig, family: SliceFamily | None = None,
+                 fixed_shape: bool | None = None) -> None:
+        """``fixed_shape``: decode through the fixed-shape path (default: when CUDA graphs are on); off
+        CUDA it runs eagerly, which is how its padding and slicing are tested without a GPU."""
         self.model = model
         self.config = config
-        device = model.output_weight.device
-        self.device = device
-        vocab = model.config.vocab_size
-        self.vocab_size = vocab
-        n = config.max_batch
-        self.cache = KVCache(model.config, n, config.max_seq_len, model.output_weight.dtype, device)
+        self.device = device = model.output_weight.device
+        self.vocab_size = vocab = model.config.vocab_size
+        self.attention = config.resolved_attention
+        slots = config.max_batch
+        self.cache = KVCache(model.config, slots, config.max_seq_len, model.output_weight.dtype, device)
+        n = slots + 1  # the spare slot has state too, so padded rows index something real
         self.seen = torch.zeros(n, vocab, dtype=torch.bool, device=device)  # repetition-penalty history
         self.temperature = torch.zeros(n, device=device)
         self.top_p = torch.ones(n, device=device)
@@ -43,8 +107,26 @@ class ModelRunner:
         self.seeds = torch.zeros(n, dtype=torch.long, device=device)
         self.drawn = torch.zeros(n, dtype=torch.long, device=device)  # tokens drawn so far, per slot
         self.full_vocab = TokenSlice(0, vocab)
+        self.family = family or SliceFamily(0, vocab, vocab)
         self._slice_ids: dict[TokenSlice, torch.Tensor] = {}
-        self.forward_seconds = 0.0  # time in model forward + output projection, cumulative
+        self._exact = device.type == "cuda"  # the small-nucleus shortcut asks the device a question
+        # Persistent decode inputs and outputs.
+        fields = _OFFSET + 1 + len(self.family.extras)
+        cuda = device.type == "cuda"
+        self._host_rows = torch.zeros(fields, slots, dtype=torch.long, pin_memory=cuda)
+        self._rows = torch.zeros(fields, slots, dtype=torch.long, device=device)
+        self._rows[_SLOT] = self.cache.spare
+        self._slot_lengths = torch.zeros(n, dtype=torch.int32, device=device)
+        self._out = torch.zeros(slots, dtype=torch.long, device=device)
+        self._host_out = torch.zeros(2 * slots, dtype=torch.long, pin_memory=cuda)
+        self._family_ids = torch.cat((torch.arange(self.family.lo, self.family.hi),
+                                      torch.tensor(self.family.extras, dtype=torch.long))).to(device)
+        self.flex = FlexBlocks(n, config.max_seq_len, device) if self.attention == "flex" else None
+        self.buckets = batch_buckets(slots)
+        self.fixed_shape = config.cuda_graphs if fixed_shape is None else fixed_shape
+        self.graphs = (DecodeGraphs(self._decode_fixed, self.buckets, device)
+                       if config.cuda_graphs else None)
+        self.forward_seconds = 0.0  # time in prefill and decode (forward, projection, sampling), cumulative
 
     # -- admission ---------------------------------------------------------
     def _claim(self, req: Request) -> None:
@@ -59,21 +141,34 @@ class ModelRunner:
         self.seen[slot] = False
         self.seen[slot, torch.tensor(req.prompt_ids, device=self.device)] = True
 
-    # -- forward passes ----------------------------------------------------
+    # -- a step --------------------------------------------------------------
     @torch.inference_mode()
-    def step(self, prefill: list[Request], decode: list[Request]) -> list[int]:
-        """Next token for every request: ``prefill`` ones first, then ``decode`` ones."""
-        reqs = prefill + decode
-        slots = torch.tensor([r.slot for r in reqs], device=self.device)  # (B,), rows in ``reqs`` order
-        hidden: list[torch.Tensor] = []
+    def launch(self, prefill: list[Request], decode: list[Request]) -> PendingTokens:
+        """Start the step: next token for every request, ``prefill`` ones first, then ``decode`` ones."""
+        events = None
+        if self.device.type == "cuda":
+            events = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+            events[0].record()
+        started = time.perf_counter()
+        parts = []
         if prefill:
-            hidden.append(self._prefill(prefill, slots[: len(prefill)]))
+            parts.append(self._prefill(prefill))
         if decode:
-            hidden.append(self._decode(decode, slots[len(prefill) :]))
-        return self._sample(reqs, slots, torch.cat(hidden) if len(hidden) > 1 else hidden[0])
+            parts.append(self._decode(decode))
+        ids = torch.cat(parts) if len(parts) > 1 else parts[0]
+        if events is not None:
+            events[1].record()
+        return PendingTokens(ids, self._host_out, started, events)
 
-    def _prefill(self, reqs: list[Request], slots: torch.Tensor) -> torch.Tensor:
-        """Whole prompts, right-padded into one forward -> last hidden state per request (B, H)."""
+    def step(self, prefill: list[Request], decode: list[Request]) -> list[int]:
+        """`launch` and wait: the ids in request order (for callers without an engine loop)."""
+        pending = self.launch(prefill, decode)
+        tokens = pending.tokens()
+        self.forward_seconds += pending.forward_seconds
+        return tokens
+
+    def _prefill(self, reqs: list[Request]) -> torch.Tensor:
+        """Whole prompts, right-padded into one forward -> next ids (B,)."""
         for req in reqs:
             self._claim(req)
         lengths = [len(r.prompt_ids) for r in reqs]
@@ -83,24 +178,98 @@ class ModelRunner:
             tokens[i, : lengths[i]] = torch.tensor(r.prompt_ids)
         # Padding continues each row's positions; those cache entries are
         # overwritten by later tokens before any query can see them.
-        positions = torch.arange(width).expand(len(reqs), width)
-        start = time.perf_counter()
-        out = self.model(tokens.to(self.device), positions.to(self.device), slots, self.cache)
-        self.forward_seconds += time.perf_counter() - start
+        positions = torch.arange(width).expand(len(reqs), width).to(self.device)
+        slots = torch.tensor([r.slot for r in reqs], device=self.device)
+        out = self.model(tokens.to(self.device), positions, PrefillAttention(self.cache, slots, positions))
         last = torch.tensor(lengths, device=self.device) - 1
-        return out[torch.arange(len(reqs), device=self.device), last]
+        return self._sample_groups(reqs, slots, out[torch.arange(len(reqs), device=self.device), last])
 
-    def _decode(self, reqs: list[Request], slots: torch.Tensor) -> torch.Tensor:
-        """One new token per running request in a single forward -> (B, H)."""
-        tokens = torch.tensor([[r.output_ids[-1]] for r in reqs], device=self.device)
-        positions = torch.tensor([[r.num_tokens - 1] for r in reqs], device=self.device)
-        start = time.perf_counter()
-        out = self.model(tokens, positions, slots, self.cache)
-        self.forward_seconds += time.perf_counter() - start
-        return out[:, 0]
+    def _decode(self, reqs: list[Request]) -> torch.Tensor:
+        """One new token per running request -> next ids (B,)."""
+        n = len(reqs)
+        fixed = self.fixed_shape and all(self._in_family(r) for r in reqs)
+        rows = bucket_for(n, self.buckets) if fixed else n
+        self._write_rows(reqs, rows, with_slices=fixed)
+        if fixed:
+            if self.graphs is not None:
+                self.graphs.run(rows)
+            else:
+                self._decode_fixed(rows)
+            return self._out[:n]
+        slots = self._rows[_SLOT, :n]
+        context = self._decode_context(n, n_slots=max(r.slot for r in reqs) + 1,  # type: ignore[type-var]
+                                       key_len=min(-(-max(r.num_tokens for r in reqs) // _KEY_ROUND) * _KEY_ROUND,
+                                                   self.config.max_seq_len))
+        hidden = self.model(self._rows[_TOKEN, :n, None], self._rows[_POSITION, :n, None], context)[:, 0]
+        return self._sample_groups(reqs, slots, hidden)
+
+    def _in_family(self, req: Request) -> bool:
+        family = req.constraint.family if req.constraint is not None else None
+        return family == self.family or (req.constraint is None and self.family.width == self.vocab_size)
+
+    def _write_rows(self, reqs: list[Request], rows: int, with_slices: bool) -> None:
+        """Pack rows [0, rows) (padding after the requests) and copy them to the device in one transfer."""
+        n, spare = len(reqs), self.cache.spare
+        packed = [[r.output_ids[-1] for r in reqs], [r.num_tokens - 1 for r in reqs], [r.slot for r in reqs]]
+        if with_slices:
+            placed = [self.family.place(r.constraint.allowed(len(r.output_ids)) if r.constraint else self.full_vocab)
+                      for r in reqs]
+            packed.append([offset for offset, _ in placed])
+            packed.extend([int(flags[e]) for _, flags in placed] for e in range(len(self.family.extras)))
+        host = self._host_rows
+        host[: len(packed), :n] = torch.tensor(packed, dtype=torch.long)
+        host[:, n:rows] = 0
+        host[_SLOT, n:rows] = spare
+        self._rows[:, :rows].copy_(host[:, :rows], non_blocking=True)
+
+    def _decode_context(self, rows: int, n_slots: int, key_len: int):  # type: ignore[no-untyped-def]
+        slots, positions = self._rows[_SLOT, :rows], self._rows[_POSITION, :rows]
+        self._slot_lengths.zero_()
+        self._slot_lengths[slots] = (positions + 1).to(torch.int32)
+        return decode_context(self.attention, self.cache, DecodeRows(slots, positions, self._slot_lengths),
+                              n_slots, key_len, self.flex)
+
+    def _decode_fixed(self, rows: int) -> None:
+        """Rows [0, rows) of the persistent inputs -> ids in ``_out[:rows]``. No host figure: capturable."""
+        slots = self._rows[_SLOT, :rows]
+        context = self._decode_context(rows, n_slots=self.cache.slots + 1, key_len=self.config.max_seq_len)
+        hidden = self.model(self._rows[_TOKEN, :rows, None], self._rows[_POSITION, :rows, None], context)[:, 0]
+        family = self.family
+        union = self.model.logits(hidden, family.lo, family.hi)  # (rows, hi - lo)
+        columns = self._rows[_OFFSET, :rows, None] + torch.arange(family.width, device=self.device)  # (rows, W)
+        logits = [union.gather(1, columns)]
+        seen = [self.seen[slots, family.lo : family.hi].gather(1, columns)]
+        in_slice = family.lo + self._rows[_OFFSET, :rows]  # (rows,) first id of each row's slice
+        if family.extras:
+            extra_ids = self._family_ids[family.hi - family.lo :]  # (E,)
+            ok = self._rows[_OFFSET + 1 :, :rows].T.bool()  # (rows, E)
+            extra = (hidden @ self.model.output_weight[extra_ids].T).float()
+            logits.append(extra.masked_fill(~ok, float("-inf")))
+            seen.append(self.seen[slots[:, None], extra_ids[None, :]])
+        choice = sample(torch.cat(logits, dim=-1), torch.cat(seen, dim=-1), self._params(slots), exact=True)
+        if family.extras:
+            picked = torch.where(choice < family.width, in_slice + choice,
+                                 extra_ids[(choice - family.width).clamp(min=0)])
+        else:
+            picked = in_slice + choice
+        self._record(slots, picked)
+        self._out[:rows] = picked
 
     # -- sampling ----------------------------------------------------------
-    def _sample(self, reqs: list[Request], all_slots: torch.Tensor, hidden: torch.Tensor) -> list[int]:
+    def _params(self, slots: torch.Tensor) -> SamplingTensors:
+        return SamplingTensors(
+            temperature=self.temperature[slots],
+            top_p=self.top_p[slots],
+            top_k=self.top_k[slots],
+            repetition_penalty=self.penalty[slots],
+            keys=row_keys(self.seeds[slots], self.drawn[slots]),
+        )
+
+    def _record(self, slots: torch.Tensor, ids: torch.Tensor) -> None:
+        self.seen[slots, ids] = True
+        self.drawn[slots] += 1
+
+    def _sample_groups(self, reqs: list[Request], all_slots: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
         """Group rows by their allowed slice; project and sample each group on that slice only."""
         groups: dict[TokenSlice, list[int]] = defaultdict(list)
         for row, req in enumerate(reqs):
@@ -111,24 +280,14 @@ class ModelRunner:
             ids = self._ids(allowed)
             row_index = torch.tensor(rows, device=self.device)
             slots, group_hidden = all_slots[row_index], hidden[row_index]
-            start = time.perf_counter()
             logits = self.model.logits(group_hidden, allowed.start, allowed.stop)
             if allowed.extra:
                 extra = group_hidden @ self.model.output_weight[ids[-len(allowed.extra):]].T
                 logits = torch.cat((logits, extra.float()), dim=-1)
-            self.forward_seconds += time.perf_counter() - start
-            params = SamplingTensors(
-                temperature=self.temperature[slots],
-                top_p=self.top_p[slots],
-                top_k=self.top_k[slots],
-                repetition_penalty=self.penalty[slots],
-                keys=row_keys(self.seeds[slots], self.drawn[slots]),
-            )
-            choice = sample(logits, self._seen(slots, allowed), params)
+            choice = sample(logits, self._seen(slots, allowed), self._params(slots), exact=self._exact)
             tokens[row_index] = ids[choice]
-        self.seen[all_slots, tokens] = True
-        self.drawn[all_slots] += 1
-        return tokens.tolist()  # the step's one device -> host sync
+        self._record(all_slots, tokens)
+        return tokens
 
     def _seen(self, slots: torch.Tensor, allowed: TokenSlice) -> torch.Tensor:
         """(N, slice size) history mask of ``slots`` over the slice's ids."""

@@ -55,20 +55,22 @@ class SamplingTensors:
     keys: torch.Tensor  # int64, from row_keys
 
 
-def sample(logits: torch.Tensor, seen: torch.Tensor, p: SamplingTensors) -> torch.Tensor:
+def sample(logits: torch.Tensor, seen: torch.Tensor, p: SamplingTensors, exact: bool = False) -> torch.Tensor:
     """Pick one column per row.
 
     logits (N, V) float32, restricted to the allowed ids; seen (N, V) bool, the
     ids already in the request. Returns the chosen column per row (N,), int64.
     Order as in transformers: repetition penalty, temperature, top-k, top-p
     (the nucleus measured after top-k), then a draw from what is left.
+    ``exact`` always sorts whole rows: no host wait (a GPU, a CUDA graph), and
+    the same draws as the small-nucleus shortcut it skips.
     """
     penalty = p.repetition_penalty[:, None]
     logits = torch.where(seen, torch.where(logits > 0, logits / penalty, logits * penalty), logits)
     greedy = p.temperature == 0
     logits = logits / torch.where(greedy, 1.0, p.temperature)[:, None]
 
-    ordered, order = _candidates(logits, p)  # (N, C), best first
+    ordered, order = logits.sort(dim=-1, descending=True, stable=True) if exact else _candidates(logits, p)
     ranks = torch.arange(ordered.shape[-1], device=logits.device)
     top_k_on = p.top_k > 0
     ordered = ordered.masked_fill(top_k_on[:, None] & (ranks[None, :] >= p.top_k[:, None]), float("-inf"))
@@ -95,7 +97,7 @@ def _candidates(logits: torch.Tensor, p: SamplingTensors) -> tuple[torch.Tensor,
         values, columns = logits.topk(CANDIDATES, dim=-1)
         mass = (values - logits.logsumexp(dim=-1, keepdim=True)).exp().sum(dim=-1)
         fits = ((p.top_k > 0) & (p.top_k <= CANDIDATES)) | (mass >= p.top_p) | (p.temperature == 0)
-        if bool(fits.all()):
+        if bool(fits.all()):  # a host wait: the exact path avoids it
             # Order ties by column, exactly as the stable full sort below would,
             # so a row draws the same token whichever path its batch takes.
             columns, by_column = columns.sort(dim=-1)
