@@ -22,6 +22,7 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import torch
 from safetensors.torch import save_file
@@ -43,6 +44,7 @@ __all__ = [
     "NUM_CUSTOM_TOKENS",
     "DemoPaths",
     "build_orpheus_tokenizer",
+    "demo_snac",
     "write_demo_model",
     "demo_model",
     "or_demo",
@@ -255,15 +257,20 @@ def _llama_weights(config: dict, seed: int) -> dict[str, torch.Tensor]:
     return weights
 
 
-def _write_snac(folder: Path, seed: int) -> None:
+def demo_snac(seed: int = 0) -> Any:
+    """The demo codec in memory: SNAC of the real 24 kHz shape with seeded random weights
+    (what the demo folder holds), for a machine that should not write or carry the file."""
     snac = _import_snac()
-    folder.mkdir()
-    _write_json(folder / "config.json", SNAC_24KHZ_CONFIG)
     # SNAC seeds its init from the global RNG; fork it so callers' RNG is untouched.
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        state = snac.SNAC(**SNAC_24KHZ_CONFIG).state_dict()
-    torch.save(_legacy_weight_norm_names(state), folder / "pytorch_model.bin")
+        return snac.SNAC(**SNAC_24KHZ_CONFIG)
+
+
+def _write_snac(folder: Path, seed: int) -> None:
+    folder.mkdir()
+    _write_json(folder / "config.json", SNAC_24KHZ_CONFIG)
+    torch.save(_legacy_weight_norm_names(demo_snac(seed).state_dict()), folder / "pytorch_model.bin")
 
 
 def _import_snac() -> ModuleType:

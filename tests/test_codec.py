@@ -230,3 +230,24 @@ def test_noise_block_is_identity_when_off() -> None:
     with torch.no_grad():
         y = layer(x)
     assert torch.equal(y[1], x[1]) and not torch.equal(y[0], x[0])
+
+
+def test_codec_batches_pad_to_the_next_graph_bucket() -> None:
+    from lyre.codec.graphs import CODEC_BUCKETS, SnacGraphs, pad_to_bucket
+
+    assert [pad_to_bucket(n) for n in (1, 2, 3, 5, 33, 64)] == [1, 2, 4, 8, 64, 64]
+    assert pad_to_bucket(65) is None and CODEC_BUCKETS[-1] == 64
+    with pytest.raises(ValueError, match="CUDA"):
+        SnacGraphs(None, None, torch.device("cpu"))  # type: ignore[arg-type]
+
+
+def test_snac_runs_in_bfloat16_close_to_float32(demo: DemoPaths) -> None:
+    frames = [tuple(range(k * 100, k * 100 + 7)) for k in range(4)]
+    window = CodecWindow(frames=tuple(frames), start_frame=0, keep=(0, 4), seed=None)
+    full = SnacDecoder(load_snac(demo.codec)).decode_windows([window])[0]
+    half = SnacDecoder(load_snac(demo.codec, dtype="bfloat16")).decode_windows([window])[0]
+    assert half.dtype == np.float32 and half.shape == full.shape
+    snr = 10 * np.log10(np.sum(full**2) / np.sum((full - half) ** 2))
+    assert snr > 15, snr
+    with pytest.raises(ValueError, match="dtype"):
+        load_snac(demo.codec, dtype="float16")

@@ -21,6 +21,7 @@ import torch
 
 from lyre.batching import BatchLimits
 from lyre.codec.snac import CodecWindow, SnacDecoder
+from lyre.loops import call_soon_per_loop
 
 __all__ = ["BatchPolicy", "CodecService", "CodecServiceClosed", "CodecStats"]
 
@@ -229,14 +230,7 @@ class CodecService:
 
 def _deliver(jobs: list[_Job], outcomes: list[np.ndarray | BaseException]) -> None:
     """Settle each job's future on its own loop: one thread-safe call per loop."""
-    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[np.ndarray], np.ndarray | BaseException]]] = {}
-    for job, outcome in zip(jobs, outcomes):
-        by_loop.setdefault(job.loop, []).append((job.future, outcome))
-    for loop, items in by_loop.items():
-        try:
-            loop.call_soon_threadsafe(_settle, items)
-        except RuntimeError:  # the loop is closed: nobody is left to wait
-            pass
+    call_soon_per_loop(((job.loop, (job.future, outcome)) for job, outcome in zip(jobs, outcomes)), _settle)
 
 
 def _settle(items: list[tuple[asyncio.Future[np.ndarray], np.ndarray | BaseException]]) -> None:

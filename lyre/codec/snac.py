@@ -11,31 +11,32 @@ import torch
 from snac import SNAC
 from torch.nn.utils import parametrize
 
+from lyre.codec.graphs import SnacGraphs
 from lyre.codec.noise import NoiseControl, install_seeded_noise
 from lyre.model_folder import ModelFolderError, load_config, resolve
 from lyre.orpheus import CODEBOOK_SIZE, FRAME_TOKENS, SAMPLES_PER_FRAME, codes_to_snac_levels
 
-__all__ = ["CodecWindow", "SnacDecoder", "load_snac"]
+__all__ = ["CodecWindow", "SnacDecoder", "load_snac", "prepare_snac"]
 
 _REQUIRED = ("config.json", "pytorch_model.bin")
 # Seeds are stored in int64 tensors.
 _SEED_LIMIT = 2**63
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 # Codes per frame at SNAC levels 0, 1, 2 (coarse to fine).
 _LEVEL_WIDTHS = (1, 2, 4)
 
 Levels = tuple[list[int], list[int], list[int]]
 
 
-def load_snac(name: str | Path, device: str = "cpu", compile: bool = False) -> SNAC:
+def load_snac(name: str | Path, device: str = "cpu", compile: bool = False, dtype: str = "float32") -> SNAC:
     """SNAC from a folder (or hub id) holding config.json + pytorch_model.bin.
 
     Weight-norm parametrisations are folded into plain weights: the output is
     identical and every decode skips recomputing them. ``compile=True``
     wraps the decoder in ``torch.compile``; it is for CUDA only (on CPU the
     compile time outweighs what it saves), and a ValueError elsewhere.
+    ``dtype`` ("float32" or "bfloat16") is what the weights run in.
     """
-    if compile and torch.device(device).type != "cuda":
-        raise ValueError(f"compile=True is for CUDA devices, got device {device!r}")
     folder = resolve(name, required=_REQUIRED)
     model = SNAC(**load_config(folder))
     state = torch.load(folder / "pytorch_model.bin", map_location="cpu", weights_only=True)
@@ -43,10 +44,19 @@ def load_snac(name: str | Path, device: str = "cpu", compile: bool = False) -> S
         model.load_state_dict(state)
     except RuntimeError as exc:
         raise ModelFolderError(f"{folder}: pytorch_model.bin does not fit config.json: {exc}") from exc
+    return prepare_snac(model, device, compile, dtype)
+
+
+def prepare_snac(model: SNAC, device: str = "cpu", compile: bool = False, dtype: str = "float32") -> SNAC:
+    """Ready a SNAC for decoding as `load_snac` does: weight norm folded, on ``device`` in ``dtype``."""
+    if dtype not in _DTYPES:
+        raise ValueError(f"codec dtype must be one of {', '.join(_DTYPES)}, got {dtype!r}")
+    if compile and torch.device(device).type != "cuda":
+        raise ValueError(f"compile=True is for CUDA devices, got device {device!r}")
     for module in model.modules():
         if parametrize.is_parametrized(module, "weight"):
             parametrize.remove_parametrizations(module, "weight", leave_parametrized=True)
-    model = model.to(device).eval()
+    model = model.to(device=device, dtype=_DTYPES[dtype]).eval()
     if compile:
         # In place: the module tree and state-dict keys stay as they are.
         model.decoder.compile()
@@ -109,10 +119,12 @@ class SnacDecoder:
     (the noise settings live on the model for the length of one forward).
     """
 
-    def __init__(self, model: SNAC) -> None:
+    def __init__(self, model: SNAC, cuda_graphs: bool = False) -> None:
+        """``cuda_graphs``: replay batches from CUDA graphs captured per shape (CUDA only)."""
         self.model = model
         self.device = next(model.parameters()).device
         self._noise: NoiseControl = install_seeded_noise(model)
+        self._graphs = SnacGraphs(model, self._noise, self.device) if cuda_graphs else None
 
     def decode(self, levels: Levels, seed: int | None = 0) -> np.ndarray:
         """Codes of n frames (levels of n, 2n, 4n codes) -> float32 samples (2048 n,).
@@ -161,6 +173,10 @@ class SnacDecoder:
         starts = torch.tensor(start_frames, dtype=torch.long, device=dev)  # (B,)
         codes = [c.to(dev) for c in codes]
         with self._noise.lock:
+            if self._graphs is not None:
+                replayed = self._graphs.decode(codes, noise_seeds, starts, enabled)
+                if replayed is not None:
+                    return replayed[:, 0].float().cpu().numpy()
             if any(s is not None for s in seeds):
                 self._noise.set(noise_seeds, starts, enabled, n)
             try:
