@@ -10,6 +10,11 @@ lyre runs twice: constrained to Orpheus's audio ids, the way TTS requests run
 (the output projection and sampling see 4,097 ids per step), and unconstrained
 over the full 156,940-id vocabulary, the like-for-like comparison.
 
+Then the decode step alone at batch 32 for contexts of 128 to 2048 tokens,
+with each attention path: ``gather`` (copies every row's K/V out of the cache
+each step, the old path) and ``sdpa`` (reads the cache in place); ``--flex``
+adds compiled FlexAttention (about 20 s of compiling per context on a CPU).
+
     .venv/bin/python benchmarks/engine.py
     .venv/bin/python benchmarks/engine.py --batches 1 8 --tokens 64 --json out.json
 """
@@ -29,6 +34,8 @@ import torch
 from lyre.demo_model import demo_model
 from lyre.engine import Engine, EngineConfig, RequestStream, SamplingParams
 from lyre.engine.loader import load_llama
+from lyre.engine.runner import ModelRunner
+from lyre.engine.sequence import Request
 from lyre.tts import AUDIO_CONSTRAINT
 
 # "tara: Hello there, how are you?" in Orpheus's prompt layout
@@ -108,14 +115,47 @@ def bench_transformers(folder: Path, batches: list[int], tokens: int) -> dict[in
     return results
 
 
+def bench_context(folder: Path, contexts: list[int], batch: int, backends: list[str],
+                  steps: int = 20) -> dict[str, dict[int, float]]:
+    """Mean decode-step milliseconds at ``batch`` rows of ``context`` keys each, per attention path.
+
+    The rows are placed straight at their context length (the cache's
+    contents do not change the cost), so no prefill is timed.
+    """
+    longest = max(contexts) + 64
+    model = load_llama(folder, longest, "cpu", "float32")
+    results: dict[str, dict[int, float]] = {}
+    for backend in backends:
+        runner = ModelRunner(model, EngineConfig(max_batch=batch, max_seq_len=-(-longest // 128) * 128,
+                                                 attention=backend), AUDIO_CONSTRAINT.family)
+        results[backend] = {}
+        for context in contexts:
+            reqs = []
+            for slot in range(batch):
+                req = Request(f"r{slot}", PROMPT[:1] * (context - 1), SamplingParams(), seed=slot,
+                              constraint=AUDIO_CONSTRAINT)
+                req.slot, req.output_ids = slot, [128266]
+                reqs.append(req)
+            runner.step([], reqs)  # warm-up (and the compile, for flex)
+            start = time.perf_counter()
+            for _ in range(steps):
+                runner.step([], reqs)  # the rows stay at their length: no token is appended
+            results[backend][context] = 1000 * (time.perf_counter() - start) / steps
+    return results
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", type=Path, help="Llama checkpoint folder (default: the demo model)")
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 8, 32])
     parser.add_argument("--tokens", type=int, default=128, help="tokens generated per request")
+    parser.add_argument("--contexts", type=int, nargs="+", default=[128, 512, 1024, 2048])
+    parser.add_argument("--flex", action="store_true", help="also time compiled FlexAttention decode")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
     folder = args.model or demo_model().model
+    backends = ["gather", "sdpa"] + (["flex"] if args.flex else [])
+    contexts = bench_context(folder, args.contexts, 32, backends)
 
     results = {
         "lyre (audio-constrained)": bench_lyre(folder, args.batches, args.tokens, constrained=True),
@@ -137,8 +177,12 @@ def main() -> None:
             for b in args.batches
         )
         print(f"{name} vs transformers: {ratios}")
+    print(f"decode step at batch 32, ms, by context (keys per row): {'  '.join(f'{c:>6}' for c in args.contexts)}")
+    for backend, row in contexts.items():
+        print(f"  {backend:<8}" + "".join(f"{row[c]:>8.2f}" for c in args.contexts))
     if args.json:
-        args.json.write_text(json.dumps({"tokens": args.tokens, "results": results}, indent=2))
+        args.json.write_text(json.dumps({"tokens": args.tokens, "results": results, "decode_step_ms": contexts},
+                                        indent=2))
 
 
 if __name__ == "__main__":

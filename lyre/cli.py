@@ -62,6 +62,18 @@ def _parser() -> argparse.ArgumentParser:
                        help="lyre's pipeline, or the naive baseline (transformers generate per request; "
                             "needs transformers) to compare against (default: lyre)")
     serve.add_argument("--log-level", default="info")
+    gpu = serve.add_argument_group("engine and codec on a GPU")
+    gpu.add_argument("--attention", choices=("gather", "sdpa", "flex"),
+                     help="how decode attention reads the KV cache: sdpa or flex in place, gather copies it "
+                          "(default: sdpa on CPU, gather on CUDA until a GPU run has verified the in-place paths)")
+    gpu.add_argument("--cuda-graphs", action=argparse.BooleanOptionalAction, default=False,
+                     help="replay decode steps from CUDA graphs captured per batch bucket (CUDA only; "
+                          "opt-in until a GPU run has shown their tokens equal eager decoding's)")
+    gpu.add_argument("--quantize", choices=("fp8",), help="fp8: e4m3 weights for the attention and MLP projections")
+    gpu.add_argument("--codec-dtype", choices=("float32", "bfloat16"), default="float32",
+                     help="what SNAC runs in (default: float32)")
+    gpu.add_argument("--codec-graphs", action=argparse.BooleanOptionalAction, default=False,
+                     help="replay SNAC decodes from CUDA graphs captured per shape (CUDA only)")
     stt = serve.add_argument_group("speech to text")
     stt.add_argument("--stt", action="store_true",
                      help="also serve speech to text (POST /v1/audio/transcriptions) beside text to speech")
@@ -185,6 +197,11 @@ def _serve(args: argparse.Namespace) -> int:
         max_streams=args.max_streams,
         max_queue=args.max_queue,
         max_seq_len=args.max_seq_len,
+        attention=args.attention,
+        cuda_graphs=args.cuda_graphs,
+        quantize=args.quantize,
+        codec_dtype=args.codec_dtype,
+        codec_graphs=args.codec_graphs,
         api_key=args.api_key or None,
         voice_aliases=tuple(parse_alias(a) for a in args.voice_alias),
         engine=args.engine,

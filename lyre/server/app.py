@@ -45,13 +45,15 @@ STT_MODEL_ID = STT_DEFAULT_MODEL  # what OpenAI's clients ask for
 
 
 def _load(config: ServerConfig) -> TTS | NaiveTTS:
-    tts_config = TTSConfig(max_input_chars=config.max_input_chars, voice_aliases=config.voice_aliases)
+    tts_config = TTSConfig(max_input_chars=config.max_input_chars, voice_aliases=config.voice_aliases,
+                           codec_dtype=config.codec_dtype, codec_graphs=config.codec_graphs)
     if config.engine == "naive":
         # Needs transformers: imported only when asked for.
         from lyre.baseline import NaiveTTS
 
         return NaiveTTS.load(config.model, config.codec, config.device, tts_config)
-    engine = EngineConfig(max_batch=config.max_streams, max_seq_len=config.max_seq_len, device=config.device)
+    engine = EngineConfig(max_batch=config.max_streams, max_seq_len=config.max_seq_len, device=config.device,
+                          attention=config.attention, cuda_graphs=config.cuda_graphs, quantize=config.quantize)
     return TTS.load(config.model, config.codec, engine, tts_config)
 
 

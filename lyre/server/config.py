@@ -23,6 +23,11 @@ class ServerConfig:
     max_queue: int = 16  # requests waiting for a stream beyond that; more get 429
     queue_timeout_s: float = 30.0  # a queued request gives up after this
     max_seq_len: int = 2048
+    attention: str | None = None  # decode attention path (lyre.engine.EngineConfig.attention); None: the default
+    cuda_graphs: bool = False  # replay decode steps from CUDA graphs (opt-in until verified on a GPU)
+    quantize: str | None = None  # "fp8": e4m3 projection weights
+    codec_dtype: str = "float32"  # or "bfloat16"
+    codec_graphs: bool = False  # replay SNAC decodes from CUDA graphs
     max_input_chars: int = 4096
     api_key: str | None = None
     # (alias, voice) pairs over the default OpenAI-name aliases and voices.json's (--voice-alias NAME=VOICE).
@@ -60,5 +65,8 @@ class ServerConfig:
             raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {self.engine!r}")
         if self.stt_device is not None and self.stt_device != "cpu" and not self.stt_device.startswith("cuda"):
             raise ValueError(f"stt_device must be cpu or cuda[:N], got {self.stt_device!r}")
+        for name in ("cuda_graphs", "codec_graphs"):
+            if getattr(self, name) and not self.device.startswith("cuda"):
+                raise ValueError(f"{name.replace('_', '-')} needs a CUDA device (--device cuda), got {self.device!r}")
         if self.api_key is not None and not self.api_key:
             raise ValueError("api_key must not be empty")

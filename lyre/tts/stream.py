@@ -20,7 +20,7 @@ from lyre.codec import BatchPolicy, CodecService, SnacDecoder, load_snac
 from lyre.demo_model import or_demo
 from lyre.engine import Engine, EngineConfig, FinishReason, RequestStream, SamplingParams
 from lyre.model_folder import load_tokenizer, resolve
-from lyre.orpheus import FrameAssembler, TextTokenizer
+from lyre.orpheus import FRAME_TOKENS, FrameAssembler, TextTokenizer
 from lyre.tts.speech import AUDIO_CONSTRAINT, MODEL_FILES, request_sampling
 from lyre.tts.segments import split_segments
 from lyre.tts.text import DEFAULT_SEGMENT_CHARS, MAX_INPUT_CHARS, normalize
@@ -43,6 +43,8 @@ class TTSConfig:
     segment_trim: TrimConfig = field(default_factory=lambda: TrimConfig(pad_ms=150.0))
     # (alias, voice) pairs over the defaults and voices.json's aliases, e.g. (("alloy", "leah"),).
     voice_aliases: tuple[tuple[str, str], ...] = ()
+    codec_dtype: str = "float32"  # or "bfloat16": what SNAC runs in
+    codec_graphs: bool = False  # replay SNAC batches from CUDA graphs (CUDA only)
 
 
 def to_int16(pcm: np.ndarray) -> np.ndarray:
@@ -124,11 +126,13 @@ class SpeechStream:
                 trimmer = LeadingSilenceTrimmer(cfg.trim if index == 0 else cfg.segment_trim) if self._trim else None
                 planner = WindowPlanner(cfg.window, seed=self._segment_seed(index))
                 assembler = FrameAssembler()
-                async for token in tokens:
-                    # Take every token made while we were decoding: when the codec is
-                    # the slower stage, the next window then covers all the new frames.
-                    for frame in map(assembler.push, (token, *tokens.take_ready())):
-                        if frame is not None:
+                # Wake once the planner can use what has arrived (a frame, or a whole wide
+                # window while the listener is far ahead), not once per token; every token
+                # made meanwhile comes at once, so a window covers all the new frames.
+                while batch := await tokens.take(planner.frames_wanted(self._ahead()) * FRAME_TOKENS
+                                                 - assembler.pending):
+                    for token in batch:
+                        if (frame := assembler.push(token)) is not None:
                             planner.push(frame)
                     while (window := planner.next_window(self._ahead())) is not None:
                         if (chunk := self._out(await codec.decode(window), trimmer)) is not None:
@@ -187,8 +191,9 @@ class TTS:
         folder = resolve(model, required=MODEL_FILES)
         voices = load_voices(folder, dict(config.voice_aliases))
         tokenizer = load_tokenizer(folder)
-        decoder = SnacDecoder(load_snac(codec, device=engine_config.device))
-        engine = Engine.from_folder(folder, engine_config)
+        decoder = SnacDecoder(load_snac(codec, device=engine_config.device, dtype=config.codec_dtype),
+                              cuda_graphs=config.codec_graphs)
+        engine = Engine.from_folder(folder, engine_config, AUDIO_CONSTRAINT.family)
         service = CodecService(decoder, codec_policy or BatchPolicy.for_device(engine_config.device))
         return cls(engine, tokenizer, service, voices, config)
 

@@ -1,0 +1,220 @@
+"""Host-overhead benchmark: the server's own CPU per generated token, with the model and the codec taken away.
+
+THIS IS A MEASUREMENT HARNESS, NOT A WAY TO SERVE. It starts a real server
+process (FastAPI, uvicorn, admission, the TTS pipeline, the engine's loop and
+scheduler, the codec service, the encoders) in which two things are replaced
+by precomputed outputs of the right shapes, at no compute cost:
+
+- the model runner: each step returns one valid audio token per request
+  (the id its frame position allows) after a fixed "device time"
+  (``--step-ms``, what a GPU step would take; the engine thread sleeps it,
+  holding no lock, exactly as it waits for a GPU);
+- SNAC: each window returns a slice of precomputed noise of its length.
+
+Everything else runs as in production. ``lyre bench`` then drives N
+concurrent HTTP streams, and the harness reads the server process's CPU time
+(/proc/PID/stat) and its token counter before and after each level:
+
+    host CPU per token = server CPU seconds / tokens generated
+
+and "streams one process can carry" = 1 / (CPU per token x 84 tokens/s),
+the streams at which that process would use one whole core.
+
+    .venv/bin/python benchmarks/host_budget.py --concurrency 16 64 128
+    .venv/bin/python benchmarks/host_budget.py --json docs/bench/host_budget.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+from lyre import bench, orpheus
+from lyre.bench.prometheus import parse_metrics
+
+REAL_TIME_TOKENS_PER_S = orpheus.FRAME_TOKENS * orpheus.SAMPLE_RATE / orpheus.SAMPLES_PER_FRAME  # 82.03
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+# ---- the server side (runs in the child process) ------------------------------------------------
+
+
+class _PacedPending:
+    def __init__(self, tokens: list[int], due: float) -> None:
+        self._tokens, self._due = tokens, due
+        self.forward_seconds = 0.0
+
+    def tokens(self) -> list[int]:
+        wait = self._due - time.perf_counter()
+        if wait > 0:
+            time.sleep(wait)  # the "device" is still busy: the engine thread waits, as for a GPU
+        return self._tokens
+
+
+class PacedRunner:
+    """Stands in for ModelRunner: valid audio ids, one step per ``step_s``, no tensors."""
+
+    def __init__(self, vocab_size: int, step_s: float) -> None:
+        self.vocab_size = vocab_size
+        self.forward_seconds = 0.0
+        self._step_s = step_s
+
+    def launch(self, prefill: list, decode: list) -> _PacedPending:  # type: ignore[type-arg]
+        tokens = []
+        for req in prefill + decode:
+            n = len(req.output_ids)
+            allowed = req.constraint.allowed(n)
+            tokens.append(allowed.start + (n * 611 + 17) % (allowed.stop - allowed.start))
+        return _PacedPending(tokens, time.perf_counter() + self._step_s)
+
+
+class NoiseDecoder:
+    """Stands in for SnacDecoder: precomputed noise slices of each window's kept length."""
+
+    device = "cpu"
+
+    def __init__(self) -> None:
+        rng = np.random.default_rng(0)
+        self._noise = (0.3 * rng.standard_normal(16 * orpheus.SAMPLES_PER_FRAME)).astype(np.float32)
+
+    def decode_windows(self, windows: list) -> list[np.ndarray]:  # type: ignore[type-arg]
+        return [self._noise[: w.kept_frames * orpheus.SAMPLES_PER_FRAME] for w in windows]
+
+
+def serve(port: int, max_streams: int, step_ms: float) -> None:
+    """The harness server: lyre's app over a paced runner and a noise decoder."""
+    import uvicorn
+
+    from lyre.codec import BatchPolicy, CodecService
+    from lyre.demo_model import demo_model
+    from lyre.engine import Engine, EngineConfig
+    from lyre.model_folder import load_config, load_tokenizer
+    from lyre.server import ServerConfig, create_app
+    from lyre.tts import TTS, Voices
+
+    if os.environ.get("LYRE_SWITCH_MS"):
+        sys.setswitchinterval(float(os.environ["LYRE_SWITCH_MS"]) / 1000)
+    demo = demo_model()
+    config = EngineConfig(max_batch=max_streams, max_seq_len=2048)
+    engine = Engine(None, config, runner=PacedRunner(int(load_config(demo.model)["vocab_size"]), step_ms / 1000))
+    # A GPU deployment's codec policy: gather up to 64 windows for at most 15 ms.
+    codec = CodecService(NoiseDecoder(), BatchPolicy(max_batch=64, max_wait_ms=15.0))  # type: ignore[arg-type]
+    tts = TTS(engine, load_tokenizer(demo.model), codec, Voices.with_aliases(orpheus.VOICES))
+    server = ServerConfig(port=port, max_streams=max_streams, max_queue=max_streams)
+    uvicorn.run(create_app(server, tts=tts), host="127.0.0.1", port=port, log_level="warning")
+
+
+# ---- the measuring side -------------------------------------------------------------------------
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _CLK_TCK  # utime + stime
+
+
+def _tokens(url: str) -> float:
+    return parse_metrics(httpx.get(f"{url}/metrics", timeout=10).text).get("lyre_tokens_generated_total") or 0.0
+
+
+def _start(port: int, max_streams: int, step_ms: float) -> subprocess.Popen[bytes]:
+    cmd = [sys.executable, __file__, "--serve", str(port), "--max-streams", str(max_streams), "--step-ms", str(step_ms)]
+    process = subprocess.Popen(cmd)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"harness server exited with {process.returncode}")
+        try:
+            if httpx.get(f"{url}/ready", timeout=2).status_code == 200:
+                return process
+        except httpx.TransportError:
+            pass
+        time.sleep(0.25)
+    process.kill()
+    raise RuntimeError("harness server did not become ready")
+
+
+def measure(levels: list[int], step_ms: float, duration_s: float, max_tokens: int, port: int) -> list[dict]:  # type: ignore[type-arg]
+    process = _start(port, max(levels), step_ms)
+    url = f"http://127.0.0.1:{port}"
+    config = bench.BenchConfig(urls=(url,), warmup=1, duration_s=duration_s, max_requests=100_000,
+                               max_tokens=max_tokens, seed=0, timeout_s=300.0)
+    rows = []
+    try:
+        for level in levels:
+            cpu0, tok0, t0 = _cpu_seconds(process.pid), _tokens(url), time.perf_counter()
+            client0 = _cpu_seconds(os.getpid())
+            result = asyncio.run(bench.run_bench(replace(config, levels=(float(level),))))
+            cpu1, tok1, t1 = _cpu_seconds(process.pid), _tokens(url), time.perf_counter()
+            client1 = _cpu_seconds(os.getpid())
+            summary = result.targets[0].levels[0].summary
+            tokens, cpu = tok1 - tok0, cpu1 - cpu0
+            us_per_token = 1e6 * cpu / tokens if tokens else None
+            rows.append({
+                "streams": level, "tokens": tokens, "seconds": t1 - t0, "server_cpu_s": cpu,
+                "server_cpu_share": cpu / (t1 - t0), "us_per_token": us_per_token,
+                "client_cpu_share": (client1 - client0) / (t1 - t0),
+                "tokens_per_s": tokens / (t1 - t0),
+                "stream_tokens_per_s_p50": summary.tokens_per_s_p50,
+                "viable_share": summary.viable_share, "ttfa_p90_ms": None if summary.ttfa_p90_s is None
+                else 1000 * summary.ttfa_p90_s, "errors": dict(summary.errors),
+                "streams_per_core": None if not us_per_token else 1e6 / (us_per_token * REAL_TIME_TOKENS_PER_S),
+            })
+            print(_row(rows[-1]), flush=True)
+    finally:
+        process.terminate()
+        process.wait(30)
+    return rows
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+_HEADER = (f"{'streams':>8}{'tokens/s':>10}{'server CPU':>11}{'client CPU':>11}{'us/token':>10}{'stream tok/s p50':>18}"
+           f"{'viable':>8}{'TTFA p90 ms':>13}{'streams/core':>14}")
+
+
+def _row(r: dict) -> str:  # type: ignore[type-arg]
+    return (f"{r['streams']:>8}{r['tokens_per_s']:>10.0f}{100 * r['server_cpu_share']:>10.0f}%"
+            f"{100 * r['client_cpu_share']:>10.0f}%"
+            f"{_fmt(r['us_per_token'], '.1f'):>10}{_fmt(r['stream_tokens_per_s_p50'], '.0f'):>18}"
+            f"{_fmt(None if r['viable_share'] is None else 100 * r['viable_share'], '.0f'):>7}%"
+            f"{_fmt(r['ttfa_p90_ms'], '.0f'):>13}{_fmt(r['streams_per_core'], '.0f'):>14}")
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--concurrency", type=int, nargs="+", default=[16, 64, 128], metavar="N")
+    p.add_argument("--step-ms", type=float, default=10.0, help="the stand-in device time per engine step")
+    p.add_argument("--duration", type=float, default=20.0, help="measured seconds per level at most")
+    p.add_argument("--max-tokens", type=int, default=420, help="per request (about 5 s of audio)")
+    p.add_argument("--port", type=int, default=8411)
+    p.add_argument("--json", type=Path)
+    p.add_argument("--serve", type=int, metavar="PORT", help=argparse.SUPPRESS)
+    p.add_argument("--max-streams", type=int, default=128, help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.serve:
+        serve(args.serve, args.max_streams, args.step_ms)
+        return 0
+    print(f"host-overhead harness: model and codec replaced by precomputed outputs; stand-in device step "
+          f"{args.step_ms:g} ms; {os.cpu_count()} CPUs")
+    print(_HEADER, flush=True)
+    rows = measure(args.concurrency, args.step_ms, args.duration, args.max_tokens, args.port)
+    if args.json:
+        args.json.write_text(json.dumps({"step_ms": args.step_ms, "levels": rows}, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
