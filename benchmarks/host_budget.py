@@ -66,6 +66,7 @@ class PacedRunner:
 
     def __init__(self, vocab_size: int, step_s: float) -> None:
         self.vocab_size = vocab_size
+        self.kv_cache_bytes = 0
         self.forward_seconds = 0.0
         self._step_s = step_s
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -23,6 +24,7 @@ from lyre.engine import (
 )
 from lyre.engine.llama import Llama
 from lyre.engine.loader import load_llama
+from polling import eventually_async
 
 AUDIO = PeriodicConstraint(
     tuple((r.start, r.stop) for r in map(orpheus.position_range, range(7))), boundary_ids=(orpheus.STOP_TOKEN,)
@@ -123,8 +125,8 @@ def test_abort_frees_the_slot_and_a_queued_request_takes_it(make_engine: Callabl
         await a.__anext__()
         await b.__anext__()
         c = engine.generate(PROMPTS[2], _speech(3, max_tokens=21), constraint=AUDIO)
-        await asyncio.sleep(0.05)
-        assert engine.stats().waiting == 1 and c.request.slot is None
+        assert await eventually_async(lambda: engine.stats().waiting == 1)
+        assert c.request.slot is None
         slot_a = a.request.slot
         engine.abort(a.request_id)
         assert len(await _collect(c)) == 21
@@ -250,3 +252,60 @@ def test_bad_prompts_and_a_full_queue_are_refused(make_engine: Callable[..., Eng
         assert len(await _collect(queued)) == 5
 
     asyncio.run(main())
+
+
+def test_more_streams_resident_than_the_compute_batch_all_stay_ahead_of_their_listeners(
+        make_engine: Callable[..., Engine]) -> None:
+    # Six streams share a compute batch of two: each step advances the two closest to running dry.
+    # Listeners play one token per PACE seconds from their first token on; a token is late when it
+    # arrives after the tokens before it have played.
+    engine = make_engine(max_batch=6, compute_batch=2)
+    pace, tokens = 0.05, 84
+
+    async def listen(i: int) -> tuple[bool, int]:
+        stream = engine.generate(PROMPTS[i % len(PROMPTS)], _speech(i, max_tokens=tokens), constraint=AUDIO,
+                                 pace=pace)
+        heard, start, late = 0, None, 0
+        while batch := await stream.take(1):
+            now = time.monotonic()
+            if start is None:
+                start = now
+                engine.start_playback(stream.request_id, now)
+            late += now - start > heard * pace + 0.5  # half a second of grace for this shared CPU
+            heard += len(batch)
+        return late == 0, heard
+
+    async def main() -> list[tuple[bool, int]]:
+        return list(await asyncio.gather(*(listen(i) for i in range(6))))
+
+    results = asyncio.run(main())
+    stats = engine.stats()
+    assert [heard for _, heard in results] == [tokens] * 6
+    assert all(on_time for on_time, _ in results), results
+    assert stats.parked == 0 and stats.running == 0
+    # Never more than the compute batch decoding at once (prefill rows join the first steps).
+    assert stats.tokens / stats.steps <= 2 + 6 / stats.steps
+
+
+def test_a_failed_step_fails_its_requests_and_the_engine_serves_on(make_engine: Callable[..., Engine],
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    engine = make_engine(max_batch=2)
+    real_launch = engine.runner.launch
+    failures = iter([RuntimeError("injected device fault")])
+
+    def launch(prefill, decode):  # type: ignore[no-untyped-def]
+        if (fault := next(failures, None)) is not None:
+            raise fault
+        return real_launch(prefill, decode)
+
+    monkeypatch.setattr(engine.runner, "launch", launch)
+
+    async def main() -> list[int]:
+        doomed = engine.generate(PROMPTS[0], _speech(1, max_tokens=14), constraint=AUDIO)
+        with pytest.raises(RuntimeError, match="engine step failed: injected device fault"):
+            await _collect(doomed)
+        assert doomed.finish_reason is FinishReason.ERROR
+        return await _collect(engine.generate(PROMPTS[1], _speech(2, max_tokens=14), constraint=AUDIO))
+
+    assert len(asyncio.run(main())) == 14
+    assert engine.stats().running == 0 and engine.scheduler.free_slots == 2

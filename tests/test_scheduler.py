@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from lyre.engine.sampling import SamplingParams
-from lyre.engine.scheduler import EngineFull, RequestTooLong, Scheduler
+from lyre.engine.scheduler import EngineFull, RequestTooLong, Scheduler, SchedulingPolicy
 from lyre.engine.sequence import FinishReason, Request, RequestStatus
 
 
@@ -75,3 +75,91 @@ def test_refuses_what_can_never_fit_and_what_the_queue_cannot_hold() -> None:
         s.add(_req("more"))
     with pytest.raises(ValueError, match="already in use"):
         s.add(_req("fits"))
+
+
+# ---- playback deadlines -------------------------------------------------------
+
+PACE = 0.1  # seconds of playback per token, round for hand arithmetic
+
+
+def _stream(rid: str, deadline: float | None, pace: float | None = PACE) -> Request:
+    req = _req(rid, max_tokens=100)
+    req.pace, req.deadline = pace, deadline
+    return req
+
+
+def _resident(s: Scheduler, *reqs: Request, now: float = 0.0) -> None:
+    for r in reqs:
+        s.add(r)
+    assert len(s.schedule(now).prefill) == len(reqs)
+
+
+def _ids(batch: list[Request]) -> list[str]:
+    return [r.request_id for r in batch]
+
+
+def test_first_audio_first_then_least_slack_then_requests_nobody_plays_live() -> None:
+    s = Scheduler(max_batch=8, max_seq_len=256, max_waiting=8, policy=SchedulingPolicy(park_above_s=50.0,
+                                                                                       unpark_below_s=10.0))
+    file, loose, tight, fresh = (_stream("file", None, pace=None), _stream("loose", 9.0), _stream("tight", 1.5),
+                                 _stream("fresh", None))
+    _resident(s, file, loose, tight, fresh)
+    assert _ids(s.schedule(now=1.0).decode) == ["fresh", "tight", "loose", "file"]
+    # Time passes: "tight" is behind its listener now, and still first among the streams.
+    assert _ids(s.schedule(now=3.0).decode) == ["fresh", "tight", "loose", "file"]
+    assert s.behind == 1 and s.deadline_misses == 1
+    assert sorted(s.slacks) == [-1.5, 6.0]
+
+
+def test_the_compute_batch_takes_the_most_pressing_of_the_resident_streams() -> None:
+    s = Scheduler(max_batch=6, max_seq_len=256, max_waiting=8,
+                  policy=SchedulingPolicy(compute_batch=2, park_above_s=50.0, unpark_below_s=10.0))
+    reqs = [_stream(f"s{i}", deadline) for i, deadline in enumerate([4.0, 1.0, 3.0, 2.0])]
+    _resident(s, *reqs)
+    assert len(s.running) == 4
+    assert _ids(s.schedule(now=0.0).decode) == ["s1", "s3"]
+    # Advanced streams gain slack with each token; the ones left out move up.
+    for req in reqs[1], reqs[3]:
+        for _ in range(30):
+            s.append_token(req, 7)
+    assert _ids(s.schedule(now=0.0).decode) == ["s2", "s0"]
+
+
+def test_a_stream_far_ahead_is_parked_until_it_falls_below_the_low_mark() -> None:
+    s = Scheduler(max_batch=2, max_seq_len=256, max_waiting=8,
+                  policy=SchedulingPolicy(park_above_s=2.0, unpark_below_s=1.0))
+    ahead, other = _stream("ahead", 2.5), _stream("other", 0.5)
+    _resident(s, ahead, other)
+    assert _ids(s.schedule(now=0.0).decode) == ["other"] and ahead.parked and s.parked == 1
+    assert _ids(s.schedule(now=1.0).decode) == ["other"]  # slack 1.5: between the marks, still parked
+    assert _ids(s.schedule(now=1.6).decode) == ["other", "ahead"] and not ahead.parked  # slack 0.9
+    for _ in range(20):  # two more seconds of audio made: above the high mark again
+        s.append_token(ahead, 7)
+    assert _ids(s.schedule(now=1.6).decode) == ["other"] and ahead.parked
+
+
+def test_playback_start_sets_the_deadline_from_the_tokens_the_listener_will_hear() -> None:
+    s = Scheduler(max_batch=1, max_seq_len=256, max_waiting=8)
+    req = _stream("r", None)
+    _resident(s, req)
+    for _ in range(12):
+        s.append_token(req, 7)
+    assert req.deadline is None  # nobody is listening yet: no deadline, only first-audio priority
+    s.start_playback(req, at=100.0, skipped_tokens=2)
+    assert req.deadline == pytest.approx(100.0 + 10 * PACE)
+    s.append_token(req, 7)
+    assert req.deadline == pytest.approx(100.0 + 11 * PACE)
+
+
+def test_fcfs_advances_every_resident_request_in_admission_order() -> None:
+    s = Scheduler(max_batch=4, max_seq_len=256, max_waiting=8, policy=SchedulingPolicy("fcfs"))
+    reqs = [_stream("a", 9.0), _stream("b", 0.1), _stream("c", 50.0)]
+    _resident(s, *reqs)
+    assert _ids(s.schedule(now=0.0).decode) == ["a", "b", "c"] and s.parked == 0
+
+
+@pytest.mark.parametrize("policy", [dict(kind="lifo"), dict(compute_batch=0), dict(park_above_s=1.0,
+                                                                                   unpark_below_s=1.0)])
+def test_bad_policies_are_refused(policy: dict) -> None:
+    with pytest.raises(ValueError):
+        SchedulingPolicy(**policy)

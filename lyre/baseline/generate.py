@@ -14,7 +14,7 @@ from transformers.generation.streamers import BaseStreamer
 
 from lyre import orpheus
 from lyre.engine import EngineStats, SamplingParams
-from lyre.tts.speech import AUDIO_CONSTRAINT
+from lyre.tts.sampling import AUDIO_CONSTRAINT
 
 __all__ = ["Generation", "NaiveEngine"]
 
@@ -158,9 +158,10 @@ class NaiveEngine:
         """Honest counts: no queue, and each running request is a batch of one, one token a step."""
         with self._lock:
             running, tokens, admitted = self._running, self._tokens, self._admitted
-        return EngineStats(waiting=0, running=running, steps=tokens, tokens=tokens, admitted=admitted,
+        return EngineStats(waiting=0, running=running, parked=0, steps=tokens, tokens=tokens, admitted=admitted,
                            step_seconds=0.0, forward_seconds=0.0, queue_wait_total=0.0, queue_wait_max=0.0,
-                           recent_queue_waits=(), last_batch_size=1 if running else 0)
+                           last_batch_size=1 if running else 0, deadline_misses=0, behind=0,
+                           slack_p10_p50_p90=None, kv_cache_bytes=0)
 
     def shutdown(self) -> None:
         """Stop every running generate at its next token."""

@@ -4,15 +4,17 @@ It knows nothing of audio: prompt ids and sampling parameters in, an async
 stream of token ids out.
 """
 
-from lyre.engine.config import EngineConfig, LlamaConfig
+from lyre.engine.config import ATTENTION_BACKENDS, EngineConfig, LlamaConfig
 from lyre.engine.constraint import Constraint, PeriodicConstraint, TokenSlice
 from lyre.engine.engine import Engine, RequestStream
 from lyre.engine.sampling import SamplingParams
-from lyre.engine.scheduler import EngineFull, RequestTooLong
+from lyre.engine.scheduler import SCHEDULERS, EngineFull, RequestTooLong
 from lyre.engine.sequence import FinishReason
 from lyre.engine.stats import EngineStats
 
 __all__ = [
+    "ATTENTION_BACKENDS",
+    "SCHEDULERS",
     "Constraint",
     "Engine",
     "EngineConfig",

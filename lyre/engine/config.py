@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from lyre.engine.scheduler import SchedulingPolicy
+
 __all__ = ["ATTENTION_BACKENDS", "EngineConfig", "LlamaConfig", "RopeScaling"]
 
 # Also in lyre.engine.attention, which needs torch; kept here so the config stays plain.
@@ -105,6 +107,12 @@ class EngineConfig:
     # run has shown their tokens equal eager decoding's.
     cuda_graphs: bool = False
     quantize: str | None = None  # "fp8": e4m3 weights with per-channel scales for the projections
+    # Scheduling (lyre.engine.scheduler): "deadline" orders streams by their listeners' playback
+    # deadlines and parks those far ahead; "fcfs" advances every resident request every step.
+    scheduler: str = "deadline"
+    compute_batch: int | None = None  # rows advanced per step; None: max_batch (every resident request)
+    park_above_s: float = 2.0
+    unpark_below_s: float = 1.0
 
     def __post_init__(self) -> None:
         for name in ("max_batch", "max_seq_len", "max_waiting"):
@@ -120,6 +128,13 @@ class EngineConfig:
             raise ValueError(f"EngineConfig.cuda_graphs needs a CUDA device, got {self.device!r}")
         if self.quantize not in (None, "fp8"):
             raise ValueError(f"EngineConfig.quantize must be None or 'fp8', got {self.quantize!r}")
+        if self.compute_batch is not None and not 1 <= self.compute_batch <= self.max_batch:
+            raise ValueError(f"EngineConfig.compute_batch must be in [1, max_batch={self.max_batch}], "
+                             f"got {self.compute_batch}")
+        self.policy()  # validates the scheduling fields
+
+    def policy(self) -> SchedulingPolicy:
+        return SchedulingPolicy(self.scheduler, self.compute_batch, self.park_above_s, self.unpark_below_s)
 
     @property
     def resolved_attention(self) -> str:
@@ -132,10 +147,3 @@ class EngineConfig:
         if self.dtype is not None:
             return self.dtype
         return "bfloat16" if self.device.startswith("cuda") else "float32"
-
-    def kv_cache_bytes(self, model: LlamaConfig) -> int:
-        """Bytes the preallocated KV cache takes for this config and model."""
-        itemsize = 4 if self.resolved_dtype == "float32" else 2
-        per_position = 2 * model.num_hidden_layers * model.num_key_value_heads * model.head_dim
-        return self.max_batch * self.max_seq_len * per_position * itemsize
-

@@ -47,8 +47,8 @@ class Engine:
                 quantize_fp8(model)
             runner = ModelRunner(model, config, family)
         self.runner: Runner = runner
-        self.scheduler = Scheduler(config.max_batch, config.max_seq_len, config.max_waiting)
-        self.recorder = StatsRecorder()
+        self.scheduler = Scheduler(config.max_batch, config.max_seq_len, config.max_waiting, config.policy())
+        self.recorder = StatsRecorder(runner.kv_cache_bytes)
         # Weak: a stream nobody holds is collected, and its finalizer aborts the request.
         self._streams: weakref.WeakValueDictionary[str, RequestStream] = weakref.WeakValueDictionary()
         self._outbox: list[tuple[asyncio.AbstractEventLoop, _Delivery]] = []
@@ -76,12 +76,17 @@ class Engine:
         request_id: str | None = None,
         constraint: Constraint | None = None,
         adapter: str | None = None,
+        pace: float | None = None,
         deadline: float | None = None,
     ) -> RequestStream:
         """Submit a request; iterate the result for its token ids as they are made.
 
-        Raises ValueError for a bad prompt, RequestTooLong when prompt +
-        max_tokens can never fit a slot, EngineFull when the queue is full.
+        ``pace``: seconds of playback each token buys its listener (None: not
+        streamed to one). ``deadline``: when that listener runs dry without more
+        tokens, if playback has already started (e.g. a previous sentence
+        plays); else `start_playback` sets it. Raises ValueError for a bad
+        prompt, RequestTooLong when prompt + max_tokens can never fit a slot,
+        EngineFull when the queue is full.
         """
         if self._closed:
             raise RuntimeError("engine is shut down")
@@ -103,6 +108,7 @@ class Engine:
             seed=self._seed_for(sampling),
             constraint=constraint,
             adapter=adapter,
+            pace=pace,
             deadline=deadline,
         )
         with self._wake:
@@ -119,13 +125,17 @@ class Engine:
             self._aborts.append(request_id)
             self._wake.notify()
 
+    def start_playback(self, request_id: str, at: float, skipped_tokens: int = 0) -> None:
+        """The request's listener started playing at ``at`` (monotonic): from now on its tokens have a deadline.
+        ``skipped_tokens`` were made but will not be heard (trimmed silence)."""
+        with self._wake:
+            req = self.scheduler.find(request_id)
+            if req is not None:
+                self.scheduler.start_playback(req, at, skipped_tokens)
+
     def stats(self) -> EngineStats:
         with self._wake:
-            return self.recorder.snapshot(
-                waiting=len(self.scheduler.waiting),
-                running=len(self.scheduler.running),
-                forward_seconds=self.runner.forward_seconds,
-            )
+            return self.recorder.snapshot(self.scheduler, self.runner.forward_seconds)
 
     def shutdown(self) -> None:
         """Abort everything and stop the loop thread."""

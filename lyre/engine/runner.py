@@ -52,6 +52,7 @@ class Runner(Protocol):
     """What the engine's loop needs of a runner: `ModelRunner`, or a stand-in that makes no tensors."""
 
     vocab_size: int
+    kv_cache_bytes: int
     forward_seconds: float  # cumulative, kept by the engine
 
     def launch(self, prefill: list[Request], decode: list[Request]) -> Pending: ...
@@ -98,6 +99,7 @@ class ModelRunner:
         self.attention = config.resolved_attention
         slots = config.max_batch
         self.cache = KVCache(model.config, slots, config.max_seq_len, model.output_weight.dtype, device)
+        self.kv_cache_bytes = 2 * self.cache.k.numel() * self.cache.k.element_size()
         n = slots + 1  # the spare slot has state too, so padded rows index something real
         self.seen = torch.zeros(n, vocab, dtype=torch.bool, device=device)  # repetition-penalty history
         self.temperature = torch.zeros(n, device=device)
@@ -122,7 +124,7 @@ class ModelRunner:
         self._family_ids = torch.cat((torch.arange(self.family.lo, self.family.hi),
                                       torch.tensor(self.family.extras, dtype=torch.long))).to(device)
         self.flex = FlexBlocks(n, config.max_seq_len, device) if self.attention == "flex" else None
-        self.buckets = batch_buckets(slots)
+        self.buckets = batch_buckets(config.compute_batch or slots)
         self.fixed_shape = config.cuda_graphs if fixed_shape is None else fixed_shape
         self.graphs = (DecodeGraphs(self._decode_fixed, self.buckets, device)
                        if config.cuda_graphs else None)

@@ -1,4 +1,23 @@
-"""Continuous batching: who runs this step. Plain Python, no tensors."""
+"""Continuous batching on playback deadlines: who runs this step. Plain Python, no tensors.
+
+A request that streams to a listener carries a ``pace`` (seconds of playback
+each token buys) and, once its listener has started playing, a ``deadline``:
+when the listener runs dry if no more tokens come. Its slack is the deadline
+minus now. Each step the scheduler
+
+1. admits waiting requests into free KV-cache slots (one batched prefill):
+   those wait for their first audio, which matters most;
+2. fills the compute batch (``compute_batch`` rows, which may be fewer than
+   the resident requests) with running requests in this order: those still
+   waiting for their first audio, then streams by least slack, then requests
+   nobody is listening to in real time (no pace: a whole file);
+3. parks a stream whose slack rises above ``park_above_s`` (its KV cache stays,
+   it leaves the compute batch) until its slack falls below ``unpark_below_s``.
+
+A stream is behind while its slack is negative; each time one falls behind
+counts one deadline miss. ``fcfs`` advances every resident request each step,
+in admission order (the behaviour to compare against).
+"""
 
 from __future__ import annotations
 
@@ -8,7 +27,9 @@ from dataclasses import dataclass, field
 
 from lyre.engine.sequence import FinishReason, Request, RequestStatus
 
-__all__ = ["EngineFull", "RequestTooLong", "ScheduledBatch", "Scheduler"]
+__all__ = ["SCHEDULERS", "EngineFull", "RequestTooLong", "ScheduledBatch", "Scheduler", "SchedulingPolicy"]
+
+SCHEDULERS = ("deadline", "fcfs")
 
 
 class RequestTooLong(ValueError):
@@ -19,29 +40,49 @@ class EngineFull(RuntimeError):
     """The waiting queue is at its limit; the caller should retry later."""
 
 
+@dataclass(frozen=True)
+class SchedulingPolicy:
+    """How the compute batch is chosen among resident requests."""
+
+    kind: str = "deadline"  # one of SCHEDULERS
+    compute_batch: int | None = None  # rows advanced per step; None: every resident request
+    park_above_s: float = 2.0  # slack above which a stream leaves the compute batch
+    unpark_below_s: float = 1.0  # slack below which a parked stream comes back
+
+    def __post_init__(self) -> None:
+        if self.kind not in SCHEDULERS:
+            raise ValueError(f"scheduler must be one of {', '.join(SCHEDULERS)}, got {self.kind!r}")
+        if self.compute_batch is not None and self.compute_batch < 1:
+            raise ValueError(f"compute_batch must be >= 1, got {self.compute_batch}")
+        if not 0 <= self.unpark_below_s < self.park_above_s:
+            raise ValueError(f"need 0 <= unpark_below_s < park_above_s, got {self.unpark_below_s}, "
+                             f"{self.park_above_s}")
+
+
 @dataclass
 class ScheduledBatch:
     prefill: list[Request] = field(default_factory=list)  # admitted this step
-    decode: list[Request] = field(default_factory=list)  # already running
+    decode: list[Request] = field(default_factory=list)  # already running, advanced this step
 
     def __bool__(self) -> bool:
         return bool(self.prefill or self.decode)
 
 
 class Scheduler:
-    """Owns the waiting queue and the KV-cache slots.
+    """Owns the waiting queue and the KV-cache slots, and picks each step's rows."""
 
-    Every step, running requests advance by one token and waiting requests
-    take any free slots, so a request joins and leaves the batch without
-    waiting for the others.
-    """
-
-    def __init__(self, max_batch: int, max_seq_len: int, max_waiting: int) -> None:
+    def __init__(self, max_batch: int, max_seq_len: int, max_waiting: int,
+                 policy: SchedulingPolicy | None = None) -> None:
         self.max_seq_len = max_seq_len
         self.max_waiting = max_waiting
+        self.policy = policy or SchedulingPolicy()
+        self.compute_batch = self.policy.compute_batch or max_batch
         self.waiting: deque[Request] = deque()
         self.running: dict[str, Request] = {}
         self._free_slots = list(range(max_batch - 1, -1, -1))  # pop() hands out the lowest
+        self.deadline_misses = 0  # times a stream fell behind its listener
+        self.slacks: list[float] = []  # the streams' slack at the last step, seconds
+        self.behind = 0  # streams behind their listener at the last step
 
     def add(self, req: Request) -> None:
         need = len(req.prompt_ids) + req.sampling.max_tokens
@@ -57,10 +98,11 @@ class Scheduler:
             raise EngineFull(f"engine queue is full ({self.max_waiting} waiting requests)")
         self.waiting.append(req)
 
-    def schedule(self) -> ScheduledBatch:
-        """Admit waiting requests into free slots; everything running decodes."""
-        batch = ScheduledBatch(decode=list(self.running.values()))
-        now = time.monotonic()
+    def schedule(self, now: float | None = None) -> ScheduledBatch:
+        """Admit waiting requests into free slots, then choose the running requests this step advances."""
+        now = time.monotonic() if now is None else now
+        running = list(self.running.values())
+        batch = ScheduledBatch(decode=self._pick(running, now))
         while self.waiting and self._free_slots:
             req = self.waiting.popleft()
             req.slot = self._free_slots.pop()
@@ -70,14 +112,57 @@ class Scheduler:
             batch.prefill.append(req)
         return batch
 
+    def _pick(self, running: list[Request], now: float) -> list[Request]:
+        if self.policy.kind == "fcfs":
+            return running[: self.compute_batch]
+        first_audio, streams, background = [], [], []
+        self.slacks, self.behind = [], 0
+        for req in running:
+            if req.pace is None:
+                background.append(req)
+            elif req.deadline is None:
+                first_audio.append(req)
+            else:
+                slack = req.deadline - now
+                self.slacks.append(slack)
+                self._track(req, slack)
+                if not req.parked:
+                    streams.append((slack, req))
+        streams.sort(key=lambda pair: pair[0])
+        return (first_audio + [req for _, req in streams] + background)[: self.compute_batch]
+
+    def _track(self, req: Request, slack: float) -> None:
+        """Hysteresis for parking; counting a miss each time a stream falls behind."""
+        if req.parked and slack < self.policy.unpark_below_s:
+            req.parked = False
+        elif not req.parked and slack > self.policy.park_above_s:
+            req.parked = True
+        if slack < 0:
+            self.behind += 1
+            if not req.behind:
+                req.behind = True
+                self.deadline_misses += 1
+        else:
+            req.behind = False
+
+    @property
+    def parked(self) -> int:
+        return sum(req.parked for req in self.running.values())
+
+    def start_playback(self, req: Request, at: float, skipped_tokens: int = 0) -> None:
+        """The request's listener started playing at ``at``: every token it has made, but
+        ``skipped_tokens`` (trimmed away), plays from then on."""
+        if req.pace is not None and not req.finished:
+            req.deadline = at + max(0, len(req.output_ids) - skipped_tokens) * req.pace
+
     def append_token(self, req: Request, token: int) -> bool:
         """Record ``token`` for a running request; True when that finished it."""
-        if req.first_token_at is None:
-            req.first_token_at = time.monotonic()
         if token in req.sampling.stop_ids:
             self.finish(req, FinishReason.STOP)
             return True
         req.output_ids.append(token)
+        if req.deadline is not None and req.pace is not None:
+            req.deadline += req.pace  # one more token of audio before the listener runs dry
         if len(req.output_ids) >= req.sampling.max_tokens:
             self.finish(req, FinishReason.LENGTH)
             return True

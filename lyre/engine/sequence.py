@@ -29,9 +29,11 @@ class FinishReason(str, enum.Enum):
 class Request:
     """A prompt being turned into tokens.
 
-    ``adapter`` (a LoRA voice) and ``deadline`` (when its next audio is due)
-    travel with the request so that batched adapters and deadline-aware
-    admission can use them without changing the loop.
+    ``pace`` is the seconds of playback one token buys a listener who plays
+    the request as it streams (None: nobody does, as for a whole file).
+    ``deadline`` is when that listener runs dry if no more tokens come (None
+    until playback starts); the scheduler orders streams by it and moves it
+    on by ``pace`` with every token. ``adapter`` names a LoRA voice.
     """
 
     request_id: str
@@ -40,14 +42,16 @@ class Request:
     seed: int
     constraint: Constraint | None = None
     adapter: str | None = None
+    pace: float | None = None
     deadline: float | None = None
+    parked: bool = False  # far enough ahead of its listener to sit out of the compute batch
+    behind: bool = False  # its listener has run dry (slack below zero)
     arrival: float = field(default_factory=time.monotonic)
     status: RequestStatus = RequestStatus.WAITING
     slot: int | None = None
     output_ids: list[int] = field(default_factory=list)
     finish_reason: FinishReason | None = None
     admitted_at: float | None = None
-    first_token_at: float | None = None
     # Engine step counters: when it was submitted, got its first token, ended.
     submit_step: int = 0
     first_token_step: int | None = None

@@ -1,55 +1,65 @@
-"""Engine counters: queue depth and wait, batch sizes, step times."""
+"""Engine counters: queue depth and wait, batch sizes, step times, playback deadlines."""
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from lyre.engine.scheduler import ScheduledBatch
+    from lyre.engine.scheduler import ScheduledBatch, Scheduler
 
-__all__ = ["EngineStats", "StatsRecorder"]
+__all__ = ["EngineStats", "StatsRecorder", "slack_percentiles"]
+
+
+def slack_percentiles(slacks: list[float]) -> tuple[float, float, float] | None:
+    """p10, p50, p90 of the streams' slack (nearest rank), or None without streams."""
+    if not slacks:
+        return None
+    ordered = sorted(slacks)
+
+    def at(q: float) -> float:
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+    return at(0.1), at(0.5), at(0.9)
 
 
 @dataclass(frozen=True)
 class EngineStats:
-    """A snapshot of the engine's counters since it started."""
+    """A snapshot of the engine's counters since it started, and of its state now."""
 
-    waiting: int  # requests queued for a slot now
-    running: int  # requests holding a slot now
+    waiting: int  # requests queued for a KV-cache slot now
+    running: int  # requests holding a slot now (resident)
+    parked: int  # of which streams far enough ahead of their listener to sit out of the compute batch
     steps: int
     tokens: int  # tokens produced, all requests
     admitted: int
     step_seconds: float  # wall time inside steps, cumulative
-    forward_seconds: float  # of which model forward + output projection
+    forward_seconds: float  # of which the device's work (forward, projection, sampling)
     queue_wait_total: float  # seconds requests waited for a slot, summed over admitted ones
     queue_wait_max: float
-    recent_queue_waits: tuple[float, ...]  # the last admitted requests' waits, oldest first
-    last_batch_size: int
+    last_batch_size: int  # rows in the last step (prefill and decode): the compute batch
+    deadline_misses: int  # times a stream fell behind its listener
+    behind: int  # streams behind their listener at the last step
+    slack_p10_p50_p90: tuple[float, float, float] | None  # seconds, over the streams at the last step
+    kv_cache_bytes: int
 
     @property
     def mean_batch_size(self) -> float:
         return self.tokens / self.steps if self.steps else 0.0
 
-    @property
-    def outside_forward_share(self) -> float:
-        """Share of step time spent outside the model forward (scheduling, sampling, bookkeeping)."""
-        return 1.0 - self.forward_seconds / self.step_seconds if self.step_seconds else 0.0
-
 
 class StatsRecorder:
     """Mutated by the engine thread under the engine's lock."""
 
-    def __init__(self, keep: int = 1024) -> None:
+    def __init__(self, kv_cache_bytes: int) -> None:
         self.steps = 0
         self.tokens = 0
         self.admitted = 0
         self.step_seconds = 0.0
         self.queue_wait_total = 0.0
         self.queue_wait_max = 0.0
-        self.recent_waits: deque[float] = deque(maxlen=keep)
         self.last_batch_size = 0
+        self.kv_cache_bytes = kv_cache_bytes
 
     def record_step(self, batch: ScheduledBatch, seconds: float) -> None:
         size = len(batch.prefill) + len(batch.decode)
@@ -62,12 +72,12 @@ class StatsRecorder:
             self.admitted += 1
             self.queue_wait_total += wait
             self.queue_wait_max = max(self.queue_wait_max, wait)
-            self.recent_waits.append(wait)
 
-    def snapshot(self, waiting: int, running: int, forward_seconds: float) -> EngineStats:
+    def snapshot(self, scheduler: Scheduler, forward_seconds: float) -> EngineStats:
         return EngineStats(
-            waiting=waiting,
-            running=running,
+            waiting=len(scheduler.waiting),
+            running=len(scheduler.running),
+            parked=scheduler.parked,
             steps=self.steps,
             tokens=self.tokens,
             admitted=self.admitted,
@@ -75,6 +85,9 @@ class StatsRecorder:
             forward_seconds=forward_seconds,
             queue_wait_total=self.queue_wait_total,
             queue_wait_max=self.queue_wait_max,
-            recent_queue_waits=tuple(self.recent_waits),
             last_batch_size=self.last_batch_size,
+            deadline_misses=scheduler.deadline_misses,
+            behind=scheduler.behind,
+            slack_p10_p50_p90=slack_percentiles(scheduler.slacks),
+            kv_cache_bytes=self.kv_cache_bytes,
         )
