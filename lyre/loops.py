@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterable
-from typing import TypeVar
+from typing import Any, TypeVar
 
-__all__ = ["call_soon_per_loop"]
+__all__ = ["call_soon_per_loop", "settle_futures"]
 
 T = TypeVar("T")
 
@@ -31,3 +31,21 @@ def call_soon_per_loop(items: Iterable[tuple[asyncio.AbstractEventLoop, T]],
             loop.call_soon_threadsafe(handler, batch)
         except RuntimeError:  # the loop is closed
             pass
+
+
+def settle_futures(outcomes: Iterable[tuple[asyncio.AbstractEventLoop, asyncio.Future[Any], object]]) -> None:
+    """Set each future's result (an exception when the outcome is one) on its own loop. Thread-safe.
+
+    A future already done (its caller was cancelled) is left alone.
+    """
+    call_soon_per_loop(((loop, (future, outcome)) for loop, future, outcome in outcomes), _settle)
+
+
+def _settle(items: list[tuple[asyncio.Future[Any], object]]) -> None:
+    for future, outcome in items:
+        if future.done():
+            continue
+        if isinstance(outcome, BaseException):
+            future.set_exception(outcome)
+        else:
+            future.set_result(outcome)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
@@ -214,3 +215,42 @@ def test_batch_policy() -> None:
         BatchPolicy(max_batch=0)
     with pytest.raises(ValueError, match="max_wait_ms"):
         BatchPolicy(max_wait_ms=-1)
+
+
+def test_the_most_urgent_window_is_decoded_first(decoder: RecordingDecoder, make_service) -> None:
+    # max_batch 1: while the first window decodes, three more queue with different due times.
+    service = make_service(max_batch=1, max_wait_ms=0.0)
+    order: list[int] = []
+
+    async def decode(n: int, due_in: float) -> None:
+        await service.decode(window(n=n, seed=n), due=time.monotonic() + due_in)
+        order.append(n)
+
+    async def main() -> None:
+        first = asyncio.create_task(decode(1, 0.0))
+        while not decoder.batches:  # the worker has taken the first window
+            await asyncio.sleep(0.001)
+        await asyncio.gather(first, decode(2, 3.0), decode(3, 1.0), decode(4, 2.0))
+
+    asyncio.run(main())
+    assert order == [1, 3, 4, 2]
+    assert decoder.batches == [[1], [3], [4], [2]]
+
+
+def test_windows_far_ahead_wait_longer_to_share_a_batch(decoder: RecordingDecoder, make_service) -> None:
+    service = make_service(max_batch=4, max_wait_ms=40.0)
+
+    async def main() -> list[float]:
+        async def timed(seed: int, due_in: float, after: float) -> float:
+            await asyncio.sleep(after)
+            start = time.monotonic()
+            await service.decode(window(n=2, seed=seed), due=time.monotonic() + due_in)
+            return time.monotonic() - start
+
+        # A window due now goes after max_wait (40 ms) with whatever joined it; two windows due in
+        # 5 s wait up to FAR_WAIT_FACTOR x 40 ms, so the third, 70 ms later, still joins their batch.
+        return await asyncio.gather(timed(1, 0.0, 0.0), timed(2, 5.0, 0.5), timed(3, 5.0, 0.5),
+                                    timed(4, 5.0, 0.57))
+
+    asyncio.run(main())
+    assert decoder.batches == [[2], [2, 2, 2]]

@@ -1,16 +1,22 @@
 """The codec service: one per process, decoding every stream's windows in batches.
 
-Streams await `CodecService.decode`; a worker thread, off the event loop,
-groups queued windows by frame count (SNAC batches only equal shapes), picks
-the shape whose oldest window has waited longest, gathers up to
-``max_batch`` of them for at most ``max_wait_ms`` from that window's arrival,
-decodes them in one call and hands each result back to its own event loop.
+Streams await `CodecService.decode`, each window with the time its audio is
+due (when its listener would otherwise run dry). A worker thread, off the
+event loop, groups queued windows by frame count (SNAC batches only equal
+shapes), serves the shape holding the most urgent window, gathers up to
+``max_batch`` of that shape, most urgent first, for at most ``max_wait_ms``
+from the arrival of the most urgent one (``FAR_WAIT_FACTOR`` times longer when
+even that one is due more than ``FAR_S`` from now: a stream far ahead can wait
+to share a bigger batch), decodes them in one call and hands each result back
+to its own event loop.
 """
 
 from __future__ import annotations
 
 import asyncio
+import bisect
 import enum
+import itertools
 import threading
 import time
 from collections import deque
@@ -21,7 +27,7 @@ import torch
 
 from lyre.batching import BatchLimits
 from lyre.codec.snac import CodecWindow, SnacDecoder
-from lyre.loops import call_soon_per_loop
+from lyre.loops import settle_futures
 
 __all__ = ["BatchPolicy", "CodecService", "CodecServiceClosed", "CodecStats"]
 
@@ -37,6 +43,10 @@ CPU_MAX_BATCH = 1
 CPU_MAX_WAIT_MS = 0.0
 # Queue waits kept for CodecStats.recent_waits_s.
 RECENT_WAITS = 256
+# A window due later than this from now belongs to a stream far ahead of its listener...
+FAR_S = 0.5
+# ...and may wait this many times max_wait_ms for more windows to batch with.
+FAR_WAIT_FACTOR = 4.0
 
 
 @dataclass(frozen=True)
@@ -86,7 +96,13 @@ class _Job:
     loop: asyncio.AbstractEventLoop
     future: asyncio.Future[np.ndarray]
     arrival: float  # time.monotonic()
+    due: float  # time.monotonic() by which its audio is needed
+    seq: int  # arrival order, to break ties
     state: _State = _State.QUEUED
+
+    @property
+    def key(self) -> tuple[float, int]:
+        return self.due, self.seq
 
 
 @dataclass
@@ -110,24 +126,28 @@ class CodecService:
         self.decoder = decoder
         self.policy = policy or BatchPolicy.for_device(str(decoder.device))
         self._cond = threading.Condition()
-        self._queues: dict[int, deque[_Job]] = {}  # frame count -> jobs, oldest first
+        self._queues: dict[int, list[_Job]] = {}  # frame count -> jobs, most urgent first
+        self._seq = itertools.count()
         self._tally = _Tally()
         self._closed = False
         self._thread = threading.Thread(target=self._work, name="lyre-codec", daemon=True)
         self._thread.start()
 
-    async def decode(self, window: CodecWindow) -> np.ndarray:
+    async def decode(self, window: CodecWindow, due: float | None = None) -> np.ndarray:
         """The float32 samples of ``window``'s kept frames, decoded in some batch.
 
-        Raises `CodecServiceClosed` if the service closes first, or what the
-        decode raised. Cancelling the caller drops the window.
+        ``due`` (time.monotonic()) is when the audio is needed; windows are
+        decoded most urgent first (None: due now, in arrival order). Raises
+        `CodecServiceClosed` if the service closes first, or what the decode
+        raised. Cancelling the caller drops the window.
         """
         loop = asyncio.get_running_loop()
-        job = _Job(window, loop, loop.create_future(), time.monotonic())
+        now = time.monotonic()
+        job = _Job(window, loop, loop.create_future(), now, now if due is None else due, next(self._seq))
         with self._cond:
             if self._closed:
                 raise CodecServiceClosed("codec service is closed")
-            self._queues.setdefault(window.n_frames, deque()).append(job)
+            bisect.insort(self._queues.setdefault(window.n_frames, []), job, key=lambda j: j.key)
             self._cond.notify()
         try:
             return await job.future
@@ -213,12 +233,15 @@ class CodecService:
                 if not self._queues:
                     self._cond.wait()
                     continue
-                # Serve the shape whose oldest window has waited longest, so no
-                # shape starves behind a steady stream of another.
-                frames, queue = min(self._queues.items(), key=lambda item: item[1][0].arrival)
-                wait_left = queue[0].arrival + max_wait - time.monotonic()
+                # Serve the shape holding the most urgent window.
+                frames, queue = min(self._queues.items(), key=lambda item: item[1][0].key)
+                now = time.monotonic()
+                head = queue[0]
+                hold = max_wait * (FAR_WAIT_FACTOR if head.due - now > FAR_S else 1.0)
+                wait_left = head.arrival + hold - now
                 if len(queue) >= self.policy.max_batch or wait_left <= 0:
-                    batch = [queue.popleft() for _ in range(min(self.policy.max_batch, len(queue)))]
+                    batch = queue[: self.policy.max_batch]
+                    del queue[: self.policy.max_batch]
                     if not queue:
                         del self._queues[frames]
                     for job in batch:
@@ -230,14 +253,4 @@ class CodecService:
 
 def _deliver(jobs: list[_Job], outcomes: list[np.ndarray | BaseException]) -> None:
     """Settle each job's future on its own loop: one thread-safe call per loop."""
-    call_soon_per_loop(((job.loop, (job.future, outcome)) for job, outcome in zip(jobs, outcomes)), _settle)
-
-
-def _settle(items: list[tuple[asyncio.Future[np.ndarray], np.ndarray | BaseException]]) -> None:
-    for future, outcome in items:
-        if future.done():  # cancelled by its caller
-            continue
-        if isinstance(outcome, BaseException):
-            future.set_exception(outcome)
-        else:
-            future.set_result(outcome)
+    settle_futures((job.loop, job.future, outcome) for job, outcome in zip(jobs, outcomes))

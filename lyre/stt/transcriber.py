@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from lyre.batching import BatchLimits
+from lyre.loops import settle_futures
 from lyre.stt.audio import SAMPLE_RATE
 from lyre.stt.model import resolve_whisper
 from lyre.stt.whisper import TranscribeOptions, Transcript, final_pass, partial_passes
@@ -196,8 +197,8 @@ class Transcriber:
             self._turns.clear()
             self._pending = 0
             self._cond.notify_all()
-        for job in jobs:
-            self._deliver(job, TranscriberClosed("the speech-to-text worker is shut down"))
+        closed = TranscriberClosed("the speech-to-text worker is shut down")
+        settle_futures((job.loop, job.future, closed) for job in jobs)
         self._thread.join(timeout=60)
 
     @staticmethod
@@ -258,8 +259,7 @@ class Transcriber:
                 else:
                     self._counts["finals"] += 1
                     self._audio_s += batch[0].audio.size / SAMPLE_RATE
-            for job, result in zip(batch, results):
-                self._deliver(job, result)
+            settle_futures((job.loop, job.future, result) for job, result in zip(batch, results))
 
     def _next_batch(self) -> list[_Job] | None:
         """The next session's job; for a partial, more sessions' partials up to the policy."""
@@ -304,17 +304,3 @@ class Transcriber:
                 del self._queues[session]
             return job
         return None
-
-    def _deliver(self, job: _Job, result: object) -> None:
-        def settle() -> None:
-            if job.future.done():
-                return
-            if isinstance(result, BaseException):
-                job.future.set_exception(result)
-            else:
-                job.future.set_result(result)
-
-        try:
-            job.loop.call_soon_threadsafe(settle)
-        except RuntimeError:  # that event loop is closed: nobody is waiting
-            pass
