@@ -27,6 +27,7 @@ from lyre import orpheus
 from lyre.codec import CodecWindow
 from lyre.demo_model import DEMO_LLAMA_CONFIG, DemoPaths
 from lyre.engine import FinishReason, SamplingParams
+from lyre.tts import SpeechOptions
 from lyre.server import ServerConfig
 from lyre.baseline import NaiveCodec, NaiveSpeechStream, NaiveTTS, ReferenceWindows
 from lyre.tts.text import TextError
@@ -135,7 +136,7 @@ def test_decode_is_the_reference_sliding_window(naive: NaiveTTS) -> None:
 
 def test_stream_drops_frame_zero_and_the_last_two(naive: NaiveTTS) -> None:
     async def run() -> tuple[list[np.ndarray], object]:
-        stream = naive.stream("Hello there.", "tara", SamplingParams(max_tokens=70, seed=3))
+        stream = naive.stream("Hello there.", "tara", SpeechOptions(max_tokens=70, seed=3))
         return [chunk async for chunk in stream], stream
 
     chunks, stream = asyncio.run(run())
@@ -152,7 +153,7 @@ def test_stream_drops_frame_zero_and_the_last_two(naive: NaiveTTS) -> None:
 
 def test_concurrent_requests_each_run_their_own_generate(naive: NaiveTTS) -> None:
     async def one(seed: int) -> int:
-        stream = naive.stream("Two at once.", "leo", SamplingParams(max_tokens=35, seed=seed))
+        stream = naive.stream("Two at once.", "leo", SpeechOptions(max_tokens=35, seed=seed))
         return sum([len(chunk) async for chunk in stream])
 
     async def both() -> list[int]:
@@ -164,7 +165,8 @@ def test_concurrent_requests_each_run_their_own_generate(naive: NaiveTTS) -> Non
 
 def test_a_failed_generate_raises_to_the_reader(naive: NaiveTTS) -> None:
     # An id past the vocabulary: the embedding lookup inside generate fails, in its thread.
-    stream = NaiveSpeechStream(naive, "bad", [orpheus.START_OF_HUMAN, 10**6], SamplingParams(max_tokens=7, seed=0))
+    stream = NaiveSpeechStream(naive, "bad", None, SamplingParams(max_tokens=7, seed=0),
+                               prompt=[orpheus.START_OF_HUMAN, 10**6])
 
     async def run() -> None:
         with pytest.raises(RuntimeError, match="request bad: generation failed") as raised:
@@ -182,7 +184,7 @@ def test_demo_model_tokens_are_dropped_like_the_reference(demo: DemoPaths) -> No
     tts = NaiveTTS.load(demo.model, demo.codec)
     try:
         async def run() -> object:
-            stream = tts.stream("Hi.", None, SamplingParams(max_tokens=14, seed=0))
+            stream = tts.stream("Hi.", None, SpeechOptions(max_tokens=14, seed=0))
             assert [chunk async for chunk in stream] == []
             return stream
 
@@ -201,7 +203,7 @@ def test_on_the_demo_model_the_baseline_masks_to_valid_audio(monkeypatch: pytest
         assert tts.engine.valid_audio_only
 
         async def run() -> tuple[int, NaiveSpeechStream]:
-            stream = tts.stream("Hi.", None, SamplingParams(max_tokens=42, seed=0))
+            stream = tts.stream("Hi.", None, SpeechOptions(max_tokens=42, seed=0))
             return sum([len(chunk) async for chunk in stream]), stream
 
         samples, stream = asyncio.run(run())
@@ -220,7 +222,7 @@ def test_input_is_checked_like_lyre(naive: NaiveTTS) -> None:
 
 def test_aclose_stops_generation_at_once(naive: NaiveTTS) -> None:
     async def run() -> tuple[int, int, float]:
-        stream = naive.stream("A long one.", None, SamplingParams(max_tokens=7000, seed=1))
+        stream = naive.stream("A long one.", None, SpeechOptions(max_tokens=7000, seed=1))
         await anext(stream)  # frame 1 heard: 28 tokens made
         closed_at_tokens = naive.engine.stats().tokens
         await stream.aclose()

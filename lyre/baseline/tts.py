@@ -20,10 +20,10 @@ Built like the public reference and the servers around it, on purpose:
   two frames are never heard and every frame is decoded four times;
 - no leading-silence trim and no text splitting.
 
-It offers what the server uses of `TTS` (``voices``, ``config``,
-``engine.stats()``, ``codec.stats()``, ``stream()``, ``close()``), so
-``lyre serve --engine naive`` serves it unchanged. It needs ``transformers``
-(installed with lyre's test extra), imported when this module is.
+It implements `lyre.tts.Synthesizer`, so ``lyre serve --engine naive``
+serves it unchanged; text pushed in pieces is spoken once it has all come,
+as one generation. It needs ``transformers`` (installed with lyre's test
+extra), imported when this module is.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ import threading
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -42,18 +43,23 @@ from transformers import LlamaForCausalLM
 from lyre import orpheus
 from lyre.codec import SnacDecoder, load_snac
 from lyre.demo_model import or_demo
-from lyre.engine import FinishReason, SamplingParams
+from lyre.engine import EngineStats, FinishReason, SamplingParams
 from lyre.model_folder import load_tokenizer, resolve
 from lyre.orpheus import FrameAssembler, InvalidAudioToken, TextTokenizer
-from lyre.tts.speech import MODEL_FILES, request_sampling
+from lyre.tts.options import SpeechOptions, checked
+from lyre.tts.sampling import MODEL_FILES, request_sampling
+from lyre.tts.stream import to_int16
+from lyre.tts.synthesizer import TTSConfig
+from lyre.tts.text import TextError, normalize
 from lyre.tts.voices import Voices, load_voices
-from lyre.tts.stream import TTSConfig, to_int16
-from lyre.tts.text import normalize
 
 from lyre.baseline.generate import Generation, NaiveEngine
 from lyre.baseline.reference_decode import NaiveCodec, ReferenceWindows
 
 __all__ = ["NaiveSpeechStream", "NaiveTTS"]
+
+# transformers' generate has no KV-cache slots to fit: a segment may ask for this many tokens.
+MAX_TOKENS_LIMIT = 8192
 
 
 class NaiveSpeechStream:
@@ -63,25 +69,53 @@ class NaiveSpeechStream:
     task that iterates) stops it at the next token.
     """
 
-    def __init__(self, tts: NaiveTTS, request_id: str, prompt: list[int], sampling: SamplingParams) -> None:
+    def __init__(self, tts: NaiveTTS, request_id: str, voice: str | None, sampling: SamplingParams,
+                 prompt: list[int] | None = None) -> None:
+        """``prompt``: ready-made prompt ids instead of text (then no text may be pushed)."""
         self.request_id = request_id
+        self.voice = voice
         self.segments = 1
         self.frames = 0  # from valid 7-token groups
         self.tokens = 0  # every token generated, valid or not
         self.dropped_tokens = 0  # not a valid audio token at its frame position
         self.trimmed_samples = 0  # never trims
         self.finish_reason: FinishReason | None = None
-        self.started_at = time.perf_counter()
+        self.created_at = time.perf_counter()
+        self.first_text_at: float | None = None
         self.first_chunk_at: float | None = None
         self.samples = 0
         self.segment_started: list[float] = []
         self.segment_done: list[float] = []
         self._tts = tts
-        self._prompt = prompt
+        self._text: list[str] = []
+        self._ended = asyncio.Event()
+        self._prompt: list[int] = prompt or []
+        if prompt:
+            self._ended.set()
         self._sampling = sampling
         self._cancel = threading.Event()
         self._generation: Generation | None = None
         self._agen = self._run()
+
+    def push(self, text: str) -> None:
+        """More text; it is all spoken, as one generation, once `end` says it has come."""
+        if self._ended.is_set():
+            raise TextError("this stream's text has ended; start a new one")
+        if (chars := sum(map(len, self._text)) + len(text)) > self._tts.config.max_input_chars:
+            raise TextError(f"text is {chars} characters, over the limit of {self._tts.config.max_input_chars}")
+        self.first_text_at = self.first_text_at or time.perf_counter()
+        self._text.append(text)
+
+    def end(self) -> None:
+        self._ended.set()
+
+    @property
+    def started_at(self) -> float:
+        return self.first_text_at or self.created_at
+
+    @property
+    def ttfa_s(self) -> float | None:
+        return None if self.first_chunk_at is None else self.first_chunk_at - self.started_at
 
     @property
     def trimmed_ms(self) -> float:
@@ -112,6 +146,12 @@ class NaiveSpeechStream:
 
     async def _run(self) -> AsyncIterator[np.ndarray]:
         engine, codec = self._tts.engine, self._tts.codec
+        await self._ended.wait()
+        if not self._prompt:
+            if not "".join(self._text).strip():
+                return
+            clean = normalize("".join(self._text), self._tts.config.max_input_chars)
+            self._prompt = orpheus.prompt_ids(self._tts.tokenizer, clean, self.voice)
         queue: asyncio.Queue[int | None] = asyncio.Queue()
         self.segment_started.append(time.perf_counter())
         generation = self._generation = engine.start(self._prompt, self._sampling, queue, self._cancel)
@@ -187,19 +227,37 @@ class NaiveTTS:
         voices = load_voices(folder, dict(config.voice_aliases))
         return cls(NaiveEngine(llama, valid_audio_only), load_tokenizer(folder), NaiveCodec(decoder), voices, config)
 
-    def stream(self, text: str, voice: str | None = None, sampling: SamplingParams | None = None,
-               trim: bool = True, request_id: str | None = None) -> NaiveSpeechStream:
-        """Speak ``text`` as one generation; iterate the result for int16 PCM chunks.
+    @property
+    def max_tokens_limit(self) -> int:
+        return MAX_TOKENS_LIMIT
 
-        Validates like `TTS.stream` (same normalisation and input limit, same
-        errors). ``trim`` is accepted and ignored: the naive pipeline never
-        trims. ``sampling.seed`` keys only the codec noise: transformers samples
-        from torch's global generator, shared by every request's thread.
-        """
+    def open(self, voice: str | None = None, options: SpeechOptions | None = None, trim: bool = True,
+             streamed: bool = True, idle_timeout_s: float | None = None,
+             request_id: str | None = None) -> NaiveSpeechStream:
+        """A stream fed with `push` and `end`. ``trim``, ``streamed`` and ``idle_timeout_s`` are accepted
+        and ignored: the naive pipeline never trims and knows no deadlines. The seed keys only the codec
+        noise: transformers samples from torch's global generator, shared by every request's thread."""
         voice = self.voices.resolve(voice)
-        clean = normalize(text, self.config.max_input_chars)
-        prompt = orpheus.prompt_ids(self.tokenizer, clean, voice)
-        return NaiveSpeechStream(self, request_id or f"naive-{next(self._ids)}", prompt, request_sampling(sampling))
+        sampling = request_sampling(checked(options, self.max_tokens_limit))
+        return NaiveSpeechStream(self, request_id or f"naive-{next(self._ids)}", voice, sampling)
+
+    def stream(self, text: str, voice: str | None = None, options: SpeechOptions | None = None,
+               trim: bool = True, streamed: bool = True, request_id: str | None = None) -> NaiveSpeechStream:
+        """Speak ``text`` as one generation; validates like `TTS.stream` (same normalisation, limit, errors)."""
+        stream = self.open(voice, options, trim, streamed, request_id=request_id)
+        orpheus.prompt_ids(self.tokenizer, normalize(text, self.config.max_input_chars), stream.voice)
+        stream.push(text)
+        stream.end()
+        return stream
+
+    def overloaded(self) -> bool:
+        return False  # it never refuses for load: every request gets a thread
+
+    def engine_stats(self) -> EngineStats:
+        return self.engine.stats()
+
+    def codec_stats(self) -> Any:
+        return self.codec.stats()
 
     def close(self) -> None:
         self.engine.shutdown()

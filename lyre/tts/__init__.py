@@ -3,10 +3,18 @@
     tts = TTS.load()
     async for chunk in tts.stream("Hello there.", voice="tara"):
         ...  # int16 PCM chunks, 24 kHz mono, as they are made
+
+Text that arrives in pieces (a language model writing) goes through
+`TTS.open`: ``stream.push(piece)`` as it comes, ``stream.end()`` at the end.
+Servers type against `Synthesizer`, which the naive baseline implements too.
 """
 
-from lyre.tts.speech import AUDIO_CONSTRAINT, speech_sampling
-from lyre.tts.stream import TTS, SpeechStream, TTSConfig
+from lyre.tts.clock import PlaybackClock
+from lyre.tts.intake import IdleStream
+from lyre.tts.options import PipelineBusy, ServingConfig, SpeechOptions
+from lyre.tts.sampling import AUDIO_CONSTRAINT, speech_sampling
+from lyre.tts.stream import SpeechStream
+from lyre.tts.synthesizer import PROMPT_ROOM, TTS, Synthesizer, TTSConfig
 from lyre.tts.text import TextError
 from lyre.tts.trim import TrimConfig
 from lyre.tts.voices import OPENAI_VOICES, Voices, load_voices, parse_alias
@@ -15,8 +23,15 @@ from lyre.tts.windows import WindowPolicy
 __all__ = [
     "AUDIO_CONSTRAINT",
     "OPENAI_VOICES",
+    "PROMPT_ROOM",
+    "PipelineBusy",
     "TTS",
+    "IdleStream",
+    "PlaybackClock",
+    "ServingConfig",
+    "SpeechOptions",
     "SpeechStream",
+    "Synthesizer",
     "TTSConfig",
     "TextError",
     "TrimConfig",

@@ -1,50 +1,44 @@
-"""One request end to end: text -> segments -> engine -> frames -> codec -> trimmed PCM.
+"""One utterance end to end, whatever the transport: text -> segments -> engine -> frames -> codec -> PCM.
 
-    tts = TTS.load()                       # the demo model when none is named
-    async for chunk in tts.stream("Hello there.", voice="tara"):
-        play(chunk)                        # int16 PCM, 24 kHz mono
+    stream = tts.open(voice="tara")        # text will come in pieces
+    stream.push("Hello there, ")
+    stream.push("how are you?")
+    stream.end()
+    async for chunk in stream:             # int16 PCM, 24 kHz mono, as it is made
+        play(chunk)
+
+`TTS.stream(text, ...)` is the same with the whole text pushed at once.
 """
 
 from __future__ import annotations
 
-import itertools
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field, replace
-from pathlib import Path
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from lyre import orpheus
-from lyre.codec import BatchPolicy, CodecService, SnacDecoder, load_snac
-from lyre.demo_model import or_demo
-from lyre.engine import Engine, EngineConfig, FinishReason, RequestStream, SamplingParams
-from lyre.model_folder import load_tokenizer, resolve
-from lyre.orpheus import FRAME_TOKENS, FrameAssembler, TextTokenizer
-from lyre.tts.speech import AUDIO_CONSTRAINT, MODEL_FILES, request_sampling
-from lyre.tts.segments import split_segments
-from lyre.tts.text import DEFAULT_SEGMENT_CHARS, MAX_INPUT_CHARS, normalize
-from lyre.tts.trim import LeadingSilenceTrimmer, TrimConfig
-from lyre.tts.voices import Voices, load_voices
-from lyre.tts.windows import WindowPlanner, WindowPolicy
+from lyre.codec import CodecWindow
+from lyre.engine import EngineFull, FinishReason, RequestStream, SamplingParams
+from lyre.orpheus import FRAME_TOKENS, FrameAssembler
+from lyre.tts.clock import PlaybackClock
+from lyre.tts.intake import TextIntake
+from lyre.tts.options import PipelineBusy
+from lyre.tts.sampling import AUDIO_CONSTRAINT
+from lyre.tts.trim import LeadingSilenceTrimmer
+from lyre.tts.windows import WindowPlanner
 
-__all__ = ["SpeechStream", "TTS", "TTSConfig", "to_int16"]
+if TYPE_CHECKING:
+    from lyre.tts.synthesizer import TTS
 
+__all__ = ["SpeechStream", "to_int16"]
 
-@dataclass(frozen=True)
-class TTSConfig:
-    """How requests are split, decoded and trimmed."""
-
-    max_input_chars: int = MAX_INPUT_CHARS
-    segment_chars: int = DEFAULT_SEGMENT_CHARS
-    window: WindowPolicy = field(default_factory=WindowPolicy)
-    trim: TrimConfig = field(default_factory=TrimConfig)
-    # Later segments keep a longer pad: a natural pause between sentences.
-    segment_trim: TrimConfig = field(default_factory=lambda: TrimConfig(pad_ms=150.0))
-    # (alias, voice) pairs over the defaults and voices.json's aliases, e.g. (("alloy", "leah"),).
-    voice_aliases: tuple[tuple[str, str], ...] = ()
-    codec_dtype: str = "float32"  # or "bfloat16": what SNAC runs in
-    codec_graphs: bool = False  # replay SNAC batches from CUDA graphs (CUDA only)
+# A window of a request nobody plays as it streams (a whole file) is due this long after it is queued:
+# behind every stream about to run dry, never starved by them.
+BATCH_GRACE_S = 1.0
+_SEED_SPACE = 2**63
 
 
 def to_int16(pcm: np.ndarray) -> np.ndarray:
@@ -53,43 +47,76 @@ def to_int16(pcm: np.ndarray) -> np.ndarray:
 
 
 class SpeechStream:
-    """Async iterator of int16 PCM chunks for one request.
+    """Async iterator of int16 PCM chunks for one utterance; `push` and `end` feed it text.
 
-    Closing it (or cancelling the task that iterates it) aborts the engine
-    request and drops its pending codec windows.
+    It holds one seed for its whole life. Each segment (a sentence or a few)
+    is one engine request, submitted as soon as the segment before it has
+    finished generating, so it generates while that one's tail is decoded and
+    played; every segment is trimmed by the same rules. A streamed request
+    (``streamed``) tells the engine and the codec when its listener would run
+    dry, so the most pressing streams go first. Closing it (or cancelling the
+    task that iterates it) aborts its engine requests and drops its codec work.
     """
 
-    def __init__(self, tts: TTS, request_id: str, segments: list[list[int]], sampling: SamplingParams,
-                 trim: bool) -> None:
+    def __init__(self, tts: TTS, request_id: str, voice: str | None, sampling: SamplingParams, trim: bool,
+                 streamed: bool, intake: TextIntake) -> None:
         self.request_id = request_id
-        self.segments = len(segments)
+        self.voice = voice
+        self.intake = intake
+        self.clock = PlaybackClock(tts.playback_rate)
+        self.streamed = streamed
+        self.segments = 0  # started so far
         self.frames = 0
-        self.trimmed_samples = 0
-        self.finish_reason: FinishReason | None = None
-        self.started_at = time.perf_counter()
-        self.first_chunk_at: float | None = None
         self.samples = 0
+        self.trimmed_samples = 0
+        self.prompt_tokens = 0
+        self.finish_reasons: list[FinishReason] = []  # one per segment
+        self.created_at = time.perf_counter()
+        self.first_chunk_at: float | None = None
         self.segment_started: list[float] = []  # when each segment's generation was submitted
         self.segment_done: list[float] = []  # when each segment's last chunk was handed out
         self._tts = tts
-        self._prompts = segments
         self._sampling = sampling
         self._trim = trim
-        self._live: list[RequestStream] = []
+        self._pace = self.clock.seconds_per_token() if streamed else None
+        self._live: list[RequestStream] = []  # engine requests not yet fully consumed, oldest first
         self._agen = self._run()
+
+    # -- text in ------------------------------------------------------------------
+    def push(self, text: str) -> None:
+        """More text, joined to the rest exactly as given (TextError when the total is too long)."""
+        self.intake.push(text)
+
+    def end(self) -> None:
+        """No more text: pending text is spoken as it is, then the stream ends."""
+        self.intake.end()
+
+    # -- figures ------------------------------------------------------------------
+    @property
+    def started_at(self) -> float:
+        """perf_counter() of the first text (of creation, before any)."""
+        return self.intake.first_text_at or self.created_at
+
+    @property
+    def ttfa_s(self) -> float | None:
+        """Seconds from the first text to the first audio chunk."""
+        return None if self.first_chunk_at is None else self.first_chunk_at - self.started_at
+
+    @property
+    def finish_reason(self) -> FinishReason | None:
+        """The stream's: the first segment's that did not stop on its own, else STOP."""
+        unusual = [r for r in self.finish_reasons if r is not FinishReason.STOP]
+        return unusual[0] if unusual else (FinishReason.STOP if self.finish_reasons else None)
 
     @property
     def trimmed_ms(self) -> float:
         return 1000.0 * self.trimmed_samples / orpheus.SAMPLE_RATE
 
     @property
-    def prompt_tokens(self) -> int:
-        return sum(len(p) for p in self._prompts)
-
-    @property
     def audio_seconds(self) -> float:
         return self.samples / orpheus.SAMPLE_RATE
 
+    # -- audio out ----------------------------------------------------------------
     def __aiter__(self) -> SpeechStream:
         return self
 
@@ -99,132 +126,103 @@ class SpeechStream:
     async def aclose(self) -> None:
         await self._agen.aclose()
 
-    def _ahead(self) -> float:
-        """Seconds of emitted audio that have not played yet (playback starts at the first chunk)."""
-        if self.first_chunk_at is None:
-            return 0.0
-        return self.audio_seconds - (time.perf_counter() - self.first_chunk_at)
-
-    def _segment_seed(self, index: int) -> int:
-        return ((self._sampling.seed or 0) + index) % 2**63
-
-    def _start(self, index: int) -> RequestStream:
+    def _start(self, text: str, deadline: float | None) -> RequestStream:
+        """Submit the next segment (the prompt is built here: a bad segment fails the stream)."""
+        index = self.segments
+        prompt = orpheus.prompt_ids(self._tts.tokenizer, text, self.voice)
+        self._tts.check_room(len(prompt), self._sampling)
         params = replace(self._sampling, seed=self._segment_seed(index))
-        stream = self._tts.engine.generate(
-            self._prompts[index], params, request_id=f"{self.request_id}/{index}", constraint=AUDIO_CONSTRAINT
-        )
+        try:
+            stream = self._tts.engine.generate(prompt, params, request_id=f"{self.request_id}/{index}",
+                                               constraint=AUDIO_CONSTRAINT, pace=self._pace, deadline=deadline)
+        except EngineFull as exc:
+            raise PipelineBusy(str(exc)) from None
         self._live.append(stream)
+        self.segments += 1
+        self.prompt_tokens += len(prompt)
         self.segment_started.append(time.perf_counter())
         return stream
 
+    def _segment_seed(self, index: int) -> int:
+        return ((self._sampling.seed or 0) + index) % _SEED_SPACE
+
     async def _run(self) -> AsyncIterator[np.ndarray]:
-        codec, cfg = self._tts.codec, self._tts.config
+        cfg = self._tts.config
         try:
-            upcoming = self._start(0)
-            for index in range(len(self._prompts)):
-                tokens, upcoming = upcoming, None
+            text = await self.intake.next(idle_since=time.monotonic())
+            current = None if text is None else self._start(text, deadline=None)
+            while current is not None:
+                index = self.segments - 1
                 trimmer = LeadingSilenceTrimmer(cfg.trim if index == 0 else cfg.segment_trim) if self._trim else None
                 planner = WindowPlanner(cfg.window, seed=self._segment_seed(index))
                 assembler = FrameAssembler()
                 # Wake once the planner can use what has arrived (a frame, or a whole wide
                 # window while the listener is far ahead), not once per token; every token
                 # made meanwhile comes at once, so a window covers all the new frames.
-                while batch := await tokens.take(planner.frames_wanted(self._ahead()) * FRAME_TOKENS
-                                                 - assembler.pending):
+                while batch := await current.take(planner.frames_wanted(self.clock.ahead()) * FRAME_TOKENS
+                                                  - assembler.pending):
                     for token in batch:
                         if (frame := assembler.push(token)) is not None:
                             planner.push(frame)
-                    while (window := planner.next_window(self._ahead())) is not None:
-                        if (chunk := self._out(await codec.decode(window), trimmer)) is not None:
+                    while (window := planner.next_window(self.clock.ahead())) is not None:
+                        if (chunk := self._out(await self._decode(window), trimmer)) is not None:
                             yield chunk
-                self._live.remove(tokens)
-                self.frames += planner.frames
-                self.finish_reason = tokens.finish_reason
-                if tokens.finish_reason is FinishReason.ERROR:
-                    raise RuntimeError(f"request {self.request_id}: generation failed")
-                if index + 1 < len(self._prompts):
-                    # Start the next sentence now: it generates while this one's tail decodes and plays.
-                    upcoming = self._start(index + 1)
+                self._finished(current, planner.frames)
+                # A next segment whose text is complete generates while this one's tail decodes and plays.
+                following = None
+                if (text := self.intake.ready()) is not None:
+                    following = self._start(text, deadline=current.request.deadline)
                 for window in planner.finish():
-                    if (chunk := self._out(await codec.decode(window), trimmer)) is not None:
+                    if (chunk := self._out(await self._decode(window), trimmer)) is not None:
                         yield chunk
                 if trimmer is not None:
                     if (chunk := self._out(trimmer.flush(), None)) is not None:
                         yield chunk
-                    self.trimmed_samples += trimmer.trimmed_samples
+                self._live.remove(current)
                 self.segment_done.append(time.perf_counter())
+                if following is None and (text := await self.intake.next(idle_since=time.monotonic())) is not None:
+                    following = self._start(text, deadline=self.clock.runs_dry_at())
+                current = following
         finally:
             for stream in self._live:
                 await stream.aclose()
             self._live.clear()
 
+    def _finished(self, stream: RequestStream, frames: int) -> None:
+        self.frames += frames
+        reason = stream.finish_reason
+        if reason is not None:
+            self.finish_reasons.append(reason)
+        if reason is FinishReason.ERROR:
+            raise RuntimeError(f"request {self.request_id}: generation failed")
+
+    async def _decode(self, window: CodecWindow) -> np.ndarray:
+        if not self.streamed:
+            due = time.monotonic() + BATCH_GRACE_S
+        else:  # before playback starts, first audio is due now
+            due = self.clock.runs_dry_at() or time.monotonic()
+        return await self._tts.codec.decode(window, due)
+
     def _out(self, pcm: np.ndarray, trimmer: LeadingSilenceTrimmer | None) -> np.ndarray | None:
         if trimmer is not None:
+            before = trimmer.trimmed_samples
             pcm = trimmer.push(pcm)
+            self.trimmed_samples += trimmer.trimmed_samples - before
         if not len(pcm):
             return None
         if self.first_chunk_at is None:
             self.first_chunk_at = time.perf_counter()
+            self._begin_playback(self.clock.start())
         self.samples += len(pcm)
+        self.clock.send(len(pcm))
         return to_int16(pcm)
 
-
-class TTS:
-    """Text to speech for many concurrent requests: one engine, one codec service."""
-
-    def __init__(self, engine: Engine, tokenizer: TextTokenizer, codec: CodecService, voices: Voices,
-                 config: TTSConfig | None = None) -> None:
-        self.engine = engine
-        self.tokenizer = tokenizer
-        self.codec = codec
-        self.voices = voices
-        self.config = config or TTSConfig()
-        self._ids = itertools.count()
-
-    @classmethod
-    def load(cls, model: str | Path | None = None, codec: str | Path | None = None,
-             engine_config: EngineConfig | None = None, config: TTSConfig | None = None,
-             codec_policy: BatchPolicy | None = None) -> TTS:
-        """Load model and codec folders (or hub ids); the demo model when none is named."""
-        model, codec = or_demo(model, codec)
-        engine_config, config = engine_config or EngineConfig(), config or TTSConfig()
-        folder = resolve(model, required=MODEL_FILES)
-        voices = load_voices(folder, dict(config.voice_aliases))
-        tokenizer = load_tokenizer(folder)
-        decoder = SnacDecoder(load_snac(codec, device=engine_config.device, dtype=config.codec_dtype),
-                              cuda_graphs=config.codec_graphs)
-        engine = Engine.from_folder(folder, engine_config, AUDIO_CONSTRAINT.family)
-        service = CodecService(decoder, codec_policy or BatchPolicy.for_device(engine_config.device))
-        return cls(engine, tokenizer, service, voices, config)
-
-    def stream(self, text: str, voice: str | None = None, sampling: SamplingParams | None = None,
-               trim: bool = True, request_id: str | None = None) -> SpeechStream:
-        """Speak ``text``; iterate the result for int16 PCM chunks as they are made.
-
-        ``voice`` is one of the model's voices or an alias of one (None: no
-        voice in the prompt). Raises ValueError (naming what was wrong) for
-        empty or over-long text, an unknown voice, or bad sampling values,
-        before any work starts.
-        """
-        voice = self.voices.resolve(voice)
-        clean = normalize(text, self.config.max_input_chars)
-        prompts = [orpheus.prompt_ids(self.tokenizer, s, voice) for s in split_segments(clean, self.config.segment_chars)]
-        params = request_sampling(sampling)
-        longest, room = max(map(len, prompts)), self.engine.config.max_seq_len
-        if longest + params.max_tokens > room:
-            # Refused here, before any work, rather than when that segment's turn comes.
-            raise ValueError(f"max_tokens: {params.max_tokens} plus a {longest}-token prompt is more than the "
-                             f"engine's {room} positions per request; lower max_tokens")
-        request_id = request_id or f"tts-{next(self._ids)}"
-        return SpeechStream(self, request_id, prompts, params, trim)
-
-    async def synthesize(self, text: str, voice: str | None = None, sampling: SamplingParams | None = None,
-                         trim: bool = True) -> tuple[np.ndarray, SpeechStream]:
-        """The whole utterance at once (int16), and its stream's figures."""
-        stream = self.stream(text, voice, sampling, trim)
-        chunks = [chunk async for chunk in stream]
-        return (np.concatenate(chunks) if chunks else np.zeros(0, np.int16)), stream
-
-    def close(self) -> None:
-        self.engine.shutdown()
-        self.codec.close()
+    def _begin_playback(self, at: float) -> None:
+        """The listener starts now: give the live engine requests their deadlines, each after the one before."""
+        if self._pace is None:
+            return
+        skipped = round(self.trimmed_samples / orpheus.SAMPLES_PER_FRAME * FRAME_TOKENS)
+        for stream in self._live:
+            self._tts.engine.start_playback(stream.request_id, at, skipped)
+            at += max(0, len(stream.request.output_ids) - skipped) * self._pace
+            skipped = 0

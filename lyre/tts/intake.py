@@ -1,0 +1,98 @@
+"""Text as it arrives, into sentence segments ready to speak.
+
+A speech stream's text comes all at once (an HTTP request) or in pieces as a
+language model writes it (a WebSocket context). `TextIntake` joins the pieces
+verbatim, cuts complete segments as soon as they are complete (the rules of
+`lyre.tts.segments`), speaks pending text that has no sentence end after a
+pause in the text, and gives up on a stream whose text stops coming.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+
+from lyre.tts.segments import IncrementalSplitter
+from lyre.tts.text import TextError
+
+__all__ = ["IdleStream", "TextIntake"]
+
+
+class IdleStream(TextError):
+    """No text came for the stream's idle limit while it had nothing left to say."""
+
+
+class TextIntake:
+    """Segments from pushed text; `next` waits for the next one (None: the text has ended)."""
+
+    def __init__(self, max_chars: int, segment_chars: int, flush_after_s: float,
+                 idle_timeout_s: float | None = None, min_chars: int = 0) -> None:
+        """``min_chars``: a complete segment shorter than this waits to merge with the next sentence
+        (``segment_chars`` for text that comes whole: the segments of `split_segments`)."""
+        self.max_chars = max_chars
+        self.flush_after_s = flush_after_s
+        self.idle_timeout_s = idle_timeout_s
+        self.chars = 0
+        self.first_text_at: float | None = None  # perf_counter() of the first push
+        self.ended = False
+        self._splitter = IncrementalSplitter(max_chars=segment_chars, min_chars=min_chars)
+        self._ready: deque[str] = deque()
+        self._unflushed = False  # text went into the splitter since its last flush
+        self._last_text = time.monotonic()
+        self._wake = asyncio.Event()
+
+    def push(self, text: str) -> None:
+        """Add text, joined to what came before exactly as given. TextError once the total is too long."""
+        if self.ended:
+            raise TextError("this stream's text has ended; start a new one")
+        if (chars := self.chars + len(text)) > self.max_chars:
+            raise TextError(f"text is {chars} characters, over the limit of {self.max_chars}")
+        self.chars = chars
+        if self.first_text_at is None:
+            self.first_text_at = time.perf_counter()
+        self._ready.extend(self._splitter.push(text))
+        self._unflushed = True
+        self._last_text = time.monotonic()
+        self._wake.set()
+
+    def end(self) -> None:
+        """No more text: what is pending is spoken as it is."""
+        self.ended = True
+        self._wake.set()
+
+    def ready(self) -> str | None:
+        """The next complete segment, without waiting (None: none yet)."""
+        if self.ended and self._unflushed:
+            self._flush()
+        return self._ready.popleft() if self._ready else None
+
+    async def next(self, idle_since: float) -> str | None:
+        """The next segment once there is one; None once the text has ended and all is taken.
+
+        ``idle_since`` (time.monotonic()) is when the stream last had something
+        to say; with no text for ``idle_timeout_s`` after both, IdleStream.
+        """
+        while (segment := self.ready()) is None:
+            if self.ended:
+                return None
+            if self._unflushed:
+                # Pending text with no sentence end: the writer may have stalled mid-sentence.
+                deadline = self._last_text + self.flush_after_s
+            elif self.idle_timeout_s is not None:
+                deadline = max(self._last_text, idle_since) + self.idle_timeout_s
+            else:
+                deadline = None
+            self._wake.clear()
+            try:
+                async with asyncio.timeout(None if deadline is None else max(0.0, deadline - time.monotonic())):
+                    await self._wake.wait()
+            except TimeoutError:
+                if not self._unflushed:
+                    raise IdleStream(f"idle for {self.idle_timeout_s:g} s") from None
+                self._flush()
+        return segment
+
+    def _flush(self) -> None:
+        self._ready.extend(self._splitter.flush())
+        self._unflushed = False

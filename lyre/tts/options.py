@@ -1,0 +1,81 @@
+"""What a caller may ask of one utterance, and how a TTS pipeline is run: the settings the server passes down.
+
+The server knows nothing of the engine: it builds these, and `lyre.tts`
+turns them into the engine's sampling and configuration.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from lyre.engine import ATTENTION_BACKENDS, SCHEDULERS, EngineConfig, SamplingParams
+from lyre.tts.sampling import speech_sampling
+
+__all__ = ["PipelineBusy", "SpeechOptions", "ServingConfig", "checked"]
+
+
+class PipelineBusy(RuntimeError):
+    """The pipeline's queue is full: retry later."""
+
+
+@dataclass(frozen=True)
+class SpeechOptions:
+    """Sampling for one utterance; None: Orpheus's defaults (temperature 0.6, top_p 0.8,
+    repetition_penalty 1.3, max_tokens 1200 or the server's limit)."""
+
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    repetition_penalty: float | None = None
+    max_tokens: int | None = None
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        self.sampling(max_tokens_limit=2**31)  # ValueError naming the field at fault
+
+    def sampling(self, max_tokens_limit: int) -> SamplingParams:
+        """The engine's sampling: Orpheus's stop token, whole frames, an unset max_tokens capped at the limit."""
+        given = {name: value for name, value in vars(self).items() if value is not None}
+        given.setdefault("max_tokens", min(SamplingParams.max_tokens, max_tokens_limit))
+        return speech_sampling(SamplingParams(**given))
+
+
+def checked(options: SpeechOptions | None, max_tokens_limit: int) -> SamplingParams:
+    """``options`` as the engine's sampling; ValueError when max_tokens is over the pipeline's limit."""
+    options = options or SpeechOptions()
+    if options.max_tokens is not None and options.max_tokens > max_tokens_limit:
+        raise ValueError(f"max_tokens: {options.max_tokens} is over this server's limit of {max_tokens_limit}")
+    return options.sampling(max_tokens_limit)
+
+
+@dataclass(frozen=True)
+class ServingConfig:
+    """How the pipeline runs: where, how many streams, which levers. Validated once."""
+
+    device: str = "cpu"
+    max_streams: int = 8  # streams resident at once (KV-cache slots)
+    compute_batch: int | None = None  # streams advanced per engine step; None: all resident
+    max_seq_len: int = 2048
+    attention: str | None = None  # see EngineConfig.attention
+    cuda_graphs: bool = False
+    quantize: str | None = None  # "fp8"
+    scheduler: str = "deadline"  # or "fcfs"
+    playback_rate: float = 1.0  # listeners play at this times real time (below 1: experiments on slow hardware)
+    codec_dtype: str = "float32"  # or "bfloat16"
+    codec_graphs: bool = False
+
+    def __post_init__(self) -> None:
+        if self.attention not in (None, *ATTENTION_BACKENDS):
+            raise ValueError(f"attention must be one of {', '.join(ATTENTION_BACKENDS)}, got {self.attention!r}")
+        if self.scheduler not in SCHEDULERS:
+            raise ValueError(f"scheduler must be one of {', '.join(SCHEDULERS)}, got {self.scheduler!r}")
+        if not self.playback_rate > 0:
+            raise ValueError(f"playback_rate must be > 0, got {self.playback_rate}")
+        if self.codec_dtype not in ("float32", "bfloat16"):
+            raise ValueError(f"codec_dtype must be float32 or bfloat16, got {self.codec_dtype!r}")
+        self.engine_config()  # the engine's own checks, naming the field
+
+    def engine_config(self, seed: int | None = None) -> EngineConfig:
+        return EngineConfig(max_batch=self.max_streams, max_seq_len=self.max_seq_len, device=self.device,
+                            attention=self.attention, cuda_graphs=self.cuda_graphs, quantize=self.quantize,
+                            scheduler=self.scheduler, compute_batch=self.compute_batch, seed=seed)

@@ -1,0 +1,183 @@
+"""Text to speech for many concurrent streams: one engine, one codec service, and the interface servers use.
+
+    tts = TTS.load()                       # the demo model when none is named
+    async for chunk in tts.stream("Hello there.", voice="tara"):
+        play(chunk)                        # int16 PCM, 24 kHz mono
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from lyre import orpheus
+from lyre.codec import BatchPolicy, CodecService, SnacDecoder, load_snac
+from lyre.demo_model import or_demo
+from lyre.engine import Engine, EngineStats, SamplingParams
+from lyre.model_folder import load_tokenizer, resolve
+from lyre.orpheus import TextTokenizer
+from lyre.tts.intake import TextIntake
+from lyre.tts.options import ServingConfig, SpeechOptions, checked
+from lyre.tts.sampling import AUDIO_CONSTRAINT, MODEL_FILES, request_sampling
+from lyre.tts.segments import split_segments
+from lyre.tts.stream import SpeechStream
+from lyre.tts.text import DEFAULT_SEGMENT_CHARS, MAX_INPUT_CHARS, normalize
+from lyre.tts.trim import TrimConfig
+from lyre.tts.voices import Voices, load_voices
+from lyre.tts.windows import WindowPolicy
+
+__all__ = ["PROMPT_ROOM", "TTS", "Synthesizer", "TTSConfig"]
+
+# KV-cache positions kept for a segment's prompt (a 300-character segment is well under 200 tokens).
+PROMPT_ROOM = 256
+
+
+@dataclass(frozen=True)
+class TTSConfig:
+    """How utterances are split, decoded and trimmed."""
+
+    max_input_chars: int = MAX_INPUT_CHARS
+    segment_chars: int = DEFAULT_SEGMENT_CHARS
+    window: WindowPolicy = field(default_factory=WindowPolicy)
+    trim: TrimConfig = field(default_factory=TrimConfig)
+    # Later segments keep a longer pad: a natural pause between sentences.
+    segment_trim: TrimConfig = field(default_factory=lambda: TrimConfig(pad_ms=150.0))
+    # Pending text with no sentence end is spoken after this pause in the text.
+    flush_after_s: float = 0.8
+    # (alias, voice) pairs over the defaults and voices.json's aliases, e.g. (("alloy", "leah"),).
+    voice_aliases: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.flush_after_s > 0:
+            raise ValueError(f"flush_after_s must be > 0, got {self.flush_after_s}")
+
+
+class Synthesizer(Protocol):
+    """What a server needs of a text-to-speech pipeline: lyre's `TTS` and the naive baseline both are one."""
+
+    voices: Voices
+    config: TTSConfig
+
+    @property
+    def max_tokens_limit(self) -> int:
+        """The most tokens one segment may ask for."""
+
+    def open(self, voice: str | None = None, options: SpeechOptions | None = None, trim: bool = True,
+             streamed: bool = True, idle_timeout_s: float | None = None) -> Any:
+        """A stream fed with `push`/`end`, iterated for int16 PCM; ValueError for a bad voice or options."""
+
+    def stream(self, text: str, voice: str | None = None, options: SpeechOptions | None = None, trim: bool = True,
+               streamed: bool = True) -> Any:
+        """`open` with ``text`` pushed and ended; ValueError for bad text before any work."""
+
+    def overloaded(self) -> bool:
+        """Whether streams are falling behind their listeners now (new ones should be refused)."""
+
+    def engine_stats(self) -> EngineStats: ...
+
+    def codec_stats(self) -> Any: ...
+
+    def close(self) -> None: ...
+
+
+class TTS:
+    """Text to speech on lyre's engine and the shared codec service."""
+
+    def __init__(self, engine: Engine, tokenizer: TextTokenizer, codec: CodecService, voices: Voices,
+                 config: TTSConfig | None = None, playback_rate: float = 1.0) -> None:
+        self.engine = engine
+        self.tokenizer = tokenizer
+        self.codec = codec
+        self.voices = voices
+        self.config = config or TTSConfig()
+        self.playback_rate = playback_rate
+        self._ids = itertools.count()
+
+    @classmethod
+    def load(cls, model: str | Path | None = None, codec: str | Path | None = None,
+             serving: ServingConfig | None = None, config: TTSConfig | None = None,
+             codec_policy: BatchPolicy | None = None) -> TTS:
+        """Load model and codec folders (or hub ids); the demo model when none is named."""
+        model, codec = or_demo(model, codec)
+        serving, config = serving or ServingConfig(), config or TTSConfig()
+        folder = resolve(model, required=MODEL_FILES)
+        voices = load_voices(folder, dict(config.voice_aliases))
+        tokenizer = load_tokenizer(folder)
+        decoder = SnacDecoder(load_snac(codec, device=serving.device, dtype=serving.codec_dtype),
+                              cuda_graphs=serving.codec_graphs)
+        engine = Engine.from_folder(folder, serving.engine_config(), AUDIO_CONSTRAINT.family)
+        service = CodecService(decoder, codec_policy or BatchPolicy.for_device(serving.device))
+        return cls(engine, tokenizer, service, voices, config, serving.playback_rate)
+
+    @property
+    def max_tokens_limit(self) -> int:
+        return max(1, self.engine.config.max_seq_len - PROMPT_ROOM)
+
+    def check_room(self, prompt_tokens: int, sampling: SamplingParams) -> None:
+        """ValueError when a segment's prompt plus max_tokens cannot fit one KV-cache slot."""
+        room = self.engine.config.max_seq_len
+        if prompt_tokens + sampling.max_tokens > room:
+            raise ValueError(f"max_tokens: {sampling.max_tokens} plus a {prompt_tokens}-token prompt is more than "
+                             f"the engine's {room} positions per request; lower max_tokens")
+
+    def open(self, voice: str | None = None, options: SpeechOptions | None = None, trim: bool = True,
+             streamed: bool = True, idle_timeout_s: float | None = None, request_id: str | None = None,
+             ) -> SpeechStream:
+        """A stream whose text comes later, in pieces (`push`, then `end`); iterate it for int16 PCM.
+
+        ``voice`` is one of the model's voices or an alias of one (None: no
+        voice in the prompt). ``streamed``: someone plays the audio as it comes,
+        so it is scheduled on their playback deadline; otherwise it uses spare
+        capacity. Raises ValueError for an unknown voice or bad options.
+        """
+        return self._open(voice, options, trim, streamed, idle_timeout_s, request_id, min_chars=0)
+
+    def _open(self, voice: str | None, options: SpeechOptions | None, trim: bool, streamed: bool,
+              idle_timeout_s: float | None, request_id: str | None, min_chars: int) -> SpeechStream:
+        voice = self.voices.resolve(voice)
+        sampling = request_sampling(checked(options, self.max_tokens_limit))
+        cfg = self.config
+        intake = TextIntake(cfg.max_input_chars, cfg.segment_chars, cfg.flush_after_s, idle_timeout_s, min_chars)
+        return SpeechStream(self, request_id or f"tts-{next(self._ids)}", voice, sampling, trim, streamed, intake)
+
+    def stream(self, text: str, voice: str | None = None, options: SpeechOptions | None = None, trim: bool = True,
+               streamed: bool = True, request_id: str | None = None) -> SpeechStream:
+        """Speak ``text``; iterate the result for int16 PCM chunks as they are made.
+
+        Raises ValueError (naming what was wrong) for empty or over-long text,
+        an unknown voice, bad options, or a segment too long for the engine,
+        before any work starts.
+        """
+        # Whole text: segments merge sentences up to segment_chars, exactly as split_segments cuts them.
+        stream = self._open(voice, options, trim, streamed, None, request_id, min_chars=self.config.segment_chars)
+        clean = normalize(text, self.config.max_input_chars)
+        prompts = [orpheus.prompt_ids(self.tokenizer, s, stream.voice)
+                   for s in split_segments(clean, self.config.segment_chars)]
+        self.check_room(max(map(len, prompts)), stream._sampling)
+        stream.push(clean)
+        stream.end()
+        return stream
+
+    async def synthesize(self, text: str, voice: str | None = None, options: SpeechOptions | None = None,
+                         trim: bool = True) -> tuple[np.ndarray, SpeechStream]:
+        """The whole utterance at once (int16), and its stream's figures."""
+        stream = self.stream(text, voice, options, trim, streamed=False)
+        chunks = [chunk async for chunk in stream]
+        return (np.concatenate(chunks) if chunks else np.zeros(0, np.int16)), stream
+
+    def overloaded(self) -> bool:
+        return self.engine.stats().behind > 0
+
+    def engine_stats(self) -> EngineStats:
+        return self.engine.stats()
+
+    def codec_stats(self) -> Any:
+        return self.codec.stats()
+
+    def close(self) -> None:
+        self.engine.shutdown()
+        self.codec.close()
