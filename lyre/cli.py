@@ -12,9 +12,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from lyre.engine import SamplingParams
     from lyre.server import ServerConfig
-    from lyre.tts import TTS
+    from lyre.tts import TTS, SpeechOptions
 
 __all__ = ["main"]
 
@@ -40,7 +39,7 @@ def _parser() -> argparse.ArgumentParser:
 
     say = sub.add_parser("say", help="speak text into a WAV file (or raw PCM on stdout)")
     say.add_argument("text")
-    say.add_argument("--voice", default="tara")
+    say.add_argument("--voice", help="a voice of the model, or an OpenAI voice name (default: the model's first)")
     say.add_argument("-o", "--output", default="out.wav", help="WAV path, or - for raw 24 kHz s16le PCM on stdout")
     say.add_argument("--no-trim", action="store_true", help="keep the generated leading silence")
     _add_model_args(say)
@@ -50,7 +49,16 @@ def _parser() -> argparse.ArgumentParser:
     _add_model_args(serve)
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
     serve.add_argument("--port", type=int, default=8000)
-    serve.add_argument("--max-streams", type=int, default=8, help="requests generating at once")
+    serve.add_argument("--max-streams", type=int, default=8,
+                       help="streams at once, each holding a KV-cache slot (default: 8)")
+    serve.add_argument("--compute-batch", type=int,
+                       help="streams advanced per engine step, most pressing first (default: all of them)")
+    serve.add_argument("--scheduler", choices=("deadline", "fcfs"), default="deadline",
+                       help="deadline: streams ordered by their listeners' playback deadlines, those far ahead "
+                            "parked; fcfs: every stream every step (default: deadline)")
+    serve.add_argument("--playback-rate", type=float, default=1.0,
+                       help="experiments on hardware too slow for real time: listeners are taken to play at this "
+                            "times real time, and deadlines scale with it (default: 1)")
     serve.add_argument("--max-queue", type=int, default=16, help="requests waiting beyond that; more get 429")
     serve.add_argument("--max-seq-len", type=int, default=2048, help="KV-cache positions per stream")
     serve.add_argument("--api-key", default=os.environ.get("LYRE_API_KEY"),
@@ -125,6 +133,9 @@ def _add_bench_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
                        help="a new HTTP client per request instead of one pooled client, to see what pooling saves")
     bench.add_argument("--timeout", type=float, default=120.0, help="seconds per request (default: 120)")
     bench.add_argument("--api-key", default=os.environ.get("LYRE_API_KEY"), help="Bearer key (default: $LYRE_API_KEY)")
+    bench.add_argument("--playback-rate", type=float, default=1.0,
+                       help="listeners play at this times real time when judging viability: for experiments "
+                            "against a server started with the same --playback-rate (default: 1)")
     bench.add_argument("--slo-ttfa-ms", type=float, default=250.0, help="SLO: p90 TTFA at most this (default: 250)")
     bench.add_argument("--slo-viable", type=float, default=0.99, help="SLO: viable share at least this (default: 0.99)")
     bench.add_argument("--json", type=Path, metavar="PATH", help="write every figure, request and setting here")
@@ -132,10 +143,9 @@ def _add_bench_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 
 def _say(args: argparse.Namespace) -> int:
-    from lyre.engine import EngineConfig, SamplingParams
-    from lyre.tts import TTS
+    from lyre.tts import TTS, ServingConfig, SpeechOptions
 
-    sampling = SamplingParams(
+    options = SpeechOptions(
         temperature=args.temperature,
         top_p=args.top_p,
         top_k=args.top_k,
@@ -143,19 +153,19 @@ def _say(args: argparse.Namespace) -> int:
         max_tokens=args.max_tokens,
         seed=args.seed,
     )
-    config = EngineConfig(max_batch=2, max_seq_len=args.max_tokens + 512, device=args.device)
-    tts = TTS.load(args.model, args.codec, config)
+    serving = ServingConfig(device=args.device, max_streams=2, max_seq_len=args.max_tokens + 512)
+    tts = TTS.load(args.model, args.codec, serving)
     try:
-        return asyncio.run(_speak(tts, args, sampling))
+        return asyncio.run(_speak(tts, args, options))
     finally:
         tts.close()
 
 
-async def _speak(tts: TTS, args: argparse.Namespace, sampling: SamplingParams) -> int:
+async def _speak(tts: TTS, args: argparse.Namespace, options: SpeechOptions) -> int:
     from lyre import orpheus
 
-    stream = tts.stream(args.text, args.voice, sampling, trim=not args.no_trim)
-    to_stdout = args.output == "-"
+    to_stdout = args.output == "-"  # played as it streams; a file is made with spare capacity
+    stream = tts.stream(args.text, args.voice, options, trim=not args.no_trim, streamed=to_stdout)
     sink: wave.Wave_write | None = None
     if not to_stdout:
         sink = wave.open(args.output, "wb")
@@ -172,7 +182,7 @@ async def _speak(tts: TTS, args: argparse.Namespace, sampling: SamplingParams) -
     finally:
         if sink is not None:
             sink.close()
-    first = "-" if stream.first_chunk_at is None else f"{1000 * (stream.first_chunk_at - stream.started_at):.0f} ms"
+    first = "-" if stream.ttfa_s is None else f"{1000 * stream.ttfa_s:.0f} ms"
     print(
         f"lyre: {stream.audio_seconds:.2f} s of audio ({stream.frames} frames, {stream.segments} segment(s), "
         f"{stream.trimmed_ms:.0f} ms leading silence trimmed), first audio after {first}, "
@@ -195,6 +205,9 @@ def _serve(args: argparse.Namespace) -> int:
         codec=args.codec,
         device=args.device,
         max_streams=args.max_streams,
+        compute_batch=args.compute_batch,
+        scheduler=args.scheduler,
+        playback_rate=args.playback_rate,
         max_queue=args.max_queue,
         max_seq_len=args.max_seq_len,
         attention=args.attention,
@@ -225,7 +238,7 @@ def _check_voices(config: ServerConfig) -> None:
     from lyre.demo_model import or_demo
     from lyre.model_folder import resolve
     from lyre.tts import load_voices
-    from lyre.tts.speech import MODEL_FILES
+    from lyre.tts.sampling import MODEL_FILES
 
     model, _ = or_demo(config.model, config.codec)
     load_voices(resolve(model, required=MODEL_FILES), dict(config.voice_aliases))
@@ -266,6 +279,7 @@ def _bench(args: argparse.Namespace) -> int:
         api_key=args.api_key or None,
         slo=bench.Slo(args.slo_ttfa_ms, args.slo_viable),
         labels=tuple(args.labels),
+        playback_rate=args.playback_rate,
     )
     result = asyncio.run(bench.run_bench(config))
     print(bench.format_table(result))

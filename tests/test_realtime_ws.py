@@ -26,11 +26,11 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.protocol import State
 from websockets.uri import parse_uri
 
-from lyre.server import realtime
+from lyre.server import realtime_socket as realtime
 from lyre.server.admission import Admission
 from lyre.server.config import ServerConfig
 from lyre.server.metrics import Metrics
-from lyre.server.realtime import REALTIME_PATH, router
+from lyre.server.realtime_socket import REALTIME_PATH, router
 from lyre.server.state import ServerState
 from lyre.stt import Transcriber
 
@@ -279,11 +279,17 @@ def test_an_idle_session_is_closed_with_a_reason(local: _Local) -> None:
     assert (code, reason) == (1000, "idle timeout")
 
 
-def test_without_speech_to_text_the_socket_says_how_to_turn_it_on(local: _Local) -> None:
+def test_without_speech_to_text_the_handshake_is_refused_saying_how_to_turn_it_on(local: _Local) -> None:
+    async def run() -> InvalidStatus:
+        with pytest.raises(InvalidStatus) as refused:
+            async with connect(local.url):
+                pass
+        return refused.value
+
     with changed(local, stt=None):
-        error, code, _ = asyncio.run(_closed_after_error(local.url))
-    assert error["error"]["code"] == "stt_disabled" and "--stt" in error["error"]["message"]
-    assert code == 1011
+        refusal = asyncio.run(run())
+    assert refusal.response.status_code == 404
+    assert b"--stt" in refusal.response.body
 
 
 def test_a_client_that_reads_nothing_is_read_no_further_and_dropped(local: _Local,

@@ -19,15 +19,14 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import InvalidStatus
 
 from lyre.demo_model import DemoPaths
-from lyre.engine import EngineConfig, SamplingParams
 from lyre.orpheus import FRAME_TOKENS, SAMPLES_PER_FRAME
 from lyre.server.admission import Admission
 from lyre.server import ws_messages as msg
 from lyre.server.config import ServerConfig
 from lyre.server.metrics import Metrics
 from lyre.server.state import ServerState
-from lyre.server.websocket import WEBSOCKET_PATH, router
-from lyre.tts import TTS, Voices
+from lyre.server.tts_socket import WEBSOCKET_PATH, router
+from lyre.tts import TTS, ServingConfig, TTSConfig
 from serving import serving_in_thread
 
 FLUSH_AFTER_S = 0.5
@@ -43,7 +42,8 @@ class _Server:
 
 @pytest.fixture(scope="module")
 def server(demo: DemoPaths) -> Iterator[_Server]:
-    tts = TTS.load(demo.model, demo.codec, EngineConfig(max_batch=4, max_seq_len=1024))
+    tts = TTS.load(demo.model, demo.codec, ServingConfig(max_streams=4, max_seq_len=1024),
+                   TTSConfig(max_input_chars=400, flush_after_s=FLUSH_AFTER_S))
     config = ServerConfig(ws_max_contexts=3, ws_max_message_bytes=2048, ws_flush_after_s=FLUSH_AFTER_S,
                           max_input_chars=400)
     state = ServerState(config=config, tts=tts, admission=Admission(4, 8, 10.0),
@@ -213,7 +213,7 @@ def test_bad_messages_get_errors_naming_the_problem_and_the_socket_keeps_working
                 _msg("big", "x" * 3000, False),
                 _msg("long", "y" * 401, False),
                 _msg("more", "Hi.", "yes"),
-                _msg("seq", "Hi.", False),  # no max_tokens: the default 1200 cannot fit max_seq_len 1024
+                _msg("over", "Hi.", False, max_tokens=1000),  # over the 768 a 1024-position slot leaves
             ]
             for message in bad:
                 await ws.send(message)
@@ -244,8 +244,8 @@ def test_bad_messages_get_errors_naming_the_problem_and_the_socket_keeps_working
         (None, "invalid JSON"), (None, "context_id"), (None, "context_id"), (None, "binary"),
         ("v", "unknown voice 'nobody'.*tara"), ("e", "encoding 'pcm_f32le'.*pcm_s16le"),
         ("r", "sample_rate 16000.*24000"), ("t", "temperature"), ("m", "max_tokens must be an integer"),
-        ("big", "bytes, over the limit of 2048"), ("long", "401 characters, over the limit of 400"),
-        ("more", "continue must be true or false"), ("seq", "max_tokens: 1197 plus a .*1024 positions"),
+        (None, "bytes, over the limit of 2048"), ("long", "401 characters, over the limit of 400"),
+        ("more", "continue must be true or false"), ("over", "max_tokens: 1000 is over this server's limit of 768"),
     ]
     assert len(errors) == len(expected)
     for reply, (context_id, pattern) in zip(errors, expected, strict=True):
@@ -361,9 +361,12 @@ def test_a_context_the_server_has_no_room_for_gets_an_error_and_the_socket_stays
     assert reply == {"type": "done", "context_id": "third", "done": True}
 
 
-def test_without_max_tokens_a_context_gets_the_default_capped_to_the_server() -> None:
-    # As for HTTP: the default 1200 would not fit a server with fewer positions.
+def test_without_max_tokens_a_context_gets_the_default_capped_to_the_server(server: _Server) -> None:
+    # As for HTTP: the default 1200 would not fit a slot of 1024 positions; the pipeline caps it at 768.
+    tts = server.state.tts
     message = {"context_id": "d", "transcript": "Hi."}
-    assert msg.settings(message, Voices(("tara",)), max_tokens_limit=768).sampling.max_tokens == 768
-    assert msg.settings(message, Voices(("tara",)), max_tokens_limit=4096).sampling.max_tokens == SamplingParams.max_tokens
-    assert msg.settings({**message, "max_tokens": 70}, Voices(("tara",)), max_tokens_limit=768).sampling.max_tokens == 70
+    settings = msg.settings(message, tts.voices)
+    assert settings.options.max_tokens is None and settings.voice == tts.voices.default
+    assert tts.open(settings.voice, settings.options)._sampling.max_tokens == 763  # 768 in whole frames
+    settings = msg.settings({**message, "max_tokens": 70}, tts.voices)
+    assert tts.open(settings.voice, settings.options)._sampling.max_tokens == 70

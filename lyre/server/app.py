@@ -8,7 +8,6 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from importlib.resources import files
-from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl
 
 import numpy as np
@@ -17,8 +16,7 @@ from fastapi.responses import HTMLResponse, JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from lyre.engine import EngineConfig, SamplingParams
-from lyre.server import realtime, speech, transcriptions, websocket
+from lyre.server import audio_speech, realtime_socket, transcriptions, tts_socket
 from lyre.server.admission import Admission
 from lyre.server.auth import authorized
 from lyre.server.config import ServerConfig
@@ -27,10 +25,7 @@ from lyre.server.metrics import Metrics
 from lyre.server.state import ServerState
 from lyre.stt import DEFAULT_MODEL as STT_DEFAULT_MODEL
 from lyre.stt import SAMPLE_RATE, STTConfig, TranscribeOptions, Transcriber
-from lyre.tts import TTS, TTSConfig
-
-if TYPE_CHECKING:
-    from lyre.baseline import NaiveTTS
+from lyre.tts import TTS, SpeechOptions, Synthesizer, TTSConfig
 
 __all__ = ["create_app"]
 
@@ -44,26 +39,24 @@ TTS_MODEL_ID = "orpheus"
 STT_MODEL_ID = STT_DEFAULT_MODEL  # what OpenAI's clients ask for
 
 
-def _load(config: ServerConfig) -> TTS | NaiveTTS:
+def _load(config: ServerConfig) -> Synthesizer:
     tts_config = TTSConfig(max_input_chars=config.max_input_chars, voice_aliases=config.voice_aliases,
-                           codec_dtype=config.codec_dtype, codec_graphs=config.codec_graphs)
+                           flush_after_s=config.ws_flush_after_s)
     if config.engine == "naive":
         # Needs transformers: imported only when asked for.
         from lyre.baseline import NaiveTTS
 
         return NaiveTTS.load(config.model, config.codec, config.device, tts_config)
-    engine = EngineConfig(max_batch=config.max_streams, max_seq_len=config.max_seq_len, device=config.device,
-                          attention=config.attention, cuda_graphs=config.cuda_graphs, quantize=config.quantize)
-    return TTS.load(config.model, config.codec, engine, tts_config)
+    return TTS.load(config.model, config.codec, config.serving(), tts_config)
 
 
 def _load_stt(config: ServerConfig) -> Transcriber:
     return Transcriber.load(config.stt_model, STTConfig(device=config.stt_device or config.device))
 
 
-async def _warm_up(tts: TTS) -> None:
+async def _warm_up(tts: Synthesizer) -> None:
     """One short utterance through engine and codec, so the first user does not pay for it."""
-    async for _ in tts.stream("Ready.", None, SamplingParams(max_tokens=21, seed=0), trim=False):
+    async for _ in tts.stream("Ready.", None, SpeechOptions(max_tokens=21, seed=0), trim=False, streamed=False):
         pass
 
 
@@ -74,7 +67,7 @@ async def _warm_up_stt(stt: Transcriber) -> None:
     await stt.transcribe(silence, TranscribeOptions(language="en", beam_size=1), session="warm-up")
 
 
-def create_app(config: ServerConfig, tts: TTS | None = None) -> FastAPI:
+def create_app(config: ServerConfig, tts: Synthesizer | None = None) -> FastAPI:
     """The app for ``config``. Pass ``tts`` to serve an already-loaded pipeline (``config.tts`` on)."""
 
     @asynccontextmanager
@@ -95,7 +88,7 @@ def create_app(config: ServerConfig, tts: TTS | None = None) -> FastAPI:
                 tts=loaded,
                 stt=stt,
                 admission=Admission(config.max_streams, config.max_queue, config.queue_timeout_s),
-                metrics=Metrics(loaded.engine.stats if loaded else None, loaded.codec.stats if loaded else None,
+                metrics=Metrics(loaded.engine_stats if loaded else None, loaded.codec_stats if loaded else None,
                                 stt.stats if stt else None),
             )
             app.state.lyre = state
@@ -120,10 +113,10 @@ def create_app(config: ServerConfig, tts: TTS | None = None) -> FastAPI:
     install_error_handlers(app)
     document_errors(app)
     app.add_middleware(_ApiKey, api_key=config.api_key)
-    app.include_router(speech.router)
-    app.include_router(websocket.router)
+    app.include_router(audio_speech.router)
+    app.include_router(tts_socket.router)
     app.include_router(transcriptions.router)
-    app.include_router(realtime.router)
+    app.include_router(realtime_socket.router)
 
     @app.get("/health")
     async def health() -> dict[str, str]:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from lyre.tts import ServingConfig
+
 __all__ = ["ENGINES", "ServerConfig"]
 
 # "naive" is the baseline pipeline (transformers generate per request, the reference decode), for comparisons.
@@ -19,7 +21,10 @@ class ServerConfig:
     model: str | None = None  # folder or hub id; None: the built-in demo model
     codec: str | None = None
     device: str = "cpu"
-    max_streams: int = 8  # requests generating at once (HTTP speech requests and WebSocket contexts)
+    max_streams: int = 8  # streams at once, each holding a KV-cache slot (HTTP speech requests, WebSocket contexts)
+    compute_batch: int | None = None  # streams advanced per engine step; None: all of them
+    scheduler: str = "deadline"  # "deadline": playback deadlines first, streams far ahead parked; or "fcfs"
+    playback_rate: float = 1.0  # listeners play at this times real time: experiments on slow hardware only
     max_queue: int = 16  # requests waiting for a stream beyond that; more get 429
     queue_timeout_s: float = 30.0  # a queued request gives up after this
     max_seq_len: int = 2048
@@ -28,6 +33,7 @@ class ServerConfig:
     quantize: str | None = None  # "fp8": e4m3 projection weights
     codec_dtype: str = "float32"  # or "bfloat16"
     codec_graphs: bool = False  # replay SNAC decodes from CUDA graphs
+    max_body_bytes: int = 1024 * 1024  # a JSON request body (transcription uploads have their own limit)
     max_input_chars: int = 4096
     api_key: str | None = None
     # (alias, voice) pairs over the default OpenAI-name aliases and voices.json's (--voice-alias NAME=VOICE).
@@ -50,7 +56,7 @@ class ServerConfig:
         if not (self.tts or self.stt):
             raise ValueError("serve at least one of text to speech (tts) and speech to text (stt)")
         for name in ("max_streams", "max_seq_len", "max_input_chars", "ws_max_contexts", "ws_max_message_bytes",
-                     "stt_max_file_bytes", "stt_max_sessions"):
+                     "stt_max_file_bytes", "stt_max_sessions", "max_body_bytes"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.max_queue < 0:
@@ -68,5 +74,14 @@ class ServerConfig:
         for name in ("cuda_graphs", "codec_graphs"):
             if getattr(self, name) and not self.device.startswith("cuda"):
                 raise ValueError(f"{name.replace('_', '-')} needs a CUDA device (--device cuda), got {self.device!r}")
+        if self.tts and self.engine == "lyre":
+            self.serving()  # the pipeline's own checks, naming the setting
         if self.api_key is not None and not self.api_key:
             raise ValueError("api_key must not be empty")
+
+    def serving(self) -> ServingConfig:
+        """How lyre's pipeline runs, from these settings."""
+        return ServingConfig(device=self.device, max_streams=self.max_streams, compute_batch=self.compute_batch,
+                             max_seq_len=self.max_seq_len, attention=self.attention, cuda_graphs=self.cuda_graphs,
+                             quantize=self.quantize, scheduler=self.scheduler, playback_rate=self.playback_rate,
+                             codec_dtype=self.codec_dtype, codec_graphs=self.codec_graphs)

@@ -42,9 +42,24 @@ class _StatsCollector(Collector):
     def _engine_metrics(e: Any) -> Iterator[Any]:
         yield CounterMetricFamily("lyre_engine_steps", "Engine steps run", value=e.steps)
         yield CounterMetricFamily("lyre_tokens_generated", "Tokens generated, all requests", value=e.tokens)
-        yield GaugeMetricFamily("lyre_engine_batch_size", "Requests in the last engine step", value=e.last_batch_size)
+        yield GaugeMetricFamily("lyre_engine_batch_size", "Requests in the last engine step (the compute batch)",
+                                value=e.last_batch_size)
         yield GaugeMetricFamily("lyre_engine_mean_batch_size", "Mean requests per engine step", value=e.mean_batch_size)
-        yield GaugeMetricFamily("lyre_engine_running", "Requests holding a KV-cache slot", value=e.running)
+        yield GaugeMetricFamily("lyre_engine_running", "Requests holding a KV-cache slot (resident streams)",
+                                value=e.running)
+        yield GaugeMetricFamily("lyre_engine_parked", "Resident streams far enough ahead to sit out of the compute "
+                                "batch", value=e.parked)
+        yield CounterMetricFamily("lyre_engine_deadline_misses", "Times a stream fell behind its listener",
+                                  value=e.deadline_misses)
+        yield GaugeMetricFamily("lyre_engine_streams_behind", "Streams behind their listener at the last step",
+                                value=e.behind)
+        slack = GaugeMetricFamily("lyre_engine_slack_seconds", "Streams' playback slack at the last step "
+                                  "(seconds of audio made ahead of the listener)", labels=["quantile"])
+        for quantile, value in zip(("0.1", "0.5", "0.9"), e.slack_p10_p50_p90 or ()):
+            slack.add_metric([quantile], value)
+        yield slack
+        yield GaugeMetricFamily("lyre_engine_kv_cache_bytes", "Bytes of the preallocated KV cache",
+                                value=e.kv_cache_bytes)
         yield GaugeMetricFamily("lyre_engine_waiting", "Requests waiting for a KV-cache slot", value=e.waiting)
         yield CounterMetricFamily("lyre_engine_queue_wait_seconds", "Seconds requests waited for a slot, summed",
                                   value=e.queue_wait_total)

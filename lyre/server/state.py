@@ -10,7 +10,7 @@ from lyre.server.admission import Admission
 from lyre.server.config import ServerConfig
 from lyre.server.metrics import Metrics
 from lyre.stt import Transcriber
-from lyre.tts import TTS
+from lyre.tts import Synthesizer
 
 __all__ = ["STT_OFF", "TTS_OFF", "ServerState"]
 
@@ -21,14 +21,14 @@ STT_OFF = "speech-to-text is not enabled on this server (start it with --stt)"
 @dataclass
 class ServerState:
     config: ServerConfig
-    tts: TTS | None  # None: started without text to speech
+    tts: Synthesizer | None  # None: started without text to speech
     admission: Admission
     metrics: Metrics
     stt: Transcriber | None = None  # None: started without speech to text
     ready: bool = False  # models loaded and warmed up
     draining: bool = False  # shutting down: admit nothing new
 
-    def require_tts(self) -> TTS:
+    def require_tts(self) -> Synthesizer:
         """The TTS pipeline; a 404 when text to speech is off."""
         if self.tts is None:
             raise HTTPException(404, TTS_OFF)

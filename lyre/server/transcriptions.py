@@ -4,18 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, File, Form, Request, Response, UploadFile
 from fastapi.responses import JSONResponse, PlainTextResponse
-from fastapi.routing import APIRoute
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException
-from starlette.types import Message, Receive
 
 from lyre.server import transcript_formats as formats
 from lyre.server.admission import Overloaded
+from lyre.server.body_limit import LimitedBodyRoute
 from lyre.server.errors import InvalidParam, error_doc
 from lyre.server.state import ServerState
 from lyre.stt import (
@@ -42,62 +40,26 @@ Granularity = Literal["word", "segment"]
 assert ResponseFormat.__args__ == formats.RESPONSE_FORMATS  # type: ignore[attr-defined]
 
 
-class _BodyTooLarge(Exception):
-    """Raised by the capped receive; FastAPI turns it into a generic 400, which the route replaces."""
+def _upload_limit(request: Request) -> tuple[int, str]:
+    limit = request.app.state.lyre.config.stt_max_file_bytes
+    return limit + _FORM_ROOM, f"file: the upload is over this server's limit of {limit / 2**20:g} MB ({limit} bytes)"
 
 
-def _too_large(limit: int) -> HTTPException:
-    return HTTPException(413, f"file: the upload is over this server's limit of {limit / 2**20:g} MB "
-                              f"({limit} bytes)")
+def _stt_on_and_not_draining(request: Request) -> None:
+    """Speech to text off, or a draining server, is answered before the upload is read."""
+    state: ServerState = request.app.state.lyre
+    state.require_stt()
+    if state.draining:
+        raise HTTPException(503, "server is shutting down")
 
 
-class _LimitedUpload(APIRoute):
+class _LimitedUpload(LimitedBodyRoute):
     """Refuses an upload over the limit before its body is read: by its Content-Length, or, for
     a chunked body, as soon as the bytes received pass the limit. So no more of a body than the
-    limit reaches memory or the disk the form parser spools files to.
+    limit reaches memory or the disk the form parser spools files to."""
 
-    Speech to text being off is answered here too, so such a server reads no body at all.
-    """
-
-    def get_route_handler(self) -> Callable[[Request], Awaitable[Response]]:
-        handle = super().get_route_handler()
-
-        async def limited(request: Request) -> Response:
-            state: ServerState = request.app.state.lyre
-            state.require_stt()
-            if state.draining:  # before the body is read: a draining server reads no upload
-                raise HTTPException(503, "server is shutting down")
-            limit = state.config.stt_max_file_bytes
-            length = request.headers.get("content-length", "")
-            if length.isdigit() and int(length) > limit + _FORM_ROOM:
-                raise _too_large(limit)
-            capped = _CappedReceive(request.receive, limit + _FORM_ROOM)
-            try:
-                return await handle(Request(request.scope, capped))
-            except HTTPException:
-                if capped.exceeded:
-                    raise _too_large(limit) from None
-                raise
-
-        return limited
-
-
-class _CappedReceive:
-    """An ASGI receive that fails once more than ``limit`` body bytes have come."""
-
-    def __init__(self, receive: Receive, limit: int) -> None:
-        self._receive = receive
-        self._left = limit
-        self.exceeded = False
-
-    async def __call__(self) -> Message:
-        message = await self._receive()
-        if message["type"] == "http.request":
-            self._left -= len(message.get("body", b""))
-            if self._left < 0:
-                self.exceeded = True
-                raise _BodyTooLarge
-        return message
+    body_limit = staticmethod(_upload_limit)
+    before_body = staticmethod(_stt_on_and_not_draining)
 
 
 class TranscriptionJson(BaseModel):
@@ -167,9 +129,9 @@ async def create_transcription(
         if timestamp_granularities and response_format != "verbose_json":
             raise InvalidParam("timestamp_granularities[] needs response_format verbose_json, "
                                f"got {response_format}", "timestamp_granularities[]")
-        limit = state.config.stt_max_file_bytes
-        if file.size is not None and file.size > limit:
-            raise _too_large(limit)
+        limit, too_large = _upload_limit(request)
+        if file.size is not None and file.size > limit - _FORM_ROOM:
+            raise HTTPException(413, too_large)
         granularities = set(timestamp_granularities or ("segment",))
         options = TranscribeOptions(language=(language or "").strip().lower() or None, prompt=prompt or None,
                                     temperature=temperature, word_timestamps="word" in granularities)

@@ -7,15 +7,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from lyre import orpheus
-from lyre.engine import EngineFull, SamplingParams
 from lyre.server.admission import Overloaded
-from lyre.tts import Voices
+from lyre.tts import IdleStream, PipelineBusy, SpeechOptions, Voices
 
 __all__ = ["OUTPUT_FORMAT", "ContextError", "Settings", "check_output_format", "describe", "settings", "voice_of"]
 
 # The one output format: what the pipeline makes, sent as is.
 OUTPUT_FORMAT = {"container": "raw", "encoding": "pcm_s16le", "sample_rate": orpheus.SAMPLE_RATE}
-_SAMPLING_FIELDS = ("temperature", "top_p", "repetition_penalty", "max_tokens", "seed")
+_SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "repetition_penalty", "max_tokens", "seed")
 
 log = logging.getLogger("lyre.server.websocket")
 
@@ -30,13 +29,14 @@ class ContextError(Exception):
 
 @dataclass(frozen=True)
 class Settings:
-    voice: str | None  # None: the model's default
-    sampling: SamplingParams
+    voice: str  # a voice of the model: named, or its first
+    options: SpeechOptions
     trim: bool
 
 
-def voice_of(message: dict[str, Any], voices: Voices) -> str | None:
-    """The model voice of ``{"mode": "id", "id": NAME}`` (or a bare name); NAME may be an alias."""
+def voice_of(message: dict[str, Any], voices: Voices) -> str:
+    """The model voice of ``{"mode": "id", "id": NAME}`` (or a bare name); NAME may be an alias.
+    No voice: the model's first."""
     voice = message.get("voice")
     if isinstance(voice, dict):
         if voice.get("mode", "id") != "id":
@@ -45,7 +45,7 @@ def voice_of(message: dict[str, Any], voices: Voices) -> str | None:
     if voice is not None and not isinstance(voice, str):
         raise ContextError(f"voice id must be a string, got {voice!r}")
     try:
-        return voices.resolve(voice)
+        return voices.resolve(voice) or voices.default
     except ValueError as exc:
         raise ContextError(str(exc)) from None
 
@@ -59,26 +59,26 @@ def check_output_format(value: object) -> None:
                                 f"encoding 'pcm_s16le', sample_rate {orpheus.SAMPLE_RATE}")
 
 
-def settings(message: dict[str, Any], voices: Voices, max_tokens_limit: int) -> Settings:
-    """A context's settings, from its first message; an unset max_tokens is the default, capped
-    at the server's limit (as for HTTP), so a small --max-seq-len does not refuse every context."""
-    extras = {name: message[name] for name in _SAMPLING_FIELDS if name in message}
-    extras.setdefault("max_tokens", min(SamplingParams.max_tokens, max_tokens_limit))
+def settings(message: dict[str, Any], voices: Voices) -> Settings:
+    """A context's settings, from its first message (an unset max_tokens is the pipeline's default,
+    capped at the server's limit, as for HTTP)."""
     try:
-        sampling = SamplingParams(**extras)
-    except ValueError as exc:
+        options = SpeechOptions(**{name: message[name] for name in _SAMPLING_FIELDS if name in message})
+    except (ValueError, TypeError) as exc:
         raise ContextError(str(exc)) from None
     trim = message.get("trim", True)
     if not isinstance(trim, bool):
         raise ContextError(f"trim must be true or false, got {trim!r}")
-    return Settings(voice_of(message, voices), sampling, trim)
+    return Settings(voice_of(message, voices), options, trim)
 
 
 def describe(exc: Exception, context_id: str) -> tuple[str, str]:
     """What to tell the client about a context that failed, and the errors-metric kind."""
     if isinstance(exc, ContextError):
         return str(exc), exc.kind
-    if isinstance(exc, (Overloaded, EngineFull)):
+    if isinstance(exc, IdleStream):
+        return f"context {exc}", "idle"
+    if isinstance(exc, (Overloaded, PipelineBusy)):
         return str(exc), "overloaded"
     if isinstance(exc, ValueError):  # text the pipeline refused, or a request too long for the engine
         return str(exc), "invalid_request"

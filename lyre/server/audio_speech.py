@@ -7,28 +7,38 @@ import json
 import time
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
-from typing import Literal
+from typing import Any, Literal
 
 from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException
 
-from lyre.engine import SamplingParams
+from lyre.server.body_limit import LimitedBodyRoute
 from lyre.server.encoding import FORMATS, StreamEncoder, make_encoder
-from lyre.server.errors import error_doc
+from lyre.server.errors import InvalidParam, error_doc
 from lyre.server.state import ServerState
-from lyre.tts import SpeechStream
+from lyre.tts import SpeechOptions
 
 __all__ = ["SpeechRequest", "router"]
 
-router = APIRouter()
-
-# KV-cache positions kept for a segment's prompt (a 300-character segment is well under 200 tokens).
-PROMPT_ROOM = 256
-
 ResponseFormat = Literal["pcm", "wav", "mp3", "opus", "flac", "aac", "mulaw", "alaw"]
 assert set(ResponseFormat.__args__) == set(FORMATS)  # type: ignore[attr-defined]
+_SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "repetition_penalty", "max_tokens", "seed")
+
+
+def _body_limit(request: Request) -> tuple[int, str]:
+    limit = request.app.state.lyre.config.max_body_bytes
+    return limit, f"the request body is over this server's limit of {limit} bytes"
+
+
+class _LimitedSpeech(LimitedBodyRoute):
+    """A speech request's JSON is refused before more of it than the limit is read."""
+
+    body_limit = staticmethod(_body_limit)
+
+
+router = APIRouter(route_class=_LimitedSpeech)
 
 
 class SpeechRequest(BaseModel):
@@ -38,7 +48,8 @@ class SpeechRequest(BaseModel):
 
     model: str = Field("orpheus", max_length=200)
     input: str = Field(..., min_length=1, description="Text to speak; Orpheus emotive tags such as <laugh> are kept")
-    voice: str = Field("tara", min_length=1, max_length=100)
+    voice: str | None = Field(None, min_length=1, max_length=100,
+                              description="A voice of the model, or an OpenAI voice name; default: the model's first")
     response_format: ResponseFormat = "mp3"
     speed: float = Field(1.0, gt=0, le=4.0, description="Only 1.0: Orpheus cannot change its speaking rate")
     stream_format: Literal["audio", "sse"] = "audio"
@@ -50,16 +61,12 @@ class SpeechRequest(BaseModel):
     max_tokens: int | None = Field(None, ge=1, le=100_000)
     seed: int | None = Field(None, ge=0, lt=2**63)
     trim_silence: bool = True
+    priority: Literal["realtime", "batch"] = Field(
+        "realtime", description="realtime: played as it streams, scheduled on the listener's playback deadline; "
+                                "batch: a file nobody plays live, made with spare capacity")
 
-    def sampling(self, max_tokens_limit: int) -> SamplingParams:
-        """The request's sampling; an unset max_tokens is the default, capped at the server's limit."""
-        given = {
-            name: value
-            for name in ("temperature", "top_p", "top_k", "repetition_penalty", "max_tokens", "seed")
-            if (value := getattr(self, name)) is not None
-        }
-        given.setdefault("max_tokens", min(SamplingParams.max_tokens, max_tokens_limit))
-        return SamplingParams(**given)
+    def options(self) -> SpeechOptions:
+        return SpeechOptions(**{name: getattr(self, name) for name in _SAMPLING_FIELDS})
 
 
 def _sse(event: dict[str, object]) -> bytes:
@@ -75,6 +82,7 @@ _AUDIO_TYPES = {"audio/pcm": {}, "audio/wav": {}, "audio/mpeg": {}, "audio/ogg":
     response_class=StreamingResponse,
     responses={200: {"description": "Audio, streamed as it is made", "content": _AUDIO_TYPES},
                404: error_doc("Text to speech is not served by this server"),
+               413: error_doc("The request body is over the server's limit"),
                503: error_doc("The server is shutting down")},
 )
 async def create_speech(body: SpeechRequest, request: Request) -> StreamingResponse:
@@ -83,20 +91,17 @@ async def create_speech(body: SpeechRequest, request: Request) -> StreamingRespo
     if state.draining:
         raise HTTPException(503, "server is shutting down")
     if body.speed != 1.0:
-        raise ValueError(f"speed: {body.speed} is not supported; Orpheus speaks at its own rate (use 1.0)")
+        raise InvalidParam(f"speed: {body.speed} is not supported; Orpheus speaks at its own rate (use 1.0)", "speed")
     if body.instructions:
-        raise ValueError("instructions: not supported by Orpheus; put emotive tags such as <laugh> in the input")
+        raise InvalidParam("instructions: not supported by Orpheus; put emotive tags such as <laugh> in the input",
+                           "instructions")
     received = time.perf_counter()
-    limit = state.config.max_seq_len - PROMPT_ROOM
-    if body.max_tokens is not None and body.max_tokens > limit:
-        raise ValueError(f"max_tokens: {body.max_tokens} is over this server's limit of {limit}")
-    sampling = body.sampling(limit)
-    stream = tts.stream(body.input, body.voice, sampling, trim=body.trim_silence)  # validates first
+    stream = tts.stream(body.input, body.voice, body.options(), trim=body.trim_silence,
+                        streamed=body.priority == "realtime")  # validates before any work
     encoder = make_encoder(body.response_format)
     exits = AsyncExitStack()
     try:
-        # The active/queued gauges are read from the admission at scrape time.
-        wait = await exits.enter_async_context(state.admission.slot())
+        wait = await exits.enter_async_context(state.admission.slot(tts.overloaded))
     except BaseException:
         await stream.aclose()
         raise
@@ -106,7 +111,7 @@ async def create_speech(body: SpeechRequest, request: Request) -> StreamingRespo
     return StreamingResponse(_body(state, stream, encoder, api, received, exits), media_type=media)
 
 
-async def _body(state: ServerState, stream: SpeechStream, encoder: StreamEncoder, api: str, received: float,
+async def _body(state: ServerState, stream: Any, encoder: StreamEncoder, api: str, received: float,
                 exits: AsyncExitStack) -> AsyncIterator[bytes]:
     """Encode chunks as they come; on disconnect the task is cancelled and everything is freed."""
     metrics = state.metrics

@@ -7,9 +7,10 @@ Shaped like Cartesia's protocol, so agent-framework plugins can point at lyre:
     <- {"type": "chunk", "context_id": "c1", "data": "<base64 pcm_s16le>", "done": false}
     <- {"type": "done", "context_id": "c1", "done": true}     (or "type": "error" with "error": "...")
 
-Each context runs on its own task; its text is joined verbatim, cut into
-sentence segments as it arrives, and each segment spoken once complete. A
-context's voice, sampling extras and ``trim`` come from its first message.
+This module is the protocol only: each context is one `lyre.tts` speech
+stream (the same pipeline HTTP requests use) fed with the context's text as
+it arrives, on its own task, holding one admission slot for its whole life.
+A context's voice, sampling extras and ``trim`` come from its first message.
 A problem with one context ends it and leaves the socket and the others alone.
 """
 
@@ -18,9 +19,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import time
-from collections import OrderedDict, deque
-from dataclasses import replace
+from collections import OrderedDict
 from typing import Any
 
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
@@ -29,16 +28,14 @@ from starlette.websockets import WebSocketDisconnected
 from lyre.server.auth import refuse_unauthorized
 from lyre.server import ws_messages as msg
 from lyre.server.errors import error_response
-from lyre.server.speech import PROMPT_ROOM
 from lyre.server.state import TTS_OFF, ServerState
-from lyre.tts.segments import IncrementalSplitter
+from lyre.tts import TextError
 
 __all__ = ["WEBSOCKET_PATH", "router"]
 
 WEBSOCKET_PATH = "/v1/tts/websocket"
 _API = "websocket"  # the metrics label
 _ENDED_MEMORY = 1024  # ended context ids remembered per socket, so late messages for them are refused
-_SEED_SPACE = 2**63  # SamplingParams.seed range
 
 router = APIRouter()
 
@@ -48,30 +45,33 @@ class _Gone(Exception):
 
 
 class _Context:
-    """One context: its text as it arrives, spoken segment by segment on its own task."""
+    """One context: a speech stream fed with the context's text, spoken on its own task.
 
-    def __init__(self, session: _Session, context_id: str, settings: msg.Settings) -> None:
+    It holds one admission slot from its first message to its end, so a
+    context is never refused halfway through a reply.
+    """
+
+    def __init__(self, session: _Session, context_id: str, stream: Any) -> None:
         self.id = context_id
-        self.settings = settings
-        self.chars = 0  # text received, for the max_input_chars limit
+        self.stream = stream
         self.closed = False  # `continue: false` has arrived: no more text
         self.outcome = "cancelled"  # for the requests metric, unless it ends otherwise
         self._session = session
-        self._inbox: deque[tuple[str, float]] = deque()  # (text, when it arrived)
-        self._wake = asyncio.Event()
         self.task = asyncio.create_task(self._run(), name=f"lyre-ws-{context_id}")
 
     def add(self, text: str, last: bool) -> None:
-        self.chars += len(text)
-        self.closed = last
-        self._inbox.append((text, time.monotonic()))
-        self._wake.set()
+        """The context's next text (TextError when its total is too long)."""
+        if text:
+            self.stream.push(text)
+        if last:
+            self.closed = True
+            self.stream.end()
 
     async def _run(self) -> None:
         session = self._session
         try:
             try:
-                await self._speak_all()
+                await self._speak()
             except _Gone:
                 raise
             except Exception as exc:
@@ -86,69 +86,21 @@ class _Context:
             session.metrics.requests.labels(_API, self.outcome).inc()
             session.end(self.id, self)
 
-    async def _speak_all(self) -> None:
-        """Feed text to the splitter and speak each segment as it completes, through the last one."""
-        state = self._session.state
-        splitter = IncrementalSplitter(max_chars=state.tts.config.segment_chars)
-        ready: deque[tuple[str, float]] = deque()  # complete segments and when each completed
-        unflushed = False  # text has gone into the splitter since it was last flushed
-        last_text = spoke_at = time.monotonic()
-        index = 0
-        while True:
-            self._wake.clear()
-            while self._inbox:
-                text, last_text = self._inbox.popleft()
-                ready.extend((segment, last_text) for segment in splitter.push(text))
-                unflushed = True
-            if self.closed and unflushed:
-                ready.extend((segment, last_text) for segment in splitter.flush())
-                unflushed = False
-            if ready:
-                segment, complete_at = ready.popleft()
-                # A segment is speakable once it is complete and the one before it has been spoken.
-                await self._speak(segment, max(complete_at, spoke_at), index)
-                spoke_at, index = time.monotonic(), index + 1
-                continue
-            if self.closed:
-                return
-            config = state.config
-            # Pending text with no sentence end is spoken after a pause in the text (the writer
-            # may have stalled mid-sentence); with nothing pending, wait out the idle limit.
-            if unflushed:
-                deadline = last_text + config.ws_flush_after_s
-            else:
-                deadline = max(last_text, spoke_at) + config.ws_idle_timeout_s
-            try:
-                async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
-                    await self._wake.wait()
-            except TimeoutError:
-                if not unflushed:
-                    raise msg.ContextError(f"context idle for {config.ws_idle_timeout_s:g} s", "idle") from None
-                now = time.monotonic()
-                ready.extend((segment, now) for segment in splitter.flush())
-                unflushed = False
-
-    async def _speak(self, text: str, ready_at: float, index: int) -> None:
-        state, settings = self._session.state, self.settings
-        metrics, sampling = state.metrics, settings.sampling
-        if sampling is not None and sampling.seed is not None:
-            # A seed per segment: one seed for all would start each segment on the same random stream.
-            sampling = replace(sampling, seed=(sampling.seed + index) % _SEED_SPACE)
-        trim = settings.trim and index == 0  # later segments keep their lead-in: a pause between sentences
-        stream = state.tts.stream(text, settings.voice, sampling, trim=trim)  # validates before any work
+    async def _speak(self) -> None:
+        state, stream = self._session.state, self.stream
+        metrics = state.metrics
         try:
-            async with state.admission.slot() as wait:
+            async with state.admission.slot(state.tts.overloaded) as wait:
                 metrics.queue_wait.observe(wait)
                 async for chunk in stream:
-                    if stream.samples == len(chunk):  # this segment's first audio
-                        metrics.ttfa.labels(_API).observe(time.monotonic() - ready_at)
+                    if stream.samples == len(chunk) and (ttfa := stream.ttfa_s) is not None:
+                        metrics.ttfa.labels(_API).observe(ttfa)  # from the context's first text
                     data = base64.b64encode(chunk.astype("<i2", copy=False).tobytes()).decode("ascii")
                     await self._session.send({"type": "chunk", "context_id": self.id, "data": data, "done": False})
         finally:
-            await stream.aclose()  # aborts the engine request and drops codec work if we stopped early
+            await stream.aclose()  # aborts the engine requests and drops codec work if we stopped early
         metrics.audio.labels(_API).inc(stream.audio_seconds)
-        if trim:
-            metrics.trimmed.observe(stream.trimmed_ms / 1000)
+        metrics.trimmed.observe(stream.trimmed_ms / 1000)
 
 
 class _Session:
@@ -214,6 +166,10 @@ class _Session:
         if text is None:
             await self.send_error(None, "binary frames are not supported; send JSON text frames")
             return
+        limit = self.state.config.ws_max_message_bytes
+        if len(text) > limit or (size := len(text.encode())) > limit:  # before parsing any of it
+            await self.send_error(None, f"message is {len(text.encode())} bytes, over the limit of {limit}")
+            return
         try:
             message = json.loads(text)
         except (ValueError, RecursionError) as exc:  # RecursionError: nested deeper than the parser goes
@@ -223,10 +179,7 @@ class _Session:
         if not isinstance(context_id, str) or not context_id:
             await self.send_error(None, "every message must be a JSON object with a non-empty string context_id")
             return
-        limit = self.state.config.ws_max_message_bytes
-        if (size := len(text.encode())) > limit:
-            await self._fail(context_id, f"message is {size} bytes, over the limit of {limit}")
-        elif message.get("cancel") is True:
+        if message.get("cancel") is True:
             if context_id in self.contexts:  # one that has already ended needs nothing
                 self.end(context_id)
         else:
@@ -247,21 +200,28 @@ class _Session:
         if not isinstance(more, bool):
             raise msg.ContextError(f"continue must be true or false, got {more!r}")
         msg.check_output_format(message.get("output_format"))
-        if (chars := len(transcript) + (context.chars if context else 0)) > config.max_input_chars:
-            raise msg.ContextError(f"context text is {chars} characters, over the limit of {config.max_input_chars}")
         if context is None:
-            settings = msg.settings(message, voices, self.state.config.max_seq_len - PROMPT_ROOM)
+            settings = msg.settings(message, voices)
             if self.state.draining:
                 raise msg.ContextError("server is shutting down; open new contexts on another server", "draining")
             if len(self.contexts) >= config.ws_max_contexts:
                 raise msg.ContextError(f"too many open contexts on this socket (limit {config.ws_max_contexts}); "
                                     "wait for one to finish or cancel one")
-            context = self.contexts[context_id] = _Context(self, context_id, settings)
+            tts = self.state.tts
+            try:
+                stream = tts.open(settings.voice, settings.options, settings.trim, streamed=True,
+                                  idle_timeout_s=config.ws_idle_timeout_s)
+            except ValueError as exc:  # options the pipeline refuses, e.g. max_tokens over its limit
+                raise msg.ContextError(str(exc)) from None
+            context = self.contexts[context_id] = _Context(self, context_id, stream)
             self._tasks.add(context.task)
             context.task.add_done_callback(self._tasks.discard)
-        elif "voice" in message and msg.voice_of(message, voices) != context.settings.voice:
-            raise msg.ContextError(f"a context keeps the voice of its first message ({context.settings.voice!r})")
-        context.add(transcript, last=not more)
+        elif "voice" in message and msg.voice_of(message, voices) != context.stream.voice:
+            raise msg.ContextError(f"a context keeps the voice of its first message ({context.stream.voice!r})")
+        try:
+            context.add(transcript, last=not more)
+        except TextError as exc:
+            raise msg.ContextError(f"context {exc}") from None
 
 
 @router.websocket(WEBSOCKET_PATH)

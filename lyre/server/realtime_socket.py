@@ -33,6 +33,7 @@ from starlette.websockets import WebSocketDisconnected, WebSocketState
 
 from lyre.server.auth import refuse_unauthorized
 from lyre.server.config import ServerConfig
+from lyre.server.errors import error_response
 from lyre.server.state import STT_OFF, ServerState
 from lyre.stt import RealtimeConfig, RealtimeError, RealtimeSession, Transcriber, error_event
 
@@ -154,12 +155,14 @@ async def realtime_websocket(websocket: WebSocket) -> None:
     if await refuse_unauthorized(websocket, state.config.api_key):
         state.metrics.errors.labels("unauthorized").inc()
         return
+    if state.stt is None:
+        # Refused before the handshake completes, with an HTTP 404 and an OpenAI-shaped body, as the TTS socket is.
+        await websocket.send_denial_response(error_response(404, STT_OFF, "invalid_request_error"))
+        return
     await websocket.accept()
     sessions = _Sessions.of(websocket.app)
     limit = state.config.stt_max_sessions
-    if state.stt is None:
-        await _refuse(websocket, RealtimeError(STT_OFF, "stt_disabled"), status.WS_1011_INTERNAL_ERROR)
-    elif state.draining:
+    if state.draining:
         await _refuse(websocket, RealtimeError("server is shutting down; connect to another server",
                                                "server_shutting_down", kind="server_error"),
                       status.WS_1001_GOING_AWAY)

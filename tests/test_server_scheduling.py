@@ -1,0 +1,73 @@
+"""One pipeline for both transports, and capacity on playback deadlines, against real `lyre serve` processes."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import time
+from typing import Any
+
+import httpx
+import pytest
+from websockets.asyncio.client import connect
+
+from polling import eventually
+from serving import running_server
+
+pytestmark = pytest.mark.slow
+
+
+def _context(transcript: str, more: bool, **extra: Any) -> str:
+    return json.dumps({"context_id": "reply", "voice": {"mode": "id", "id": "tara"}, "transcript": transcript,
+                       "continue": more, **extra})
+
+
+def test_a_context_holds_its_stream_for_its_whole_reply_and_http_meanwhile_gets_429() -> None:
+    sentences = ["The first sentence arrives now. ", "A second follows a second later. ", "And the last one."]
+    with running_server("--max-streams", "1", "--max-queue", "0", "--max-seq-len", "512") as server:
+
+        async def main() -> tuple[list[dict[str, Any]], list[int]]:
+            statuses: list[int] = []
+            async with connect(server.ws_url + "/v1/tts/websocket") as ws, httpx.AsyncClient() as http:
+                async def receive() -> list[dict[str, Any]]:
+                    messages = []
+                    while not (message := json.loads(await ws.recv()))["done"]:
+                        messages.append(message)
+                    return [*messages, message]
+
+                receiving = asyncio.create_task(receive())
+                for i, sentence in enumerate(sentences):  # three sentences over two seconds
+                    await ws.send(_context(sentence, i < 2, max_tokens=42, seed=1))
+                    r = await http.post(f"{server.url}/v1/audio/speech", timeout=30,
+                                        json={"input": "Me too.", "max_tokens": 14, "response_format": "pcm"})
+                    statuses.append(r.status_code)
+                    if i < 2:
+                        await asyncio.sleep(1.0)
+                return await receiving, statuses
+
+        messages, statuses = asyncio.run(main())
+    assert statuses == [429, 429, 429]
+    assert [m["type"] for m in messages[:-1]] == ["chunk"] * (len(messages) - 1)
+    assert messages[-1] == {"type": "done", "context_id": "reply", "done": True}
+    pcm = b"".join(base64.b64decode(m["data"]) for m in messages[:-1])
+    assert len(pcm) >= 3 * 2 * 2048  # every sentence was spoken (at least a frame each)
+
+
+def test_when_streams_fall_behind_their_listeners_new_requests_get_429() -> None:
+    # Listeners taken to play 200 times faster than real time: no device keeps up with that.
+    with running_server("--max-streams", "4", "--playback-rate", "200", "--max-seq-len", "1024") as server:
+        with httpx.Client(timeout=60) as http, http.stream(
+                "POST", f"{server.url}/v1/audio/speech",
+                json={"input": "A long reply that falls behind.", "max_tokens": 700, "response_format": "pcm"}) as first:
+            assert first.status_code == 200
+            chunks = first.iter_bytes()
+            next(chunks)  # playback has started: from now on the stream has a deadline it cannot meet
+            assert eventually(lambda: server.metric("lyre_engine_streams_behind") >= 1)
+            refused = http.post(f"{server.url}/v1/audio/speech", json={"input": "And me?", "max_tokens": 14})
+            assert refused.status_code == 429 and "falling behind" in refused.json()["error"]["message"]
+            assert refused.headers["retry-after"] == "1"
+            started = time.monotonic()
+            assert sum(len(chunk) for chunk in chunks) > 0  # the stream already running carries on
+        assert server.metric("lyre_engine_deadline_misses_total") >= 1
+        assert time.monotonic() - started < 60
