@@ -13,7 +13,8 @@ On one H200 it takes about 7 minutes:
 4. times SNAC batches fp32 / bf16 with and without CUDA graphs, and bf16's SNR;
 5. serves the fastest lever set that passed (3) with ``create_app`` on
    loopback and sweeps concurrency with ``lyre bench`` up to and past the SLO
-   (p90 TTFA <= 250 ms, >= 99% viable streams).
+   (p90 TTFA <= 250 ms, >= 99% viable streams), once with the deadline
+   scheduler and once with fcfs.
 
 Figures print as they come and are written to ``$OUT/gpu.json`` after every
 section (so a run cut short still returns what it measured), with the bench's
@@ -127,7 +128,7 @@ def _parse(argv: list[str] | None) -> Plan:
     p.add_argument("--batches", type=int, nargs="+", help="decode batches timed (default: 1 16 64 256)")
     p.add_argument("--contexts", type=int, nargs="+", help="keys per row timed (default: 128 512 2048)")
     p.add_argument("--requests", type=int, help="measured requests per level at most (default: 512; --small: 3)")
-    p.add_argument("--duration", type=float, help="seconds of measured load per level at most (default: 25)")
+    p.add_argument("--duration", type=float, help="seconds of measured load per level at most (default: 20)")
     p.add_argument("--warmup", type=int, help="warm-up requests per stream at each level (default: 1; --small: 0)")
     p.add_argument("--max-tokens", type=int, help="per request (default: 280, about 3.4 s of audio; --small: 42)")
     p.add_argument("--max-seq-len", type=int, default=512, help="KV positions per served stream (default: 512)")
@@ -150,7 +151,7 @@ def _parse(argv: list[str] | None) -> Plan:
         codec_batches=pick(None, (1, 8, 32, 64), (1,)),
         levels=tuple(pick(args.concurrency, [16, 64, 128, 256, 384], [1, 2])),
         requests=pick(args.requests, 512, 3),
-        duration_s=pick(args.duration, 25.0, 10.0),
+        duration_s=pick(args.duration, 20.0, 10.0),
         warmup=pick(args.warmup, 1, 0),
         max_tokens=pick(args.max_tokens, 280, 42),
         max_seq_len=args.max_seq_len,
@@ -206,10 +207,10 @@ def _serving_lever(plan: Plan, figures: dict) -> Lever:
     return next(lever for lever in plan.levers if lever.name == name)
 
 
-def _build_tts(plan: Plan, lever: Lever, max_batch: int) -> TTS:
+def _build_tts(plan: Plan, lever: Lever, max_batch: int, scheduler: str = "deadline") -> TTS:
     cuda = plan.device.startswith("cuda")
     config = EngineConfig(max_batch=max_batch, max_seq_len=plan.max_seq_len, device=plan.device,
-                          attention=lever.attention, cuda_graphs=cuda and lever.mode == "graphs")
+                          attention=lever.attention, cuda_graphs=cuda and lever.mode == "graphs", scheduler=scheduler)
     model = _model(plan, plan.max_seq_len)
     if lever.fp8:
         quantize_fp8(model)
@@ -336,31 +337,37 @@ def main(argv: list[str] | None = None) -> int:
 
     lever = _serving_lever(plan, figures)
     figures["served_lever"] = lever.name
-    log(f"serving {lever.name} at up to {max(plan.levels)} streams")
-    tts = _build_tts(plan, lever, max(plan.levels))
-    try:
-        with _serving(tts, plan) as url:
-            result, engine_figures = _sweep(url, tts, plan)
-    finally:
-        tts.close()
-    print(bench.format_table(result))
-    for row in engine_figures:
-        step = "-" if row["step_ms"] is None else f"{row['step_ms']:.2f} ms"
-        batch = "-" if row["mean_batch"] is None else f"{row['mean_batch']:.1f}"
-        log(f"engine at {row['concurrency']:g} streams: step {step}, mean batch {batch}, {row['steps']} steps")
-    held = result.targets[0].headline
+    results = {}
+    for scheduler in ("deadline", "fcfs"):  # lyre's default, then every stream every step, to compare
+        log(f"serving {lever.name} with the {scheduler} scheduler at up to {max(plan.levels)} streams")
+        tts = _build_tts(plan, lever, max(plan.levels), scheduler)
+        try:
+            with _serving(tts, plan) as url:
+                result, engine_figures = _sweep(url, tts, plan)
+        finally:
+            tts.close()
+        results[scheduler] = result
+        print(bench.format_table(result))
+        for row in engine_figures:
+            step = "-" if row["step_ms"] is None else f"{row['step_ms']:.2f} ms"
+            batch = "-" if row["mean_batch"] is None else f"{row['mean_batch']:.1f}"
+            log(f"engine at {row['concurrency']:g} streams: step {step}, mean batch {batch}, {row['steps']} steps")
+        held = result.targets[0].headline
+        log(f"headline ({scheduler}): {'no level held the SLO' if held is None else f'{held:g} concurrent streams'} "
+            f"(p90 TTFA <= 250 ms, >= 99% viable) with {lever.name}")
+        figures[f"bench_{scheduler}"] = bench.to_json(result)
+        figures[f"engine_at_levels_{scheduler}"] = engine_figures
+        _write(plan, figures)
     memory_gib = torch.cuda.max_memory_allocated() / 2**30 if plan.device == "cuda" else None
-    log(f"headline: {'no level held the SLO' if held is None else f'{held:g} concurrent streams'} "
-        f"(p90 TTFA <= 250 ms, >= 99% viable) with {lever.name}; peak GPU memory: "
-        f"{'-' if memory_gib is None else f'{memory_gib:.1f} GiB'}; total {time.perf_counter() - started:.0f} s")
-    figures |= {"bench": bench.to_json(result), "engine_at_levels": engine_figures,
-                "gpu_max_memory_allocated_bytes": torch.cuda.max_memory_allocated() if plan.device == "cuda" else None}
+    figures["gpu_max_memory_allocated_bytes"] = torch.cuda.max_memory_allocated() if plan.device == "cuda" else None
+    log(f"peak GPU memory: {'-' if memory_gib is None else f'{memory_gib:.1f} GiB'}; "
+        f"total {time.perf_counter() - started:.0f} s")
     _write(plan, figures)
     paths = [plan.out / "gpu.json"]
     if (steps_plot := _plot_steps(plan, figures["steps"])) is not None:  # None: no matplotlib here
-        paths += [*bench.write_plots(result, plan.out), steps_plot]
+        paths += [*bench.write_plots(results["deadline"], plan.out), steps_plot]
     log("wrote " + ", ".join(str(path) for path in paths))
-    if not any(level.summary.ok for level in result.targets[0].levels):
+    if not any(level.summary.ok for result in results.values() for level in result.targets[0].levels):
         print("gpu.py: error: no request completed", file=sys.stderr)
         return 1
     return 0

@@ -25,9 +25,8 @@ import numpy as np
 
 from lyre.codec import CodecWindow, SnacDecoder, load_snac
 from lyre.demo_model import or_demo
-from lyre.engine import EngineConfig, SamplingParams
 from lyre.orpheus import SAMPLE_RATE, SAMPLES_PER_FRAME, TOKENS_PER_SECOND
-from lyre.tts import TTS, TTSConfig, WindowPolicy
+from lyre.tts import TTS, ServingConfig, SpeechOptions, TTSConfig, WindowPolicy
 from lyre.tts.windows import WindowPlanner
 
 TEXT = "Hello there, it is good to hear from you again today."
@@ -60,7 +59,7 @@ async def _one(tts: TTS, seed: int, tokens: int) -> tuple[float, list[float], li
     """TTFA (s), and each chunk's arrival time and duration."""
     start = time.perf_counter()
     arrivals, durations = [], []
-    async for chunk in tts.stream(TEXT, "tara", SamplingParams(seed=seed, max_tokens=tokens), trim=False):
+    async for chunk in tts.stream(TEXT, "tara", SpeechOptions(seed=seed, max_tokens=tokens), trim=False):
         arrivals.append(time.perf_counter())
         durations.append(len(chunk) / SAMPLE_RATE)
     return arrivals[0] - start, arrivals, durations
@@ -103,7 +102,7 @@ def main() -> None:
         print(f"   {label:<40}{value:8.2f}")
 
     config = TTSConfig(window=WindowPolicy(first_new=args.first_frames))
-    tts = TTS.load(model, codec, EngineConfig(max_batch=max(max(args.levels), 4), max_seq_len=1024), config)
+    tts = TTS.load(model, codec, ServingConfig(max_streams=max(max(args.levels), 4), max_seq_len=1024), config)
     try:
         asyncio.run(_one(tts, 0, 21))  # warm-up
         alone = [asyncio.run(_one(tts, s, 70))[0] for s in range(5)]

@@ -32,11 +32,12 @@ def test_small_run_prints_figures_and_writes_results(tmp_path: Path) -> None:
     for load in (1, 2):
         assert any(line.strip().startswith(f"{load} streams") for line in lines), done.stdout
         assert any(line.startswith(f"engine at {load} streams: step ") for line in lines), done.stdout
-    assert any(line.startswith("headline: ") for line in lines), done.stdout
+    for scheduler in ("deadline", "fcfs"):
+        assert any(line.startswith(f"headline ({scheduler}): ") for line in lines), done.stdout
     figures = json.loads((tmp_path / "gpu.json").read_text())
     assert {row["lever"] for row in figures["steps"] if "error" not in row} >= {"sdpa+eager+bf16", "sdpa+fixed+bf16"}
     assert figures["agreement"][0]["tokens"] > 0 and 0 <= figures["fp8_quality"]["top1_agreement"] <= 1
     assert any(key.startswith("bfloat16+eager 4f") for key in figures["codec"]["ms"])
-    assert figures["bench"]["targets"][0]["levels"]
+    assert figures["bench_deadline"]["targets"][0]["levels"] and figures["bench_fcfs"]["targets"][0]["levels"]
     for name in ("ttfa.png", "viable.png", "step_ms.png"):
         assert (tmp_path / name).stat().st_size > 0, name

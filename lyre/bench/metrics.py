@@ -60,18 +60,20 @@ def mean(values: Iterable[float]) -> float | None:
     return sum(items) / len(items) if items else None
 
 
-def is_viable(chunks: Sequence[Chunk]) -> bool:
+def is_viable(chunks: Sequence[Chunk], playback_rate: float = 1.0) -> bool:
     """True when the stream could be played without a gap from its first chunk on.
 
     Playback starts when chunk 1 arrives (``t_1``); chunk ``i`` (i >= 2) is in
-    time when ``t_i - t_1`` is at most the audio of chunks ``1..i-1``. A stream
-    with no audio is not viable (there is nothing to play); one chunk is.
+    time when ``t_i - t_1`` is at most the audio of chunks ``1..i-1`` (played
+    at ``playback_rate`` times real time: a listener at 0.25 takes four seconds
+    over each second of audio). A stream with no audio is not viable (there is
+    nothing to play); one chunk is.
     """
     if not chunks:
         return False
     start, buffered = chunks[0]
     for arrival, seconds in chunks[1:]:
-        if arrival - start > buffered + _EDGE_TOLERANCE_S:
+        if arrival - start > buffered / playback_rate + _EDGE_TOLERANCE_S:
             return False
         buffered += seconds
     return True
@@ -168,8 +170,9 @@ class LevelSummary:
         )
 
 
-def summarize(load: float, requests: Sequence[Measured]) -> LevelSummary:
-    """Summarise one level's measured requests (pass warm-up requests in and they count)."""
+def summarize(load: float, requests: Sequence[Measured], playback_rate: float = 1.0) -> LevelSummary:
+    """Summarise one level's measured requests (pass warm-up requests in and they count);
+    viability for listeners playing at ``playback_rate`` times real time."""
     done = [r for r in requests if r.ok]
     ttfas = [t for r in done if (t := r.ttfa_s) is not None]
     rtfs = [x for r in done if (x := real_time_factor(r.e2e_s, r.audio_s)) is not None]
@@ -191,7 +194,7 @@ def summarize(load: float, requests: Sequence[Measured]) -> LevelSummary:
         e2e_p50_s=percentile((r.e2e_s for r in done), 50),
         e2e_p90_s=percentile((r.e2e_s for r in done), 90),
         rtf_mean=mean(rtfs),
-        viable_share=sum(is_viable(r.chunks) for r in done) / len(requests) if requests else None,
+        viable_share=sum(is_viable(r.chunks, playback_rate) for r in done) / len(requests) if requests else None,
         requests_per_s=throughput,
         tokens_per_s_p50=percentile(rates, 50),
         audio_s_total=sum(r.audio_s for r in done),

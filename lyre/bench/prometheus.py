@@ -82,6 +82,7 @@ def server_deltas(before: Samples | None, after: Samples | None) -> dict[str, fl
       request (``lyre_engine_admitted_total`` when exposed, else requests finished, all outcomes);
     - ``admission_wait_s_mean``: seconds waited for a stream slot, per request (histogram sum/count);
     - ``server_ttfa_s_mean``: the server's own time to first audio, all APIs (histogram sum/count);
+    - ``deadline_misses``: times a stream fell behind its listener (the deadline scheduler counts them);
     - ``requests``, ``tokens``: the raw counter deltas.
     """
     def d(name: str) -> float | None:
@@ -98,6 +99,7 @@ def server_deltas(before: Samples | None, after: Samples | None) -> dict[str, fl
         "admission_wait_s_mean": _ratio(d("lyre_queue_wait_seconds_sum"), d("lyre_queue_wait_seconds_count")),
         "server_ttfa_s_mean": _ratio(d("lyre_time_to_first_audio_seconds_sum"),
                                      d("lyre_time_to_first_audio_seconds_count")),
+        "deadline_misses": d("lyre_engine_deadline_misses_total"),
         "requests": requests,
         "tokens": tokens,
     }

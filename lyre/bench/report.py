@@ -83,7 +83,7 @@ def _num(value: float | None, digits: int) -> str:
 
 
 _COLUMNS = ("load", "server", "sent", "ok", "err", "ttfa p50", "p90", "p99", "e2e p50", "p90", "rtf", "viable",
-            "req/s", "tok/s", "eng.batch", "codec.batch", "srv ttfa", "adm wait", "kv wait")
+            "req/s", "tok/s", "eng.batch", "codec.batch", "srv ttfa", "adm wait", "kv wait", "misses")
 
 
 def _row(load: str, name: str, level: LevelResult) -> list[str]:
@@ -94,7 +94,7 @@ def _row(load: str, name: str, level: LevelResult) -> list[str]:
         _num(s.rtf_mean, 2), _num(s.viable_share, 2), _num(s.requests_per_s, 2), _num(s.tokens_per_s_p50, 0),
         _num(server.get("engine_batch_mean"), 2), _num(server.get("codec_batch_mean"), 2),
         _ms(server.get("server_ttfa_s_mean")), _ms(server.get("admission_wait_s_mean")),
-        _ms(server.get("engine_queue_wait_s_mean")),
+        _ms(server.get("engine_queue_wait_s_mean")), _num(server.get("deadline_misses"), 0),
     ]
 
 
@@ -113,7 +113,9 @@ def format_table(result: BenchResult) -> str:
     lines.append(f"api {config.api}, {'pooled connections' if config.pooled else 'a new connection per request'}, "
                  f"max_tokens {config.max_tokens}, {len(config.texts)} texts; times in ms, "
                  f"tok/s = p50 per-stream tokens/s (82 = real time), "
-                 "srv ttfa, adm wait (for a stream slot), kv wait (for a KV-cache slot) = server-side means")
+                 "srv ttfa, adm wait (for a stream slot), kv wait (for a KV-cache slot) = server-side means, "
+                 "misses = times a stream fell behind its listener (server)"
+                 + (f"; listeners play at {config.playback_rate:g}x real time" if config.playback_rate != 1 else ""))
     lines += ["  ".join(cell.rjust(width) for cell, width in zip(row, widths)) for row in rows]
     for name, target in zip(names, result.targets):
         for level in target.levels:

@@ -52,6 +52,9 @@ class BenchConfig:
     api_key: str | None = field(default=None, repr=False)
     slo: Slo = field(default_factory=Slo)
     labels: tuple[str, ...] = ()  # a name per URL for tables and plots; () for A, B
+    # Listeners play at this times real time (viability): experiments on hardware too slow for real
+    # time, against a server started with the same --playback-rate.
+    playback_rate: float = 1.0
 
     def name(self, i: int) -> str:
         """What the table and plots call the ``i``-th server."""
@@ -70,6 +73,8 @@ class BenchConfig:
             raise ValueError(f"load levels must be positive, got {list(self.levels)}")
         if self.mode == "concurrency" and any(level != int(level) for level in self.levels):
             raise ValueError(f"concurrency levels must be whole numbers of streams, got {list(self.levels)}")
+        if not self.playback_rate > 0:
+            raise ValueError(f"playback rate must be positive, got {self.playback_rate}")
         if self.burstiness <= 0:
             raise ValueError(f"burstiness must be positive, got {self.burstiness}")
         if self.warmup < 0 or self.duration_s <= 0 or self.max_requests < 1:
@@ -147,7 +152,7 @@ async def _run_target(config: BenchConfig, url: str, stream: TextIO) -> TargetRe
                 wall = asyncio.get_running_loop().time() - started
                 await asyncio.sleep(_SETTLE_S)
                 after = await _scrape(scraper, transport.url, transport.headers)
-                summary = summarize(load, [r.measured() for r in records if not r.warmup])
+                summary = summarize(load, [r.measured() for r in records if not r.warmup], config.playback_rate)
                 levels.append(LevelResult(summary, server_deltas(before, after), records, wall))
         finally:
             await pool.aclose()
