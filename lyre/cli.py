@@ -36,7 +36,8 @@ def _add_sampling_args(p: argparse.ArgumentParser) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="lyre", description="Serve Orpheus TTS (and Whisper, and a chat model) to real-time voice agents.")
+    parser = argparse.ArgumentParser(
+        prog="lyre", description="Serve Orpheus TTS, Whisper and a chat model to real-time voice agents.")
     sub = parser.add_subparsers(dest="command", required=True)
 
     say = sub.add_parser("say", help="speak text into a WAV file (or raw PCM on stdout)")

@@ -112,7 +112,8 @@ def test_sampling_on_the_real_distribution_takes_the_small_nucleus_path(smol: tu
     prompt = _prompt(chat_format, "Tell me a story.")
     cache = KVCache(model.config, 1, 512, torch.float32, torch.device("cpu"))
     with torch.inference_mode():
-        last = model.logits(model(torch.tensor([prompt]), torch.arange(len(prompt))[None], torch.tensor([0]), cache)[0, -1:])
+        hidden = model(torch.tensor([prompt]), torch.arange(len(prompt))[None], torch.tensor([0]), cache)
+        last = model.logits(hidden[0, -1:])
     n = 256
     logits = last.expand(n, -1).clone()
     seen = torch.zeros_like(logits, dtype=torch.bool)

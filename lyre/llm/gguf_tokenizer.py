@@ -20,7 +20,8 @@ __all__ = ["PRE_TOKENIZERS", "gguf_tokenizer"]
 _GPT2 = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
 # Llama 3's split (llama.cpp's "llama-bpe"): digits in threes, letters with one leading symbol.
 _LLAMA3_SPLIT = (
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
 
 # tokenizer.ggml.pre -> the Hugging Face pre-tokenizer llama.cpp's regex for it stands for.
