@@ -18,6 +18,7 @@ import torch
 
 from lyre.engine.config import LlamaConfig, RopeScaling
 from lyre.engine.llama import Llama, rope_frequencies
+from lyre.engine.loader import DTYPES, assign_weights
 from lyre.model_folder import ModelFolderError
 
 __all__ = ["SUPPORTED_TYPES", "GGUFError", "gguf_llama_config", "load_gguf_llama", "open_gguf"]
@@ -27,7 +28,6 @@ Q = gguf.GGMLQuantizationType
 # which the gguf package can also write, so each is tested by a round trip.
 SUPPORTED_TYPES = frozenset({Q.F32, Q.F16, Q.BF16, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q8_0})
 ARCHITECTURE = "llama"
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 # Meta's llama3 RoPE parameters besides the factor; GGUF keeps only the per-frequency
 # factors they produce (rope_freqs.weight), so they are checked against those.
 _LLAMA3_ROPE = {"low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
@@ -132,14 +132,8 @@ def load_gguf_llama(source: gguf.GGUFReader | str | os.PathLike[str], max_seq_le
         if tuple(weight.shape) != tuple(expected[name]):
             raise GGUFError(f"{_name(reader)}: tensor {tensor.name!r} has shape {tuple(weight.shape)}, "
                             f"the metadata implies {tuple(expected[name])}")
-        state[name] = weight.to(device=device, dtype=_DTYPES[dtype])
-    missing = sorted(set(expected) - set(state))
-    if missing:
-        shown = ", ".join(missing[:5]) + (" ..." if len(missing) > 5 else "")
-        raise GGUFError(f"{_name(reader)}: file lacks {len(missing)} tensors: {shown}")
-    model.load_state_dict(state, assign=True)
-    model.build_rope(device)
-    return model.eval()
+        state[name] = weight.to(device=device, dtype=DTYPES[dtype])
+    return assign_weights(model, state, device, f"{_name(reader)}: file")
 
 
 def _hf_names(cfg: LlamaConfig, expected: dict[str, torch.Size]) -> dict[str, str]:
