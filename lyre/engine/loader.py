@@ -10,9 +10,9 @@ from lyre.engine.config import LlamaConfig
 from lyre.engine.llama import Llama
 from lyre.model_folder import ModelFolderError, iter_safetensors, load_config
 
-__all__ = ["load_llama"]
+__all__ = ["DTYPES", "assign_weights", "load_llama"]
 
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 def load_llama(folder: Path, max_seq_len: int, device: str, dtype: str) -> Llama:
@@ -22,7 +22,7 @@ def load_llama(folder: Path, max_seq_len: int, device: str, dtype: str) -> Llama
     ``device``, so a float32 checkpoint never sits in memory twice.
     """
     cfg = LlamaConfig.from_hf(load_config(folder))
-    torch_dtype = _DTYPES[dtype]
+    torch_dtype = DTYPES[dtype]
     with torch.device("meta"):
         model = Llama(cfg, max_seq_len)
     expected = {name: p.shape for name, p in model.state_dict().items()}
@@ -39,10 +39,15 @@ def load_llama(folder: Path, max_seq_len: int, device: str, dtype: str) -> Llama
                 f"{folder}: tensor {name!r} has shape {tuple(tensor.shape)}, config.json implies {tuple(expected[name])}"
             )
         state[name] = tensor.to(device=device, dtype=torch_dtype)
-    missing = sorted(set(expected) - set(state))
+    return assign_weights(model, state, device, f"{folder}: checkpoint")
+
+
+def assign_weights(model: Llama, state: dict[str, torch.Tensor], device: str, source: str) -> Llama:
+    """Put a complete state dict into a model built on the meta device; ``source`` names it in errors."""
+    missing = sorted(set(model.state_dict()) - set(state))
     if missing:
         shown = ", ".join(missing[:5]) + (" ..." if len(missing) > 5 else "")
-        raise ModelFolderError(f"{folder}: checkpoint lacks {len(missing)} tensors: {shown}")
+        raise ModelFolderError(f"{source} lacks {len(missing)} tensors: {shown}")
     model.load_state_dict(state, assign=True)
     model.build_rope(device)
     return model.eval()

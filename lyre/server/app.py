@@ -16,7 +16,8 @@ from fastapi.responses import HTMLResponse, JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from lyre.server import audio_speech, realtime_socket, transcriptions, tts_socket
+from lyre.llm import Chat, ChatOptions, ChatServing
+from lyre.server import audio_speech, completions, realtime_socket, transcriptions, tts_socket
 from lyre.server.admission import Admission
 from lyre.server.auth import authorized
 from lyre.server.config import ServerConfig
@@ -54,6 +55,19 @@ def _load_stt(config: ServerConfig) -> Transcriber:
     return Transcriber.load(config.stt_model, STTConfig(device=config.stt_device or config.device))
 
 
+def _load_chat(config: ServerConfig) -> Chat:
+    """The chat model on its own engine, on the same device, with its own KV-cache budget."""
+    assert config.llm is not None
+    serving = ChatServing(device=config.device, max_batch=config.llm_max_batch, max_seq_len=config.llm_max_seq_len,
+                          max_waiting=max(1, config.max_queue))
+    return Chat.load(config.llm, serving, config.llm_name)
+
+
+async def _warm_up_chat(chat: Chat) -> None:
+    """A two-token answer: the first prefill and decode pay their one-off costs here."""
+    await chat.stream([{"role": "user", "content": "Hi"}], ChatOptions(max_tokens=2, temperature=0)).text()
+
+
 async def _warm_up(tts: Synthesizer) -> None:
     """One short utterance through engine and codec, so the first user does not pay for it."""
     async for _ in tts.stream("Ready.", None, SpeechOptions(max_tokens=21, seed=0), trim=False, streamed=False):
@@ -73,7 +87,7 @@ def create_app(config: ServerConfig, tts: Synthesizer | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         start = time.perf_counter()
-        async with AsyncExitStack() as models:  # on the way out: STT closed, then TTS
+        async with AsyncExitStack() as models:  # on the way out: chat, then STT, then TTS closed
             loaded = None
             if config.tts:
                 loaded = tts or await asyncio.to_thread(_load, config)
@@ -83,19 +97,26 @@ def create_app(config: ServerConfig, tts: Synthesizer | None = None) -> FastAPI:
             if config.stt:
                 stt = await asyncio.to_thread(_load_stt, config)
                 models.push_async_callback(asyncio.to_thread, stt.close)
+            chat = None
+            if config.llm is not None:
+                chat = await asyncio.to_thread(_load_chat, config)
+                models.push_async_callback(asyncio.to_thread, chat.close)
             state = ServerState(
                 config=config,
                 tts=loaded,
                 stt=stt,
+                chat=chat,
                 admission=Admission(config.max_streams, config.max_queue, config.queue_timeout_s),
                 metrics=Metrics(loaded.engine_stats if loaded else None, loaded.codec_stats if loaded else None,
-                                stt.stats if stt else None),
+                                stt.stats if stt else None, chat.stats if chat else None),
             )
             app.state.lyre = state
             if loaded is not None:
                 await _warm_up(loaded)
             if stt is not None:
                 await _warm_up_stt(stt)
+            if chat is not None:
+                await _warm_up_chat(chat)
             state.ready = True
             log.info("lyre ready in %.1f s", time.perf_counter() - start)
             try:
@@ -106,7 +127,7 @@ def create_app(config: ServerConfig, tts: Synthesizer | None = None) -> FastAPI:
                 state.draining = True
                 state.ready = False
                 deadline = time.monotonic() + _DRAIN_GRACE_S
-                while state.admission.active and time.monotonic() < deadline:
+                while (state.admission.active or state.chat_active) and time.monotonic() < deadline:
                     await asyncio.sleep(0.05)
 
     app = FastAPI(title="lyre", version="0.1.0", lifespan=lifespan)
@@ -117,6 +138,7 @@ def create_app(config: ServerConfig, tts: Synthesizer | None = None) -> FastAPI:
     app.include_router(tts_socket.router)
     app.include_router(transcriptions.router)
     app.include_router(realtime_socket.router)
+    app.include_router(completions.router)
 
     @app.get("/health")
     async def health() -> dict[str, str]:
@@ -138,9 +160,10 @@ def create_app(config: ServerConfig, tts: Synthesizer | None = None) -> FastAPI:
 
     @app.get("/v1/models")
     async def models(request: Request) -> dict[str, object]:
-        """The models served: orpheus (text to speech), whisper-1 (speech to text)."""
+        """The models served: orpheus (text to speech), whisper-1 (speech to text), the chat model by its name."""
         state: ServerState = request.app.state.lyre
         served = [name for name, on in ((TTS_MODEL_ID, state.tts), (STT_MODEL_ID, state.stt)) if on is not None]
+        served += [state.chat.name] if state.chat is not None else []
         return {"object": "list",
                 "data": [{"id": name, "object": "model", "created": 0, "owned_by": "lyre"} for name in served]}
 

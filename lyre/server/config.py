@@ -51,12 +51,16 @@ class ServerConfig:
     stt_max_sessions: int = 8  # realtime transcription sockets open at once
     stt_idle_timeout_s: float = 30.0  # a realtime session with no client event and no pass running for this long is closed
     stt_max_buffer_s: float = 60.0  # seconds of audio a realtime session's input buffer may hold
+    llm: str | None = None  # chat model: a .gguf file, a Hugging Face folder or hub id, or "demo"; None: no chat
+    llm_name: str | None = None  # what /v1/models calls it; None: the file's stem or the folder's name
+    llm_max_batch: int = 8  # chat requests generating at once (the chat engine's KV-cache slots)
+    llm_max_seq_len: int = 2048  # KV-cache positions per chat request: prompt and answer together
 
     def __post_init__(self) -> None:
-        if not (self.tts or self.stt):
-            raise ValueError("serve at least one of text to speech (tts) and speech to text (stt)")
+        if not (self.tts or self.stt or self.llm):
+            raise ValueError("serve at least one of text to speech (tts), speech to text (stt) and chat (llm)")
         for name in ("max_streams", "max_seq_len", "max_input_chars", "ws_max_contexts", "ws_max_message_bytes",
-                     "stt_max_file_bytes", "stt_max_sessions", "max_body_bytes"):
+                     "stt_max_file_bytes", "stt_max_sessions", "max_body_bytes", "llm_max_batch", "llm_max_seq_len"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.max_queue < 0:

@@ -1,5 +1,5 @@
-"""Prometheus metrics: request-side figures recorded as they happen; engine, codec and
-transcriber counters read from their stats at scrape time."""
+"""Prometheus metrics: request-side figures recorded as they happen; engine, codec,
+transcriber and chat engine counters read from their stats at scrape time."""
 
 from __future__ import annotations
 
@@ -25,10 +25,12 @@ class _StatsCollector(Collector):
     Each source is None when the server does not run it (no TTS, or no STT).
     """
 
-    def __init__(self, engine_stats: Stats | None, codec_stats: Stats | None, stt_stats: Stats | None) -> None:
+    def __init__(self, engine_stats: Stats | None, codec_stats: Stats | None, stt_stats: Stats | None,
+                 chat_stats: Stats | None = None) -> None:
         self._engine = engine_stats
         self._codec = codec_stats
         self._stt = stt_stats
+        self._chat = chat_stats
 
     def collect(self) -> Iterator[Any]:
         if self._engine is not None:
@@ -37,6 +39,8 @@ class _StatsCollector(Collector):
             yield from self._codec_metrics(self._codec())
         if self._stt is not None:
             yield from self._stt_metrics(self._stt())
+        if self._chat is not None:
+            yield from self._chat_engine_metrics(self._chat())
 
     @staticmethod
     def _engine_metrics(e: Any) -> Iterator[Any]:
@@ -63,6 +67,15 @@ class _StatsCollector(Collector):
         yield GaugeMetricFamily("lyre_engine_waiting", "Requests waiting for a KV-cache slot", value=e.waiting)
         yield CounterMetricFamily("lyre_engine_queue_wait_seconds", "Seconds requests waited for a slot, summed",
                                   value=e.queue_wait_total)
+
+    @staticmethod
+    def _chat_engine_metrics(e: Any) -> Iterator[Any]:
+        yield CounterMetricFamily("lyre_chat_engine_steps", "Chat engine steps run", value=e.steps)
+        yield GaugeMetricFamily("lyre_chat_engine_batch_size", "Requests in the chat engine's last step",
+                                value=e.last_batch_size)
+        yield GaugeMetricFamily("lyre_chat_engine_running", "Chat requests holding a KV-cache slot", value=e.running)
+        yield GaugeMetricFamily("lyre_chat_engine_waiting", "Chat requests waiting for a KV-cache slot",
+                                value=e.waiting)
 
     @staticmethod
     def _codec_metrics(c: Any) -> Iterator[Any]:
@@ -99,7 +112,7 @@ class Metrics:
     """One registry per app, so several apps in one process never collide."""
 
     def __init__(self, engine_stats: Stats | None = None, codec_stats: Stats | None = None,
-                 stt_stats: Stats | None = None) -> None:
+                 stt_stats: Stats | None = None, chat_stats: Stats | None = None) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
         self.ttfa = Histogram("lyre_time_to_first_audio_seconds", "Request received to first audio chunk",
@@ -118,6 +131,12 @@ class Metrics:
         self.transcription_latency = Histogram(
             "lyre_transcription_seconds", "Transcription request received to response ready, successful ones",
             buckets=_TRANSCRIPTION_BUCKETS, registry=r)
-        r.register(_StatsCollector(engine_stats, codec_stats, stt_stats))
+        self.chat_requests = Counter("lyre_chat_requests", "Chat completion requests by mode and outcome",
+                                     ["mode", "outcome"], registry=r)
+        self.chat_tokens = Counter("lyre_chat_tokens", "Chat tokens, prompt and completion", ["kind"], registry=r)
+        self.chat_ttft = Histogram("lyre_chat_time_to_first_token_seconds",
+                                   "Chat request submitted to its first generated token",
+                                   buckets=_LATENCY_BUCKETS, registry=r)
+        r.register(_StatsCollector(engine_stats, codec_stats, stt_stats, chat_stats))
         # process_resident_memory_bytes, process_cpu_seconds_total, process_open_fds, ...: a leak shows here.
         ProcessCollector(registry=r)

@@ -6,16 +6,18 @@ from dataclasses import dataclass
 
 from starlette.exceptions import HTTPException
 
+from lyre.llm import Chat
 from lyre.server.admission import Admission
 from lyre.server.config import ServerConfig
 from lyre.server.metrics import Metrics
 from lyre.stt import Transcriber
 from lyre.tts import Synthesizer
 
-__all__ = ["STT_OFF", "TTS_OFF", "ServerState"]
+__all__ = ["CHAT_OFF", "STT_OFF", "TTS_OFF", "ServerState"]
 
 TTS_OFF = "text-to-speech is not served by this server (it was started with --no-tts)"
 STT_OFF = "speech-to-text is not enabled on this server (start it with --stt)"
+CHAT_OFF = "chat completions are not served by this server (start it with --llm PATH, or --llm demo)"
 
 
 @dataclass
@@ -25,6 +27,8 @@ class ServerState:
     admission: Admission
     metrics: Metrics
     stt: Transcriber | None = None  # None: started without speech to text
+    chat: Chat | None = None  # None: started without a chat model
+    chat_active: int = 0  # chat completions in flight (a draining server waits for them)
     ready: bool = False  # models loaded and warmed up
     draining: bool = False  # shutting down: admit nothing new
 
@@ -39,3 +43,9 @@ class ServerState:
         if self.stt is None:
             raise HTTPException(404, STT_OFF)
         return self.stt
+
+    def require_chat(self) -> Chat:
+        """The chat model; a 404 when none is served."""
+        if self.chat is None:
+            raise HTTPException(404, CHAT_OFF)
+        return self.chat
