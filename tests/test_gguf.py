@@ -16,7 +16,7 @@ from transformers import LlamaForCausalLM
 from gguf_files import TINY, Q, Vocab, byte_vocab, tiny_config, tiny_llama, write_gguf
 from lyre.engine.config import RopeScaling
 from lyre.engine.gguf import SUPPORTED_TYPES, GGUFError, gguf_llama_config, load_gguf_llama, open_gguf
-from lyre.engine.kv_cache import KVCache
+from llama_calls import cache_for, prefill
 from lyre.engine.llama import Llama, rope_frequencies
 from lyre.llm.chat_format import gguf_chat_format
 from lyre.llm.gguf_tokenizer import gguf_tokenizer
@@ -30,10 +30,8 @@ def reference() -> LlamaForCausalLM:
 
 
 def _logits(model: Llama, tokens: list[int]) -> torch.Tensor:
-    cache = KVCache(model.config, 1, 64, torch.float32, torch.device("cpu"))
     with torch.inference_mode():
-        hidden = model(torch.tensor([tokens]), torch.arange(len(tokens))[None], torch.tensor([0]), cache)
-        return model.logits(hidden[0])
+        return model.logits(prefill(model, cache_for(model, 1, 64), [tokens], [0])[0])
 
 
 def test_a_float32_file_gives_transformers_logits(tmp_path: Path, reference: LlamaForCausalLM) -> None:

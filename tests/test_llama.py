@@ -7,10 +7,11 @@ import torch
 from transformers import LlamaForCausalLM
 
 from lyre.demo_model import DemoPaths
-from lyre.engine.attention import DecodeRows, FlexBlocks, PrefillAttention, decode_context
+from lyre.engine.attention import FlexBlocks
 from lyre.engine.kv_cache import KVCache
 from lyre.engine.llama import Llama
 from lyre.engine.loader import load_llama
+from llama_calls import cache_for, decode, prefill
 
 ATOL = 1e-4
 SEQ = 128
@@ -26,32 +27,13 @@ def models(demo: DemoPaths) -> tuple[Llama, LlamaForCausalLM]:
 
 
 def _cache(model: Llama, slots: int = 4) -> KVCache:
-    return KVCache(model.config, slots, SEQ, torch.float32, torch.device("cpu"))
-
-
-def _prefill(model: Llama, cache: KVCache, prompts: list[list[int]], slots: list[int]) -> torch.Tensor:
-    """Right-padded prompts into ``slots`` -> hidden states (B, T, H)."""
-    width = max(map(len, prompts))
-    tokens = torch.tensor([p + [0] * (width - len(p)) for p in prompts])
-    positions = torch.arange(width).expand(len(prompts), width)
-    return model(tokens, positions, PrefillAttention(cache, torch.tensor(slots), positions))
-
-
-def _decode(model: Llama, cache: KVCache, backend: str, tokens: list[int], positions: list[int], slots: list[int],
-            blocks: FlexBlocks | None = None) -> torch.Tensor:
-    """One token per row -> logits (B, V)."""
-    slot_t, pos_t = torch.tensor(slots), torch.tensor(positions)
-    lengths = torch.zeros(cache.slots + 1, dtype=torch.int32)
-    lengths[slot_t] = (pos_t + 1).to(torch.int32)
-    context = decode_context(backend, cache, DecodeRows(slot_t, pos_t, lengths), n_slots=max(slots) + 1,
-                             key_len=max(positions) + 1, blocks=blocks)
-    return model.logits(model(torch.tensor(tokens)[:, None], pos_t[:, None], context)[:, 0])
+    return cache_for(model, slots, SEQ)
 
 
 @torch.inference_mode()
 def test_prefill_logits_match(models: tuple[Llama, LlamaForCausalLM]) -> None:
     ours, theirs = models
-    got = ours.logits(_prefill(ours, _cache(ours), [PROMPT], [0])[0])
+    got = ours.logits(prefill(ours, _cache(ours), [PROMPT], [0])[0])
     want = theirs(torch.tensor([PROMPT])).logits[0].float()
     assert got.shape == want.shape == (len(PROMPT), 156940)
     torch.testing.assert_close(got, want, atol=ATOL, rtol=0)
@@ -61,7 +43,7 @@ def test_prefill_logits_match(models: tuple[Llama, LlamaForCausalLM]) -> None:
 def test_a_right_padded_prefill_matches_each_prompt_alone(models: tuple[Llama, LlamaForCausalLM]) -> None:
     ours, theirs = models
     short = PROMPT[:5]
-    hidden = _prefill(ours, _cache(ours), [short, PROMPT], [2, 0])
+    hidden = prefill(ours, _cache(ours), [short, PROMPT], [2, 0])
     want = theirs(torch.tensor([short])).logits[0].float()
     torch.testing.assert_close(ours.logits(hidden[0, : len(short)]), want, atol=ATOL, rtol=0)
 
@@ -71,11 +53,11 @@ def test_a_right_padded_prefill_matches_each_prompt_alone(models: tuple[Llama, L
 def test_cached_decode_logits_match(models: tuple[Llama, LlamaForCausalLM], backend: str) -> None:
     ours, theirs = models
     cache = _cache(ours)
-    _prefill(ours, cache, [PROMPT], [1])  # not slot 0: the slot index must not matter
+    prefill(ours, cache, [PROMPT], [1])  # not slot 0: the slot index must not matter
     out = theirs(torch.tensor([PROMPT]), use_cache=True)
     past = out.cache
     for step, token in enumerate([130000, 135000, 140000, 145000, 150000]):
-        got = _decode(ours, cache, backend, [token], [len(PROMPT) + step], [1])
+        got = decode(ours, cache, backend, [token], [len(PROMPT) + step], [1])
         out = theirs(torch.tensor([[token]]), cache=past, use_cache=True)
         past = out.cache
         torch.testing.assert_close(got, out.logits[:, -1].float(), atol=ATOL, rtol=0)
@@ -90,10 +72,10 @@ def test_a_batch_of_very_different_lengths_matches_each_alone(models: tuple[Llam
     long = (PROMPT * 10)[:100]
     prompts = {3: PROMPT[:2], 0: long, 2: PROMPT}  # slot -> prompt; slot 1 stays free (stale keys there)
     for slot, prompt in prompts.items():
-        _prefill(ours, cache, [prompt], [slot])
+        prefill(ours, cache, [prompt], [slot])
     slots = list(prompts)
     nxt = [131000, 132000, 133000]
-    got = _decode(ours, cache, backend, nxt, [len(prompts[s]) for s in slots], slots)
+    got = decode(ours, cache, backend, nxt, [len(prompts[s]) for s in slots], slots)
     for row, slot in enumerate(slots):
         want = theirs(torch.tensor([prompts[slot] + [nxt[row]]])).logits[0, -1].float()
         torch.testing.assert_close(got[row], want, atol=ATOL, rtol=0)
@@ -107,9 +89,9 @@ def test_flex_attention_reads_the_cache_in_place_and_matches(models: tuple[Llama
     blocks = FlexBlocks(cache.slots + 1, SEQ, torch.device("cpu"))
     prompts = {2: PROMPT, 0: (PROMPT * 11)[:127]}  # the second ends one key short of a whole block
     for slot, prompt in prompts.items():
-        _prefill(ours, cache, [prompt], [slot])
+        prefill(ours, cache, [prompt], [slot])
     slots = list(prompts)
-    got = _decode(ours, cache, "flex", [131000, 132000], [len(prompts[s]) for s in slots], slots, blocks)
+    got = decode(ours, cache, "flex", [131000, 132000], [len(prompts[s]) for s in slots], slots, blocks)
     assert blocks.full.view(-1).tolist()[:3] == [1, 0, 0] and blocks.partial.view(-1).tolist()[:3] == [0, 0, 1]
     for row, slot in enumerate(slots):
         want = theirs(torch.tensor([prompts[slot] + [[131000, 132000][row]]])).logits[0, -1].float()

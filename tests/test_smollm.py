@@ -17,7 +17,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from lyre.engine import Engine, EngineConfig, RequestStream, SamplingParams
 from lyre.engine import sampler
 from lyre.engine.gguf import load_gguf_llama, open_gguf
-from lyre.engine.kv_cache import KVCache
+from llama_calls import cache_for, decode, prefill
 from lyre.engine.llama import Llama
 from lyre.engine.sampler import CANDIDATES, SamplingTensors, row_keys, sample
 from lyre.llm import Chat, ChatFormat, ChatOptions, demo_gguf
@@ -72,13 +72,13 @@ def test_prefill_and_cached_decode_logits_match_transformers(smol: tuple[Llama, 
                                                              reference: LlamaForCausalLM) -> None:
     model, chat_format = smol
     prompt = _prompt(chat_format, QUESTIONS[0])
-    cache = KVCache(model.config, 2, 512, torch.float32, torch.device("cpu"))
-    slot = torch.tensor([1])  # not slot 0: the slot must not matter
-    got = [model.logits(model(torch.tensor([prompt]), torch.arange(len(prompt))[None], slot, cache)[0])]
+    cache = cache_for(model, 2, 512)
+    # Slot 1, not 0: the slot must not matter.
+    got = [model.logits(prefill(model, cache, [prompt], [1])[0])]
     tokens = list(prompt)
-    for _ in range(4):  # one token at a time through the cache
+    for _ in range(4):  # one token at a time through the cache, reading it in place
         tokens.append(int(got[-1][-1].argmax()))
-        got.append(model.logits(model(torch.tensor([tokens[-1:]]), torch.tensor([[len(tokens) - 1]]), slot, cache)[0]))
+        got.append(decode(model, cache, "sdpa", tokens[-1:], [len(tokens) - 1], [1]))
     want = reference(torch.tensor([tokens])).logits[0]  # one full forward over prompt and answer
     torch.testing.assert_close(torch.cat(got), want[: len(tokens)], atol=ATOL, rtol=0)
     assert chat_format.tokenizer.decode(tokens[len(prompt):]).startswith("The capital")
@@ -110,10 +110,8 @@ def test_sampling_on_the_real_distribution_takes_the_small_nucleus_path(smol: tu
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     model, chat_format = smol
     prompt = _prompt(chat_format, "Tell me a story.")
-    cache = KVCache(model.config, 1, 512, torch.float32, torch.device("cpu"))
     with torch.inference_mode():
-        hidden = model(torch.tensor([prompt]), torch.arange(len(prompt))[None], torch.tensor([0]), cache)
-        last = model.logits(hidden[0, -1:])
+        last = model.logits(prefill(model, cache_for(model, 1, 512), [prompt], [0])[0, -1:])
     n = 256
     logits = last.expand(n, -1).clone()
     seen = torch.zeros_like(logits, dtype=torch.bool)
