@@ -18,6 +18,7 @@ from lyre.engine import (
     EngineFull,
     FinishReason,
     PeriodicConstraint,
+    Playback,
     RequestStream,
     RequestTooLong,
     SamplingParams,
@@ -264,7 +265,7 @@ def test_more_streams_resident_than_the_compute_batch_all_stay_ahead_of_their_li
 
     async def listen(i: int) -> tuple[bool, int]:
         stream = engine.generate(PROMPTS[i % len(PROMPTS)], _speech(i, max_tokens=tokens), constraint=AUDIO,
-                                 pace=pace)
+                                 playback=Playback(pace))
         heard, start, late = 0, None, 0
         while batch := await stream.take(1):
             now = time.monotonic()

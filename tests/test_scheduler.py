@@ -156,6 +156,18 @@ def test_fcfs_advances_every_resident_request_in_admission_order() -> None:
     reqs = [_stream("a", 9.0), _stream("b", 0.1), _stream("c", 50.0)]
     _resident(s, *reqs)
     assert _ids(s.schedule(now=0.0).decode) == ["a", "b", "c"] and s.parked == 0
+    assert _ids(s.schedule(now=1.0).decode) == ["a", "b", "c"]
+    assert s.behind == 1 and s.deadline_misses == 1  # it still keeps count, to compare
+
+
+def test_parking_counts_only_the_slack_past_what_the_consumer_holds_in_flight() -> None:
+    s = Scheduler(max_batch=2, max_seq_len=256, max_waiting=8,
+                  policy=SchedulingPolicy(park_above_s=2.0, unpark_below_s=1.0))
+    held, bare = _stream("held", 3.0), _stream("bare", 2.5)
+    held.lag_s = 1.5  # up to 1.5 s of its tokens may still be waiting to be decoded
+    _resident(s, held, bare)
+    assert _ids(s.schedule(now=0.0).decode) == ["held"] and bare.parked and not held.parked
+    assert sorted(s.slacks) == [2.5, 3.0] and s.behind == 0
 
 
 @pytest.mark.parametrize("policy", [dict(kind="lifo"), dict(compute_batch=0), dict(park_above_s=1.0,
@@ -163,3 +175,16 @@ def test_fcfs_advances_every_resident_request_in_admission_order() -> None:
 def test_bad_policies_are_refused(policy: dict) -> None:
     with pytest.raises(ValueError):
         SchedulingPolicy(**policy)
+
+
+def test_with_every_stream_parked_the_engine_knows_how_long_to_sleep() -> None:
+    s = Scheduler(max_batch=2, max_seq_len=256, max_waiting=8,
+                  policy=SchedulingPolicy(park_above_s=2.0, unpark_below_s=1.0))
+    a, b = _stream("a", 5.0), _stream("b", 4.0)
+    b.lag_s = 0.5
+    _resident(s, a, b)
+    assert s.idle_for(now=0.0) is None  # nothing parked yet
+    assert not s.schedule(now=0.0).decode and s.parked == 2
+    assert s.idle_for(now=0.0) == pytest.approx(2.5)  # b: 4.0 - 0.5 - 1.0
+    s.add(_req("new"))
+    assert s.idle_for(now=0.0) is None  # someone is waiting to be admitted

@@ -29,7 +29,7 @@ def _versions() -> dict[str, str]:
     return found
 
 
-def _record(record: RequestRecord) -> dict[str, Any]:
+def _record(record: RequestRecord, playback_rate: float) -> dict[str, Any]:
     r = record.result
     audio = sum(seconds for _, seconds in r.chunks)
     complete = r.error is None
@@ -41,7 +41,7 @@ def _record(record: RequestRecord) -> dict[str, Any]:
         "ttfa_s": r.chunks[0][0] if r.chunks else None,
         "e2e_s": r.e2e_s,
         "audio_s": audio,
-        "viable": complete and is_viable(r.chunks),
+        "viable": complete and is_viable(r.chunks, playback_rate),
         "rtf": real_time_factor(r.e2e_s, audio) if complete else None,
         "tokens_per_s": stream_tokens_per_second(r.chunks) if complete else None,
         "error": r.error,
@@ -50,12 +50,12 @@ def _record(record: RequestRecord) -> dict[str, Any]:
     }
 
 
-def _level(level: LevelResult) -> dict[str, Any]:
+def _level(level: LevelResult, playback_rate: float) -> dict[str, Any]:
     return {
         **dataclasses.asdict(level.summary),
         "wall_s": level.wall_s,
         "server": level.server,
-        "records": [_record(record) for record in level.records],
+        "records": [_record(record, playback_rate) for record in level.records],
     }
 
 
@@ -68,7 +68,7 @@ def to_json(result: BenchResult) -> dict[str, Any]:
         "settings": result.config.settings(),
         "versions": _versions(),
         "targets": [
-            {"url": target.url, "headline": target.headline, "levels": [_level(level) for level in target.levels]}
+            {"url": target.url, "headline": target.headline, "levels": [_level(level, result.config.playback_rate) for level in target.levels]}
             for target in result.targets
         ],
     }

@@ -155,6 +155,13 @@ class CodecService:
             self._drop(job)
             raise
 
+    @property
+    def seconds_per_frame(self) -> float:
+        """Mean decode seconds per frame so far (context frames included; 0 before the first decode).
+        Read without the lock: a slightly stale figure serves an estimate."""
+        t = self._tally
+        return t.decode_seconds / t.frames if t.frames else 0.0
+
     def stats(self) -> CodecStats:
         """A snapshot of the counters."""
         with self._cond:

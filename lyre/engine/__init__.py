@@ -9,7 +9,7 @@ from lyre.engine.constraint import Constraint, PeriodicConstraint, TokenSlice
 from lyre.engine.engine import Engine, RequestStream
 from lyre.engine.sampling import SamplingParams
 from lyre.engine.scheduler import SCHEDULERS, EngineFull, RequestTooLong
-from lyre.engine.sequence import FinishReason
+from lyre.engine.sequence import FinishReason, Playback
 from lyre.engine.stats import EngineStats
 
 __all__ = [
@@ -23,6 +23,7 @@ __all__ = [
     "FinishReason",
     "LlamaConfig",
     "PeriodicConstraint",
+    "Playback",
     "RequestStream",
     "RequestTooLong",
     "SamplingParams",

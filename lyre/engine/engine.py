@@ -24,7 +24,7 @@ from lyre.engine.llama import Llama
 from lyre.engine.runner import ModelRunner, Runner
 from lyre.engine.sampling import SamplingParams
 from lyre.engine.scheduler import ScheduledBatch, Scheduler
-from lyre.engine.sequence import FinishReason, Request
+from lyre.engine.sequence import FinishReason, Playback, Request
 from lyre.engine.stats import EngineStats, StatsRecorder
 from lyre.engine.stream import RequestStream
 from lyre.loops import call_soon_per_loop
@@ -76,16 +76,14 @@ class Engine:
         request_id: str | None = None,
         constraint: Constraint | None = None,
         adapter: str | None = None,
-        pace: float | None = None,
-        deadline: float | None = None,
+        playback: Playback | None = None,
     ) -> RequestStream:
         """Submit a request; iterate the result for its token ids as they are made.
 
-        ``pace``: seconds of playback each token buys its listener (None: not
-        streamed to one). ``deadline``: when that listener runs dry without more
-        tokens, if playback has already started (e.g. a previous sentence
-        plays); else `start_playback` sets it. Raises ValueError for a bad
-        prompt, RequestTooLong when prompt + max_tokens can never fit a slot,
+        ``playback``: how a listener plays it as it streams (None: nobody
+        does); scheduled on that listener's deadline, which `start_playback`
+        sets once playback starts. Raises ValueError for a bad prompt,
+        RequestTooLong when prompt + max_tokens can never fit a slot,
         EngineFull when the queue is full.
         """
         if self._closed:
@@ -108,8 +106,9 @@ class Engine:
             seed=self._seed_for(sampling),
             constraint=constraint,
             adapter=adapter,
-            pace=pace,
-            deadline=deadline,
+            pace=playback.pace if playback else None,
+            lag_s=playback.lag_s if playback else 0.0,
+            deadline=playback.deadline if playback else None,
         )
         with self._wake:
             req.submit_step = self.recorder.steps
@@ -165,6 +164,10 @@ class Engine:
                     return
                 self._apply_aborts()
                 batch = self.scheduler.schedule()
+                if not batch and (idle := self.scheduler.idle_for(time.monotonic())) is not None:
+                    # Every stream is parked far ahead of its listener: sleep until the first is due
+                    # back (a new request, an abort or a playback start wakes the loop sooner).
+                    self._wake.wait(idle)
             if batch:
                 self._step(batch)
 

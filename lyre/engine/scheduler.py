@@ -12,7 +12,9 @@ minus now. Each step the scheduler
    waiting for their first audio, then streams by least slack, then requests
    nobody is listening to in real time (no pace: a whole file);
 3. parks a stream whose slack rises above ``park_above_s`` (its KV cache stays,
-   it leaves the compute batch) until its slack falls below ``unpark_below_s``.
+   it leaves the compute batch) until its slack falls below ``unpark_below_s``;
+   both marks count only the slack beyond the request's ``lag_s``, the tokens
+   its consumer holds in flight before they can play.
 
 A stream is behind while its slack is negative; each time one falls behind
 counts one deadline miss. ``fcfs`` advances every resident request each step,
@@ -113,8 +115,7 @@ class Scheduler:
         return batch
 
     def _pick(self, running: list[Request], now: float) -> list[Request]:
-        if self.policy.kind == "fcfs":
-            return running[: self.compute_batch]
+        deadline = self.policy.kind == "deadline"
         first_audio, streams, background = [], [], []
         self.slacks, self.behind = [], 0
         for req in running:
@@ -125,17 +126,21 @@ class Scheduler:
             else:
                 slack = req.deadline - now
                 self.slacks.append(slack)
-                self._track(req, slack)
+                self._track(req, slack, park=deadline)
                 if not req.parked:
                     streams.append((slack, req))
+        if not deadline:  # every resident request, in admission order (the slack is still counted)
+            return running[: self.compute_batch]
         streams.sort(key=lambda pair: pair[0])
         return (first_audio + [req for _, req in streams] + background)[: self.compute_batch]
 
-    def _track(self, req: Request, slack: float) -> None:
-        """Hysteresis for parking; counting a miss each time a stream falls behind."""
-        if req.parked and slack < self.policy.unpark_below_s:
+    def _track(self, req: Request, slack: float, park: bool) -> None:
+        """Hysteresis for parking (on the slack past what the consumer still holds in flight);
+        counting a miss each time a stream falls behind."""
+        usable = slack - req.lag_s
+        if req.parked and usable < self.policy.unpark_below_s:
             req.parked = False
-        elif not req.parked and slack > self.policy.park_above_s:
+        elif park and not req.parked and usable > self.policy.park_above_s:
             req.parked = True
         if slack < 0:
             self.behind += 1
@@ -144,6 +149,18 @@ class Scheduler:
                 self.deadline_misses += 1
         else:
             req.behind = False
+
+    def idle_for(self, now: float) -> float | None:
+        """With every resident stream parked: seconds until the first one is due back (None: not idle).
+
+        The engine sleeps that long instead of spinning on empty steps."""
+        if self.waiting or not self.running or self.policy.kind != "deadline":
+            return None
+        if not all(req.parked for req in self.running.values()):
+            return None
+        back = min(req.deadline - req.lag_s - self.policy.unpark_below_s  # type: ignore[operator]
+                   for req in self.running.values())
+        return max(0.0, back - now)
 
     @property
     def parked(self) -> int:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from lyre.engine.constraint import Constraint
 from lyre.engine.sampling import SamplingParams
 
-__all__ = ["FinishReason", "Request", "RequestStatus"]
+__all__ = ["FinishReason", "Playback", "Request", "RequestStatus"]
 
 
 class RequestStatus(enum.Enum):
@@ -25,12 +25,33 @@ class FinishReason(str, enum.Enum):
     ERROR = "error"  # the engine failed while it ran
 
 
+@dataclass(frozen=True)
+class Playback:
+    """How a listener consumes a request as it streams.
+
+    ``pace``: seconds of playback one token buys. ``lag_s``: seconds of
+    tokens the consumer may hold in flight before they can be played (frames
+    waiting to be decoded); parking counts only the slack beyond it.
+    ``deadline``: when the listener runs dry, if playback has already started
+    (e.g. the sentence before plays now); else the consumer sets it later.
+    """
+
+    pace: float
+    lag_s: float = 0.0
+    deadline: float | None = None
+
+    def __post_init__(self) -> None:
+        if not self.pace > 0 or not self.lag_s >= 0:
+            raise ValueError(f"playback needs pace > 0 and lag_s >= 0, got {self.pace}, {self.lag_s}")
+
+
 @dataclass(eq=False)
 class Request:
     """A prompt being turned into tokens.
 
     ``pace`` is the seconds of playback one token buys a listener who plays
-    the request as it streams (None: nobody does, as for a whole file).
+    the request as it streams (None: nobody does, as for a whole file), and
+    ``lag_s`` the part of its slack still in flight (see `Playback`).
     ``deadline`` is when that listener runs dry if no more tokens come (None
     until playback starts); the scheduler orders streams by it and moves it
     on by ``pace`` with every token. ``adapter`` names a LoRA voice.
@@ -43,6 +64,7 @@ class Request:
     constraint: Constraint | None = None
     adapter: str | None = None
     pace: float | None = None
+    lag_s: float = 0.0
     deadline: float | None = None
     parked: bool = False  # far enough ahead of its listener to sit out of the compute batch
     behind: bool = False  # its listener has run dry (slack below zero)

@@ -62,14 +62,33 @@ class RequestStream:
             raise error
         raise StopAsyncIteration
 
-    async def take(self, at_least: int = 1) -> list[int]:
-        """Wait until ``at_least`` tokens are ready or the request has ended; return every ready token.
+    @property
+    def ready(self) -> int:
+        """Tokens made and not yet taken."""
+        return len(self._tokens)
+
+    @property
+    def ended(self) -> bool:
+        """Whether the request has ended (its last tokens may still be waiting to be taken)."""
+        return self._ended
+
+    async def take(self, at_least: int = 1, within: float | None = None) -> list[int]:
+        """Wait until ``at_least`` tokens are ready, the request has ended, or ``within`` seconds have
+        passed; return every ready token.
 
         One wake-up for several steps' tokens: a consumer that can only use
-        whole frames asks for a frame's worth. ``[]`` means the request has
-        ended; if it failed, the error is raised instead (after its last tokens).
+        whole frames asks for a frame's worth. ``within`` bounds the wait for a
+        consumer with work of its own to do by then (what it has may be []).
+        ``[]`` with `ended` means the request is over; if it failed, the error
+        is raised instead (after its last tokens).
         """
-        while len(self._tokens) < at_least and not self._ended:
+        if within is not None and len(self._tokens) < at_least and not self._ended:
+            timer = self._loop.call_later(max(0.0, within), self._wake_up)
+            try:
+                await self._wait(at_least)
+            finally:
+                timer.cancel()
+        while len(self._tokens) < at_least and not self._ended and within is None:
             await self._wait(at_least)
         if not self._tokens and self._error is not None:
             error, self._error = self._error, None
@@ -103,6 +122,10 @@ class RequestStream:
             raise
         finally:
             self._waiter = None
+
+    def _wake_up(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
 
     def _deliver(self, tokens: list[int], ended: bool, error: BaseException | None) -> None:
         """On the stream's loop: a step's tokens, and whether (and how) the request ended."""

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import hmac
 from collections.abc import Mapping
+from typing import Any
 
 from fastapi import WebSocket, status
 
-__all__ = ["authorized", "refuse_unauthorized"]
+from lyre.server.errors import error_response
+
+__all__ = ["authorized", "refuse_socket", "refuse_unauthorized"]
 
 
 def authorized(expected: str | None, headers: Mapping[str, str], query: Mapping[str, str]) -> bool:
@@ -37,3 +40,15 @@ async def refuse_unauthorized(websocket: WebSocket, expected: str | None) -> boo
     await websocket.close(code=status.WS_1008_POLICY_VIOLATION, reason="missing or wrong API key")
     return True
 
+
+
+async def refuse_socket(websocket: WebSocket, state: Any, off: str | None) -> bool:
+    """Refuse a socket's handshake, and return True, when it lacks the API key (403) or when the
+    service it asks for is off on this server (``off``, the reason: 404 with an OpenAI-shaped body)."""
+    if await refuse_unauthorized(websocket, state.config.api_key):
+        state.metrics.errors.labels("unauthorized").inc()
+        return True
+    if off is not None:
+        await websocket.send_denial_response(error_response(404, off, "invalid_request_error"))
+        return True
+    return False

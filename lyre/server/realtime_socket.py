@@ -31,9 +31,8 @@ from typing import Any
 from fastapi import APIRouter, FastAPI, WebSocket, WebSocketDisconnect, status
 from starlette.websockets import WebSocketDisconnected, WebSocketState
 
-from lyre.server.auth import refuse_unauthorized
+from lyre.server.auth import refuse_socket
 from lyre.server.config import ServerConfig
-from lyre.server.errors import error_response
 from lyre.server.state import STT_OFF, ServerState
 from lyre.stt import RealtimeConfig, RealtimeError, RealtimeSession, Transcriber, error_event
 
@@ -152,12 +151,7 @@ async def _settle(writer: asyncio.Task[None]) -> None:
 async def realtime_websocket(websocket: WebSocket) -> None:
     """Live transcription: OpenAI realtime transcription events (beta and GA session shapes)."""
     state: ServerState = websocket.app.state.lyre
-    if await refuse_unauthorized(websocket, state.config.api_key):
-        state.metrics.errors.labels("unauthorized").inc()
-        return
-    if state.stt is None:
-        # Refused before the handshake completes, with an HTTP 404 and an OpenAI-shaped body, as the TTS socket is.
-        await websocket.send_denial_response(error_response(404, STT_OFF, "invalid_request_error"))
+    if await refuse_socket(websocket, state, STT_OFF if state.stt is None else None):
         return
     await websocket.accept()
     sessions = _Sessions.of(websocket.app)

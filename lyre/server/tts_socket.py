@@ -25,9 +25,8 @@ from typing import Any
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 from starlette.websockets import WebSocketDisconnected
 
-from lyre.server.auth import refuse_unauthorized
+from lyre.server.auth import refuse_socket
 from lyre.server import ws_messages as msg
-from lyre.server.errors import error_response
 from lyre.server.state import TTS_OFF, ServerState
 from lyre.tts import TextError
 
@@ -228,12 +227,7 @@ class _Session:
 async def tts_websocket(websocket: WebSocket) -> None:
     """Streaming text-to-speech over one socket, many contexts at once."""
     state: ServerState = websocket.app.state.lyre
-    if await refuse_unauthorized(websocket, state.config.api_key):
-        state.metrics.errors.labels("unauthorized").inc()
-        return
-    if state.tts is None:
-        # Refused with an HTTP 404 and an OpenAI-shaped body, as the HTTP routes are.
-        await websocket.send_denial_response(error_response(404, TTS_OFF, "invalid_request_error"))
+    if await refuse_socket(websocket, state, TTS_OFF if state.tts is None else None):
         return
     await websocket.accept()
     await _Session(websocket, state).serve()

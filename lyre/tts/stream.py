@@ -21,7 +21,7 @@ import numpy as np
 
 from lyre import orpheus
 from lyre.codec import CodecWindow
-from lyre.engine import EngineFull, FinishReason, RequestStream, SamplingParams
+from lyre.engine import EngineFull, FinishReason, Playback, RequestStream, SamplingParams
 from lyre.orpheus import FRAME_TOKENS, FrameAssembler
 from lyre.tts.clock import PlaybackClock
 from lyre.tts.intake import TextIntake
@@ -134,7 +134,7 @@ class SpeechStream:
         params = replace(self._sampling, seed=self._segment_seed(index))
         try:
             stream = self._tts.engine.generate(prompt, params, request_id=f"{self.request_id}/{index}",
-                                               constraint=AUDIO_CONSTRAINT, pace=self._pace, deadline=deadline)
+                                               constraint=AUDIO_CONSTRAINT, playback=self._playback(deadline))
         except EngineFull as exc:
             raise PipelineBusy(str(exc)) from None
         self._live.append(stream)
@@ -142,6 +142,15 @@ class SpeechStream:
         self.prompt_tokens += len(prompt)
         self.segment_started.append(time.perf_counter())
         return stream
+
+    def _playback(self, deadline: float | None) -> Playback | None:
+        """The engine's view of this listener: its pace, and the tokens the window planner may hold
+        undecoded (a wide window and its right context) before any of them can play."""
+        if self._pace is None:
+            return None
+        window = self._tts.config.window
+        held_frames = window.max_new + window.right + 1
+        return Playback(self._pace, lag_s=held_frames * FRAME_TOKENS * self._pace, deadline=deadline)
 
     def _segment_seed(self, index: int) -> int:
         return ((self._sampling.seed or 0) + index) % _SEED_SPACE
@@ -157,14 +166,18 @@ class SpeechStream:
                 planner = WindowPlanner(cfg.window, seed=self._segment_seed(index))
                 assembler = FrameAssembler()
                 # Wake once the planner can use what has arrived (a frame, or a whole wide
-                # window while the listener is far ahead), not once per token; every token
-                # made meanwhile comes at once, so a window covers all the new frames.
-                while batch := await current.take(planner.frames_wanted(self.clock.ahead()) * FRAME_TOKENS
-                                                  - assembler.pending):
+                # window while the listener is far ahead), not once per token, and at the
+                # latest when the listener's buffer runs low enough for a narrower window
+                # (the engine may have parked this stream); every token made meanwhile
+                # comes at once, so a window covers all the new frames.
+                while not current.ended or current.ready:
+                    ahead = self._ahead()
+                    batch = await current.take(planner.frames_wanted(ahead) * FRAME_TOKENS - assembler.pending,
+                                               within=planner.patience(ahead))
                     for token in batch:
                         if (frame := assembler.push(token)) is not None:
                             planner.push(frame)
-                    while (window := planner.next_window(self.clock.ahead())) is not None:
+                    while (window := planner.next_window(self._ahead())) is not None:
                         if (chunk := self._out(await self._decode(window), trimmer)) is not None:
                             yield chunk
                 self._finished(current, planner.frames)
@@ -188,6 +201,13 @@ class SpeechStream:
                 await stream.aclose()
             self._live.clear()
 
+    def _ahead(self) -> float:
+        """The listener's buffer, less what a wide window would take to decode now: waiting for one
+        must leave time to decode it (on a CPU that is most of a second; on a GPU, milliseconds)."""
+        window = self._tts.config.window
+        wide = window.left + window.max_new + window.right
+        return self.clock.ahead() - wide * self._tts.codec.seconds_per_frame
+
     def _finished(self, stream: RequestStream, frames: int) -> None:
         self.frames += frames
         reason = stream.finish_reason
@@ -197,7 +217,9 @@ class SpeechStream:
             raise RuntimeError(f"request {self.request_id}: generation failed")
 
     async def _decode(self, window: CodecWindow) -> np.ndarray:
-        if not self.streamed:
+        if not self._tts.on_deadlines:
+            due = None  # first come, first decoded
+        elif not self.streamed:
             due = time.monotonic() + BATCH_GRACE_S
         else:  # before playback starts, first audio is due now
             due = self.clock.runs_dry_at() or time.monotonic()

@@ -117,6 +117,11 @@ class TTS:
     def max_tokens_limit(self) -> int:
         return max(1, self.engine.config.max_seq_len - PROMPT_ROOM)
 
+    @property
+    def on_deadlines(self) -> bool:
+        """Whether the engine and the codec schedule on listeners' playback deadlines (else first come)."""
+        return self.engine.config.scheduler == "deadline"
+
     def check_room(self, prompt_tokens: int, sampling: SamplingParams) -> None:
         """ValueError when a segment's prompt plus max_tokens cannot fit one KV-cache slot."""
         room = self.engine.config.max_seq_len
@@ -170,7 +175,8 @@ class TTS:
         return (np.concatenate(chunks) if chunks else np.zeros(0, np.int16)), stream
 
     def overloaded(self) -> bool:
-        return self.engine.stats().behind > 0
+        # First-come scheduling keeps its old behaviour: it never refuses for being late.
+        return self.on_deadlines and self.engine.stats().behind > 0
 
     def engine_stats(self) -> EngineStats:
         return self.engine.stats()

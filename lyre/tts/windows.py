@@ -21,7 +21,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lyre import orpheus
 from lyre.codec import CodecWindow
 
 __all__ = ["WindowPlanner", "WindowPolicy"]
@@ -87,20 +86,17 @@ class WindowPlanner:
         return self._window(min(ready, self.policy.max_new), end=len(self._frames))
 
     def frames_wanted(self, ahead_s: float) -> int:
-        """How many more frames to wait for before `next_window` has one to give (at least 1).
-
-        Enough for the next window, but, while the listener is far ahead, no
-        more than arrive before the buffer falls to ``policy.ahead_s`` if
-        frames come at real time (they come at least that fast in a viable
-        stream), so a waiting consumer wakes in time to decode narrower.
-        """
+        """How many more frames `next_window` needs before it has a window to give (at least 1)."""
         ready = len(self._frames) - self.policy.right - self._emitted
         need = self.policy.first_new if self._emitted == 0 else 1
         if ahead_s >= self.policy.ahead_s:
             need = max(need, self.policy.max_new)
-            spare_frames = int((ahead_s - self.policy.ahead_s) / orpheus.FRAME_SECONDS)
-            need = min(need, ready + max(1, spare_frames))
         return max(1, need - ready)
+
+    def patience(self, ahead_s: float) -> float | None:
+        """Seconds until the listener's buffer falls to ``policy.ahead_s``, when `next_window` stops
+        waiting for a wide window and decodes what it has; None: it is not waiting for one."""
+        return ahead_s - self.policy.ahead_s if ahead_s >= self.policy.ahead_s else None
 
     def finish(self) -> list[CodecWindow]:
         """Generation has stopped: windows for every frame not yet emitted."""
