@@ -1,7 +1,8 @@
 """Engine throughput and latency on this machine, against transformers' generate.
 
 For the demo model (or --model) at each batch size it prints decode tokens/s,
-the share of a step spent outside the model forward, and the time from submit
+the share of a step spent outside the runner (scheduling, bookkeeping, handing tokens
+over; the runner times forward, projection and sampling together), and the time from submit
 to first token; then the same for ``LlamaForCausalLM.generate`` with the same
 sampling settings (temperature 0.6, top_p 0.8, repetition_penalty 1.3), the
 peer most users start from.
@@ -67,7 +68,7 @@ async def _lyre_once(engine: Engine, batch: int, tokens: int, constrained: bool)
         # after every request has its first token, all of them decode together
         "decode_tokens_per_s": decode_tokens / (end - max(firsts)),
         "first_token_ms": 1000 * (min(firsts) - start),
-        "outside_forward_share": 1 - (after.forward_seconds - before.forward_seconds) / steps,
+        "outside_runner_share": 1 - (after.forward_seconds - before.forward_seconds) / steps,
         "step_ms": 1000 * steps / (after.steps - before.steps),
     }
 
@@ -164,12 +165,12 @@ def main() -> None:
     }
     print(f"model {folder}, {args.tokens} tokens per request, torch {torch.__version__}, "
           f"{os.cpu_count()} CPUs ({platform.processor() or platform.machine()}), {torch.get_num_threads()} threads")
-    print(f"{'engine':<26}{'batch':>6}{'decode tok/s':>14}{'first token ms':>16}{'outside fwd':>13}{'step ms':>9}")
+    print(f"{'engine':<26}{'batch':>6}{'decode tok/s':>14}{'first token ms':>16}{'outside runner':>16}{'step ms':>9}")
     for name, rows in results.items():
         for batch, r in rows.items():
-            outside = f"{100 * r['outside_forward_share']:.0f}%" if "outside_forward_share" in r else "-"
+            outside = f"{100 * r['outside_runner_share']:.0f}%" if "outside_runner_share" in r else "-"
             step = f"{r['step_ms']:.1f}" if "step_ms" in r else "-"
-            print(f"{name:<26}{batch:>6}{r['decode_tokens_per_s']:>14.0f}{r['first_token_ms']:>16.1f}{outside:>13}{step:>9}")
+            print(f"{name:<26}{batch:>6}{r['decode_tokens_per_s']:>14.0f}{r['first_token_ms']:>16.1f}{outside:>16}{step:>9}")
     peer = results["transformers generate"]
     for name in ("lyre (audio-constrained)", "lyre (full vocabulary)"):
         ratios = ", ".join(

@@ -21,10 +21,13 @@ run() {
   "$py" "$@" > "$out/$name.txt"
 }
 run engine benchmarks/engine.py
+run host_budget benchmarks/host_budget.py --concurrency 16 64 128 --json "$out/host_budget.json"
 run codec benchmarks/codec.py
 run streaming benchmarks/streaming.py --levels 1 2
 echo "== compare: benchmarks/compare.py --out $out" >&2
 "$py" benchmarks/compare.py --out "$out" > /dev/null  # it writes compare.md itself
+echo "== scheduling: benchmarks/scheduling.py --out $out" >&2
+"$py" benchmarks/scheduling.py --rate 0.25 --concurrency 1 2 3 4 6 --requests 20 --out "$out" > /dev/null
 run stt benchmarks/stt.py
 run chat benchmarks/chat.py --tokens 32 --server-requests 5
 echo "wrote $out/" >&2
