@@ -68,6 +68,15 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--voice-alias", action="append", default=[], metavar="NAME=VOICE",
                        help="let clients call VOICE by NAME (repeatable); OpenAI's voice names (alloy, nova, ...) "
                             "are aliases of the model's voices by default, and this overrides one")
+    voices = serve.add_argument_group("cloned voices (LoRA adapters)")
+    voices.add_argument("--adapter", action="append", default=[], metavar="NAME=PATH",
+                        help="serve the PEFT LoRA folder PATH as voice NAME, loaded at start (repeatable)")
+    voices.add_argument("--max-adapters", type=int, default=8, help="adapters resident at once (default: 8; 0: none)")
+    voices.add_argument("--lora-rank", type=int, default=16,
+                        help="the rank each adapter slot holds, lower ranks padded (default: 16, at most 64)")
+    voices.add_argument("--admin-key", default=os.environ.get("LYRE_ADMIN_KEY"),
+                        help="turn on the adapter admin routes (/v1/adapters) for this key "
+                             "(default: $LYRE_ADMIN_KEY; none: off)")
     serve.add_argument("--engine", choices=("lyre", "naive"), default="lyre",
                        help="lyre's pipeline, or the naive baseline (transformers generate per request; "
                             "needs transformers) to compare against (default: lyre)")
@@ -238,6 +247,10 @@ def _serve(args: argparse.Namespace) -> int:
         codec_graphs=args.codec_graphs,
         api_key=args.api_key or None,
         voice_aliases=tuple(parse_alias(a) for a in args.voice_alias),
+        adapters=tuple(parse_alias(a) for a in args.adapter),
+        max_adapters=args.max_adapters,
+        lora_rank=args.lora_rank,
+        admin_key=args.admin_key or None,
         engine=args.engine,
         tts=not args.no_tts,
         stt=args.stt or (args.no_tts and not args.llm),

@@ -205,6 +205,7 @@ class NaiveTTS:
         self.codec = codec
         self.voices = voices
         self.config = config or TTSConfig()
+        self.adapters = None  # serves no cloned voices
         self._ids = itertools.count()
 
     @classmethod

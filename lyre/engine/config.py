@@ -113,6 +113,10 @@ class EngineConfig:
     compute_batch: int | None = None  # rows advanced per step; None: max_batch (every resident request)
     park_above_s: float = 2.0
     unpark_below_s: float = 1.0
+    # LoRA adapters (voices): resident slots (0: none), and the rank every slot is padded to (at most 64).
+    max_adapters: int = 0
+    lora_rank: int = 16
+    adapter_max_bytes: int | None = None  # resident adapter weights at most; None: slots decide alone
 
     def __post_init__(self) -> None:
         for name in ("max_batch", "max_seq_len", "max_waiting"):
@@ -132,6 +136,10 @@ class EngineConfig:
             raise ValueError(f"EngineConfig.compute_batch must be in [1, max_batch={self.max_batch}], "
                              f"got {self.compute_batch}")
         self.policy()  # validates the scheduling fields
+        if not isinstance(self.max_adapters, int) or self.max_adapters < 0:
+            raise ValueError(f"EngineConfig.max_adapters must be >= 0, got {self.max_adapters!r}")
+        if not isinstance(self.lora_rank, int) or not 1 <= self.lora_rank <= 64:
+            raise ValueError(f"EngineConfig.lora_rank must be in [1, 64], got {self.lora_rank!r}")
 
     def policy(self) -> SchedulingPolicy:
         return SchedulingPolicy(self.scheduler, self.compute_batch, self.park_above_s, self.unpark_below_s)

@@ -14,11 +14,14 @@ import threading
 import time
 import weakref
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 
 from lyre.engine.config import EngineConfig
 from lyre.engine.constraint import Constraint, SliceFamily
+from lyre.engine.adapters import AdapterRegistry, EngineAdapters
 from lyre.engine.fp8 import quantize_fp8
+from lyre.engine.lora import LoraBank, attach_lora
 from lyre.engine.loader import load_llama
 from lyre.engine.llama import Llama
 from lyre.engine.runner import ModelRunner, Runner
@@ -27,7 +30,7 @@ from lyre.engine.scheduler import ScheduledBatch, Scheduler
 from lyre.engine.sequence import FinishReason, Playback, Request
 from lyre.engine.stats import EngineStats, StatsRecorder
 from lyre.engine.stream import RequestStream
-from lyre.loops import call_soon_per_loop
+from lyre.loops import call_soon_per_loop, settle_futures
 
 __all__ = ["Engine", "RequestStream"]
 
@@ -40,12 +43,20 @@ class Engine:
         that family (None: unconstrained rows), any other step runs eagerly. ``runner`` replaces the
         `ModelRunner` built from ``model`` (a test or the host-overhead benchmark; ``model`` is then None)."""
         self.config = config
+        self.adapters: EngineAdapters | None = None
         if runner is None:
             if model is None:
                 raise ValueError("an engine needs a model or a runner")
             if config.quantize == "fp8":
                 quantize_fp8(model)
-            runner = ModelRunner(model, config, family)
+            bank = None
+            if config.max_adapters:
+                bank = LoraBank(config.max_adapters, config.lora_rank, model.output_weight.dtype,
+                                model.output_weight.device)
+                attach_lora(model, bank)
+                registry = AdapterRegistry(config.max_adapters, config.adapter_max_bytes)
+                self.adapters = EngineAdapters(self, bank, registry, model.config)
+            runner = ModelRunner(model, config, family, bank=bank)
         self.runner: Runner = runner
         self.scheduler = Scheduler(config.max_batch, config.max_seq_len, config.max_waiting, config.policy())
         self.recorder = StatsRecorder(runner.kv_cache_bytes)
@@ -53,6 +64,7 @@ class Engine:
         self._streams: weakref.WeakValueDictionary[str, RequestStream] = weakref.WeakValueDictionary()
         self._outbox: list[tuple[asyncio.AbstractEventLoop, _Delivery]] = []
         self._aborts: deque[str] = deque()
+        self._ops: deque[tuple[Callable[[], None], asyncio.AbstractEventLoop, asyncio.Future[None]]] = deque()
         self._wake = threading.Condition()
         self._ids = itertools.count()
         self._seeds = secrets.SystemRandom() if config.seed is None else None
@@ -88,8 +100,8 @@ class Engine:
         """
         if self._closed:
             raise RuntimeError("engine is shut down")
-        if adapter is not None:
-            raise ValueError(f"adapter {adapter!r}: this engine serves no adapters")
+        if adapter is not None and self.adapters is None:
+            raise ValueError(f"adapter {adapter!r}: this engine serves no adapters (start it with adapter slots)")
         vocab = self.runner.vocab_size
         if not prompt_ids:
             raise ValueError("prompt_ids is empty")
@@ -112,7 +124,16 @@ class Engine:
         )
         with self._wake:
             req.submit_step = self.recorder.steps
+            entry = None
+            if adapter is not None:
+                assert self.adapters is not None
+                entry = self.adapters.registry.get(adapter)
+                if not entry.resident:
+                    raise ValueError(f"adapter {adapter!r} is not loaded; lease it first (Engine.adapters.lease)")
             self.scheduler.add(req)  # validates length, queue room and id under the lock
+            if entry is not None:  # held while the request runs: not evicted under it
+                self.adapters.registry.hold(entry)  # type: ignore[union-attr]
+                req.adapter_slot = entry.slot
             stream = RequestStream(self.abort, req)
             self._streams[request_id] = stream
             self._wake.notify()
@@ -136,6 +157,30 @@ class Engine:
         with self._wake:
             return self.recorder.snapshot(self.scheduler, self.runner.forward_seconds)
 
+    @property
+    def lock(self) -> threading.Condition:
+        """The engine's lock: hold it to read or change what the loop thread reads between steps."""
+        return self._wake
+
+    async def between_steps(self, op: Callable[[], None]) -> None:
+        """Run ``op`` on the engine's thread, between two steps and under the lock; wait for it.
+        What it raises is raised here."""
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] = loop.create_future()
+        with self._wake:
+            if self._closed:
+                raise RuntimeError("engine is shut down")
+            self._ops.append((op, loop, done))
+            self._wake.notify()
+        await done
+
+    def fail_requests(self, which: Callable[[Request], bool], message: str) -> None:
+        """End every request ``which`` picks with an error saying ``message`` (call under the lock)."""
+        for req in [*self.scheduler.running.values(), *self.scheduler.waiting]:
+            if which(req):
+                self.scheduler.finish(req, FinishReason.ABORT)
+                self._send(req, [], RuntimeError(message))
+
     def shutdown(self) -> None:
         """Abort everything and stop the loop thread."""
         with self._wake:
@@ -156,12 +201,15 @@ class Engine:
         while True:
             self._flush()
             with self._wake:
-                while not self._closed and not self._aborts and not self.scheduler.waiting and not self.scheduler.running:
+                while (not self._closed and not self._aborts and not self._ops and not self.scheduler.waiting
+                       and not self.scheduler.running):
                     self._wake.wait()
                 if self._closed:
                     self._finish_all(FinishReason.ABORT)
+                    self._apply_ops()
                     self._flush()
                     return
+                self._apply_ops()
                 self._apply_aborts()
                 batch = self.scheduler.schedule()
                 if not batch and (idle := self.scheduler.idle_for(time.monotonic())) is not None:
@@ -200,6 +248,21 @@ class Engine:
                     req.finish_step = step
                 self._send(req, [] if req.finish_reason is FinishReason.STOP else [token])
 
+    def _apply_ops(self) -> None:
+        """Work queued by `between_steps` (installing an adapter, unloading one), then its callers settled."""
+        settled = []
+        while self._ops:
+            op, loop, done = self._ops.popleft()
+            outcome: BaseException | None = None
+            try:
+                if self._closed:
+                    raise RuntimeError("engine is shut down")
+                op()
+            except Exception as exc:  # the caller gets it; the engine carries on
+                outcome = exc
+            settled.append((loop, done, outcome))
+        settle_futures(settled)
+
     def _apply_aborts(self) -> None:
         while self._aborts:
             req = self.scheduler.find(self._aborts.popleft())
@@ -215,6 +278,11 @@ class Engine:
 
     def _send(self, req: Request, tokens: list[int], error: BaseException | None = None) -> None:
         """Queue a step's tokens for the request's stream, with its end once it has finished (under the lock)."""
+        if req.finished and req.adapter is not None and self.adapters is not None:
+            entry = self.adapters.registry.entries.get(req.adapter)
+            if entry is not None and req.adapter_slot is not None:
+                self.adapters.registry.release(entry)
+                req.adapter_slot = None
         stream = self._streams.pop(req.request_id, None) if req.finished else self._streams.get(req.request_id)
         if stream is not None and (tokens or req.finished):
             self._outbox.append((stream.loop, (stream, tokens, req.finished, error)))

@@ -33,13 +33,15 @@ from lyre.engine.constraint import SliceFamily, TokenSlice
 from lyre.engine.graphs import DecodeGraphs, batch_buckets, bucket_for
 from lyre.engine.kv_cache import KVCache
 from lyre.engine.llama import Llama
+from lyre.engine.lora import LoraBank
 from lyre.engine.sampler import SamplingTensors, row_keys, sample
 from lyre.engine.sequence import Request
 
 __all__ = ["ModelRunner", "PendingTokens", "Runner"]
 
 _KEY_ROUND = 64  # eager decode reads keys up to the longest row, rounded up to this (fewer distinct shapes)
-_TOKEN, _POSITION, _SLOT, _OFFSET = range(4)  # rows of the packed decode inputs; extras' flags follow
+# Rows of the packed decode inputs (the LoRA slot is -1 for the base model); extras' flags follow.
+_TOKEN, _POSITION, _SLOT, _ADAPTER, _OFFSET = range(5)
 
 
 class Pending(Protocol):
@@ -89,10 +91,12 @@ class ModelRunner:
     """
 
     def __init__(self, model: Llama, config: EngineConfig, family: SliceFamily | None = None,
-                 fixed_shape: bool | None = None) -> None:
+                 fixed_shape: bool | None = None, bank: LoraBank | None = None) -> None:
         """``fixed_shape``: decode through the fixed-shape path (default: when CUDA graphs are on); off
-        CUDA it runs eagerly, which is how its padding and slicing are tested without a GPU."""
+        CUDA it runs eagerly, which is how its padding and slicing are tested without a GPU. ``bank``:
+        the LoRA adapters attached to ``model`` (`lyre.engine.lora`), chosen per row."""
         self.model = model
+        self.bank = bank
         self.config = config
         self.device = device = model.output_weight.device
         self.vocab_size = vocab = model.config.vocab_size
@@ -118,6 +122,7 @@ class ModelRunner:
         self._host_rows = torch.zeros(fields, slots, dtype=torch.long, pin_memory=cuda)
         self._rows = torch.zeros(fields, slots, dtype=torch.long, device=device)
         self._rows[_SLOT] = self.cache.spare
+        self._rows[_ADAPTER] = -1
         self._slot_lengths = torch.zeros(n, dtype=torch.int32, device=device)
         self._out = torch.zeros(slots, dtype=torch.long, device=device)
         self._host_out = torch.zeros(2 * slots, dtype=torch.long, pin_memory=cuda)
@@ -182,6 +187,7 @@ class ModelRunner:
         # overwritten by later tokens before any query can see them.
         positions = torch.arange(width).expand(len(reqs), width).to(self.device)
         slots = torch.tensor([r.slot for r in reqs], device=self.device)
+        self._use_adapters(reqs)
         out = self.model(tokens.to(self.device), positions, PrefillAttention(self.cache, slots, positions))
         last = torch.tensor(lengths, device=self.device) - 1
         return self._sample_groups(reqs, slots, out[torch.arange(len(reqs), device=self.device), last])
@@ -199,11 +205,24 @@ class ModelRunner:
                 self._decode_fixed(rows)
             return self._out[:n]
         slots = self._rows[_SLOT, :n]
+        self._use_adapters(reqs, self._rows[_ADAPTER, :n])
         context = self._decode_context(n, n_slots=max(r.slot for r in reqs) + 1,  # type: ignore[type-var]
                                        key_len=min(-(-max(r.num_tokens for r in reqs) // _KEY_ROUND) * _KEY_ROUND,
                                                    self.config.max_seq_len))
         hidden = self.model(self._rows[_TOKEN, :n, None], self._rows[_POSITION, :n, None], context)[:, 0]
         return self._sample_groups(reqs, slots, hidden)
+
+    def _use_adapters(self, reqs: list[Request], row_slots: torch.Tensor | None = None) -> None:
+        """Point the LoRA bank at this forward's rows; a forward with no adapter row skips the LoRA matmuls."""
+        if self.bank is None:
+            return
+        if all(r.adapter_slot is None for r in reqs):
+            self.bank.use(None)
+            return
+        if row_slots is None:
+            row_slots = torch.tensor([-1 if r.adapter_slot is None else r.adapter_slot for r in reqs],
+                                     device=self.device)
+        self.bank.use(self.bank.row_mask(row_slots))
 
     def _in_family(self, req: Request) -> bool:
         family = req.constraint.family if req.constraint is not None else None
@@ -212,7 +231,8 @@ class ModelRunner:
     def _write_rows(self, reqs: list[Request], rows: int, with_slices: bool) -> None:
         """Pack rows [0, rows) (padding after the requests) and copy them to the device in one transfer."""
         n, spare = len(reqs), self.cache.spare
-        packed = [[r.output_ids[-1] for r in reqs], [r.num_tokens - 1 for r in reqs], [r.slot for r in reqs]]
+        packed = [[r.output_ids[-1] for r in reqs], [r.num_tokens - 1 for r in reqs], [r.slot for r in reqs],
+                  [-1 if r.adapter_slot is None else r.adapter_slot for r in reqs]]
         if with_slices:
             placed = [self.family.place(r.constraint.allowed(len(r.output_ids)) if r.constraint else self.full_vocab)
                       for r in reqs]
@@ -222,6 +242,7 @@ class ModelRunner:
         host[: len(packed), :n] = torch.tensor(packed, dtype=torch.long)
         host[:, n:rows] = 0
         host[_SLOT, n:rows] = spare
+        host[_ADAPTER, n:rows] = -1
         self._rows[:, :rows].copy_(host[:, :rows], non_blocking=True)
 
     def _decode_context(self, rows: int, n_slots: int, key_len: int):  # type: ignore[no-untyped-def]
@@ -234,6 +255,8 @@ class ModelRunner:
     def _decode_fixed(self, rows: int) -> None:
         """Rows [0, rows) of the persistent inputs -> ids in ``_out[:rows]``. No host figure: capturable."""
         slots = self._rows[_SLOT, :rows]
+        if self.bank is not None:  # always on in a fixed-shape step: a base row's mask is all zeros
+            self.bank.use(self.bank.row_mask(self._rows[_ADAPTER, :rows]))
         context = self._decode_context(rows, n_slots=self.cache.slots + 1, key_len=self.config.max_seq_len)
         hidden = self.model(self._rows[_TOKEN, :rows, None], self._rows[_POSITION, :rows, None], context)[:, 0]
         family = self.family

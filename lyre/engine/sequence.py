@@ -63,6 +63,7 @@ class Request:
     seed: int
     constraint: Constraint | None = None
     adapter: str | None = None
+    adapter_slot: int | None = None  # its adapter's slot in the LoRA bank, bound at submission
     pace: float | None = None
     lag_s: float = 0.0
     deadline: float | None = None

@@ -8,6 +8,7 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from importlib.resources import files
+from typing import Any
 from urllib.parse import parse_qsl
 
 import numpy as np
@@ -17,7 +18,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from lyre.llm import Chat, ChatOptions, ChatServing
-from lyre.server import audio_speech, completions, realtime_socket, transcriptions, tts_socket
+from lyre.server import adapters_api, audio_speech, completions, realtime_socket, transcriptions, tts_socket
 from lyre.server.admission import Admission
 from lyre.server.auth import authorized
 from lyre.server.config import ServerConfig
@@ -68,6 +69,17 @@ async def _warm_up_chat(chat: Chat) -> None:
     await chat.stream([{"role": "user", "content": "Hi"}], ChatOptions(max_tokens=2, temperature=0)).text()
 
 
+async def _load_adapters(tts: Synthesizer, config: ServerConfig) -> None:
+    """``--adapter NAME=PATH``: each registered and loaded before the server is ready."""
+    if config.adapters and tts.adapters is None:
+        raise ValueError("--adapter needs adapter slots (--max-adapters above 0) and lyre's engine")
+    for name, path in config.adapters:
+        try:
+            await tts.adapters.add(name, path)  # type: ignore[union-attr]
+        except ValueError as exc:
+            raise ValueError(f"--adapter {name}={path}: {exc}") from None
+
+
 async def _warm_up(tts: Synthesizer) -> None:
     """One short utterance through engine and codec, so the first user does not pay for it."""
     async for _ in tts.stream("Ready.", None, SpeechOptions(max_tokens=21, seed=0), trim=False, streamed=False):
@@ -108,10 +120,12 @@ def create_app(config: ServerConfig, tts: Synthesizer | None = None) -> FastAPI:
                 chat=chat,
                 admission=Admission(config.max_streams, config.max_queue, config.queue_timeout_s),
                 metrics=Metrics(loaded.engine_stats if loaded else None, loaded.codec_stats if loaded else None,
-                                stt.stats if stt else None, chat.stats if chat else None),
+                                stt.stats if stt else None, chat.stats if chat else None,
+                                loaded.adapters.stats if loaded is not None and loaded.adapters else None),
             )
             app.state.lyre = state
             if loaded is not None:
+                await _load_adapters(loaded, config)
                 await _warm_up(loaded)
             if stt is not None:
                 await _warm_up_stt(stt)
@@ -134,6 +148,7 @@ def create_app(config: ServerConfig, tts: Synthesizer | None = None) -> FastAPI:
     install_error_handlers(app)
     document_errors(app)
     app.add_middleware(_ApiKey, api_key=config.api_key)
+    app.include_router(adapters_api.router)
     app.include_router(audio_speech.router)
     app.include_router(tts_socket.router)
     app.include_router(transcriptions.router)
@@ -153,10 +168,13 @@ def create_app(config: ServerConfig, tts: Synthesizer | None = None) -> FastAPI:
         return JSONResponse({"ready": ok}, status_code=200 if ok else 503)
 
     @app.get("/v1/audio/voices", responses={404: error_doc("Text to speech is not served by this server")})
-    async def voices(request: Request) -> dict[str, list[dict[str, str]]]:
-        """The model's voices, then OpenAI's voice names with the voice each one stands for (``alias_of``)."""
+    async def voices(request: Request) -> dict[str, list[dict[str, Any]]]:
+        """The model's voices, OpenAI's voice names with the voice each stands for (``alias_of``), then the
+        cloned voices (LoRA adapters, ``adapter: true``) with the speaker name their prompts use."""
         tts = request.app.state.lyre.require_tts()
-        return {"voices": tts.voices.listing()}
+        cloned = [{"id": a["name"], "name": a["name"], "adapter": True, "speaker": a["speaker"],
+                   "resident": a["resident"]} for a in (tts.adapters.listing() if tts.adapters else [])]
+        return {"voices": [*tts.voices.listing(), *cloned]}
 
     @app.get("/v1/models")
     async def models(request: Request) -> dict[str, object]:
@@ -194,7 +212,8 @@ class _ApiKey:
         self.api_key = api_key
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or self.api_key is None or scope["path"] in _OPEN_PATHS:
+        if (scope["type"] != "http" or self.api_key is None or scope["path"] in _OPEN_PATHS
+                or scope["path"].startswith(adapters_api.ADMIN_PREFIX)):  # admin routes check the admin key
             await self.app(scope, receive, send)
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}

@@ -96,7 +96,7 @@ async def create_speech(body: SpeechRequest, request: Request) -> StreamingRespo
         raise InvalidParam("instructions: not supported by Orpheus; put emotive tags such as <laugh> in the input",
                            "instructions")
     received = time.perf_counter()
-    stream = tts.stream(body.input, body.voice, body.options(), trim=body.trim_silence,
+    stream = tts.stream(body.input, body.voice or tts.voices.default, body.options(), trim=body.trim_silence,
                         streamed=body.priority == "realtime")  # validates before any work
     encoder = make_encoder(body.response_format)
     exits = AsyncExitStack()

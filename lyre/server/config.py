@@ -34,6 +34,10 @@ class ServerConfig:
     codec_dtype: str = "float32"  # or "bfloat16"
     codec_graphs: bool = False  # replay SNAC decodes from CUDA graphs
     max_body_bytes: int = 1024 * 1024  # a JSON request body (transcription uploads have their own limit)
+    max_adapters: int = 8  # cloned voices (LoRA adapters) resident at once; 0: none
+    lora_rank: int = 16  # the rank each adapter slot holds (lower ranks are padded; at most 64)
+    adapters: tuple[tuple[str, str], ...] = ()  # (name, folder) loaded at start (--adapter NAME=PATH)
+    admin_key: str | None = None  # the adapter admin routes answer only to this key; None: they are off
     max_input_chars: int = 4096
     api_key: str | None = None
     # (alias, voice) pairs over the default OpenAI-name aliases and voices.json's (--voice-alias NAME=VOICE).
@@ -80,6 +84,10 @@ class ServerConfig:
                 raise ValueError(f"{name.replace('_', '-')} needs a CUDA device (--device cuda), got {self.device!r}")
         if self.tts and self.engine == "lyre":
             self.serving()  # the pipeline's own checks, naming the setting
+        if self.admin_key is not None and not self.admin_key:
+            raise ValueError("admin_key must not be empty")
+        if self.admin_key is not None and self.admin_key == self.api_key:
+            raise ValueError("the admin key must differ from the API key")
         if self.api_key is not None and not self.api_key:
             raise ValueError("api_key must not be empty")
 
@@ -88,4 +96,5 @@ class ServerConfig:
         return ServingConfig(device=self.device, max_streams=self.max_streams, compute_batch=self.compute_batch,
                              max_seq_len=self.max_seq_len, attention=self.attention, cuda_graphs=self.cuda_graphs,
                              quantize=self.quantize, scheduler=self.scheduler, playback_rate=self.playback_rate,
-                             codec_dtype=self.codec_dtype, codec_graphs=self.codec_graphs)
+                             codec_dtype=self.codec_dtype, codec_graphs=self.codec_graphs,
+                             max_adapters=self.max_adapters, lora_rank=self.lora_rank)

@@ -26,11 +26,12 @@ class _StatsCollector(Collector):
     """
 
     def __init__(self, engine_stats: Stats | None, codec_stats: Stats | None, stt_stats: Stats | None,
-                 chat_stats: Stats | None = None) -> None:
+                 chat_stats: Stats | None = None, adapter_stats: Stats | None = None) -> None:
         self._engine = engine_stats
         self._codec = codec_stats
         self._stt = stt_stats
         self._chat = chat_stats
+        self._adapters = adapter_stats
 
     def collect(self) -> Iterator[Any]:
         if self._engine is not None:
@@ -41,6 +42,19 @@ class _StatsCollector(Collector):
             yield from self._stt_metrics(self._stt())
         if self._chat is not None:
             yield from self._chat_engine_metrics(self._chat())
+        if self._adapters is not None:
+            yield from self._adapter_metrics(self._adapters())
+
+    @staticmethod
+    def _adapter_metrics(a: dict[str, float]) -> Iterator[Any]:
+        for name, help_text in (("hits", "Requests whose adapter voice was resident"),
+                                ("misses", "Requests that waited for their adapter voice to load"),
+                                ("loads", "Adapters loaded into a slot"), ("evictions", "Adapters evicted for another"),
+                                ("load_seconds", "Seconds spent loading adapters, summed")):
+            yield CounterMetricFamily(f"lyre_adapter_{name}", help_text, value=a[name])
+        yield GaugeMetricFamily("lyre_adapters_resident", "Adapters resident in the engine's slots", value=a["resident"])
+        yield GaugeMetricFamily("lyre_adapters_resident_bytes", "Bytes of the resident adapters' weights",
+                                value=a["resident_bytes"])
 
     @staticmethod
     def _engine_metrics(e: Any) -> Iterator[Any]:
@@ -112,7 +126,8 @@ class Metrics:
     """One registry per app, so several apps in one process never collide."""
 
     def __init__(self, engine_stats: Stats | None = None, codec_stats: Stats | None = None,
-                 stt_stats: Stats | None = None, chat_stats: Stats | None = None) -> None:
+                 stt_stats: Stats | None = None, chat_stats: Stats | None = None,
+                 adapter_stats: Stats | None = None) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
         self.ttfa = Histogram("lyre_time_to_first_audio_seconds", "Request received to first audio chunk",
@@ -137,6 +152,6 @@ class Metrics:
         self.chat_ttft = Histogram("lyre_chat_time_to_first_token_seconds",
                                    "Chat request submitted to its first generated token",
                                    buckets=_LATENCY_BUCKETS, registry=r)
-        r.register(_StatsCollector(engine_stats, codec_stats, stt_stats, chat_stats))
+        r.register(_StatsCollector(engine_stats, codec_stats, stt_stats, chat_stats, adapter_stats))
         # process_resident_memory_bytes, process_cpu_seconds_total, process_open_fds, ...: a leak shows here.
         ProcessCollector(registry=r)

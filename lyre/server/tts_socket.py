@@ -200,7 +200,7 @@ class _Session:
             raise msg.ContextError(f"continue must be true or false, got {more!r}")
         msg.check_output_format(message.get("output_format"))
         if context is None:
-            settings = msg.settings(message, voices)
+            settings = msg.settings(message, voices, self.state.tts.adapters)
             if self.state.draining:
                 raise msg.ContextError("server is shutting down; open new contexts on another server", "draining")
             if len(self.contexts) >= config.ws_max_contexts:
@@ -215,8 +215,9 @@ class _Session:
             context = self.contexts[context_id] = _Context(self, context_id, stream)
             self._tasks.add(context.task)
             context.task.add_done_callback(self._tasks.discard)
-        elif "voice" in message and msg.voice_of(message, voices) != context.stream.voice:
-            raise msg.ContextError(f"a context keeps the voice of its first message ({context.stream.voice!r})")
+        elif "voice" in message and (msg.voice_of(message, voices, self.state.tts.adapters)
+                                     != (first := context.stream.adapter or context.stream.voice)):
+            raise msg.ContextError(f"a context keeps the voice of its first message ({first!r})")
         try:
             context.add(transcript, last=not more)
         except TextError as exc:

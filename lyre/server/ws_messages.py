@@ -34,9 +34,9 @@ class Settings:
     trim: bool
 
 
-def voice_of(message: dict[str, Any], voices: Voices) -> str:
-    """The model voice of ``{"mode": "id", "id": NAME}`` (or a bare name); NAME may be an alias.
-    No voice: the model's first."""
+def voice_of(message: dict[str, Any], voices: Voices, adapters: Any = None) -> str:
+    """The voice of ``{"mode": "id", "id": NAME}`` (or a bare name): a model voice (NAME may be an
+    alias of one) or a cloned voice's adapter name. No voice: the model's first."""
     voice = message.get("voice")
     if isinstance(voice, dict):
         if voice.get("mode", "id") != "id":
@@ -44,6 +44,8 @@ def voice_of(message: dict[str, Any], voices: Voices) -> str:
         voice = voice.get("id")
     if voice is not None and not isinstance(voice, str):
         raise ContextError(f"voice id must be a string, got {voice!r}")
+    if adapters is not None and voice in adapters:
+        return voice
     try:
         return voices.resolve(voice) or voices.default
     except ValueError as exc:
@@ -59,7 +61,7 @@ def check_output_format(value: object) -> None:
                                 f"encoding 'pcm_s16le', sample_rate {orpheus.SAMPLE_RATE}")
 
 
-def settings(message: dict[str, Any], voices: Voices) -> Settings:
+def settings(message: dict[str, Any], voices: Voices, adapters: Any = None) -> Settings:
     """A context's settings, from its first message (an unset max_tokens is the pipeline's default,
     capped at the server's limit, as for HTTP)."""
     try:
@@ -69,7 +71,7 @@ def settings(message: dict[str, Any], voices: Voices) -> Settings:
     trim = message.get("trim", True)
     if not isinstance(trim, bool):
         raise ContextError(f"trim must be true or false, got {trim!r}")
-    return Settings(voice_of(message, voices), options, trim)
+    return Settings(voice_of(message, voices, adapters), options, trim)
 
 
 def describe(exc: Exception, context_id: str) -> tuple[str, str]:

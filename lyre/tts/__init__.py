@@ -9,6 +9,7 @@ Text that arrives in pieces (a language model writing) goes through
 Servers type against `Synthesizer`, which the naive baseline implements too.
 """
 
+from lyre.tts.adapter_voices import AdapterBusy, AdapterError, AdapterInUse, AdapterVoices, UnknownAdapter
 from lyre.tts.clock import PlaybackClock
 from lyre.tts.intake import IdleStream
 from lyre.tts.options import PipelineBusy, ServingConfig, SpeechOptions
@@ -21,6 +22,11 @@ from lyre.tts.voices import OPENAI_VOICES, Voices, load_voices, parse_alias
 from lyre.tts.windows import WindowPolicy
 
 __all__ = [
+    "AdapterBusy",
+    "AdapterError",
+    "AdapterInUse",
+    "AdapterVoices",
+    "UnknownAdapter",
     "AUDIO_CONSTRAINT",
     "OPENAI_VOICES",
     "PROMPT_ROOM",

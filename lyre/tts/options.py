@@ -63,6 +63,8 @@ class ServingConfig:
     playback_rate: float = 1.0  # listeners play at this times real time (below 1: experiments on slow hardware)
     codec_dtype: str = "float32"  # or "bfloat16"
     codec_graphs: bool = False
+    max_adapters: int = 0  # LoRA voices resident at once (0: none)
+    lora_rank: int = 16  # the rank every adapter slot holds (adapters of lower rank are padded), at most 64
 
     def __post_init__(self) -> None:
         if self.attention not in (None, *ATTENTION_BACKENDS):
@@ -78,4 +80,5 @@ class ServingConfig:
     def engine_config(self, seed: int | None = None) -> EngineConfig:
         return EngineConfig(max_batch=self.max_streams, max_seq_len=self.max_seq_len, device=self.device,
                             attention=self.attention, cuda_graphs=self.cuda_graphs, quantize=self.quantize,
-                            scheduler=self.scheduler, compute_batch=self.compute_batch, seed=seed)
+                            scheduler=self.scheduler, compute_batch=self.compute_batch, seed=seed,
+                            max_adapters=self.max_adapters, lora_rank=self.lora_rank)

@@ -59,9 +59,11 @@ class SpeechStream:
     """
 
     def __init__(self, tts: TTS, request_id: str, voice: str | None, sampling: SamplingParams, trim: bool,
-                 streamed: bool, intake: TextIntake) -> None:
+                 streamed: bool, intake: TextIntake, adapter: str | None = None) -> None:
+        """``voice``: the speaker name the prompts use; ``adapter``: the LoRA adapter that speaks it, if any."""
         self.request_id = request_id
         self.voice = voice
+        self.adapter = adapter
         self.intake = intake
         self.clock = PlaybackClock(tts.playback_rate)
         self.streamed = streamed
@@ -134,7 +136,8 @@ class SpeechStream:
         params = replace(self._sampling, seed=self._segment_seed(index))
         try:
             stream = self._tts.engine.generate(prompt, params, request_id=f"{self.request_id}/{index}",
-                                               constraint=AUDIO_CONSTRAINT, playback=self._playback(deadline))
+                                               constraint=AUDIO_CONSTRAINT, adapter=self.adapter,
+                                               playback=self._playback(deadline))
         except EngineFull as exc:
             raise PipelineBusy(str(exc)) from None
         self._live.append(stream)
@@ -157,7 +160,11 @@ class SpeechStream:
 
     async def _run(self) -> AsyncIterator[np.ndarray]:
         cfg = self._tts.config
+        lease = None
         try:
+            if self.adapter is not None:  # resident for the whole stream (loaded now on a miss)
+                assert self._tts.adapters is not None
+                lease = await self._tts.adapters.lease(self.adapter)
             text = await self.intake.next(idle_since=time.monotonic())
             current = None if text is None else self._start(text, deadline=None)
             while current is not None:
@@ -200,6 +207,8 @@ class SpeechStream:
             for stream in self._live:
                 await stream.aclose()
             self._live.clear()
+            if lease is not None:
+                lease.release()
 
     def _ahead(self) -> float:
         """The listener's buffer, less what a wide window would take to decode now: waiting for one

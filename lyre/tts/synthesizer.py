@@ -20,6 +20,7 @@ from lyre.demo_model import or_demo
 from lyre.engine import Engine, EngineStats, SamplingParams
 from lyre.model_folder import load_tokenizer, resolve
 from lyre.orpheus import TextTokenizer
+from lyre.tts.adapter_voices import AdapterVoices
 from lyre.tts.intake import TextIntake
 from lyre.tts.options import ServingConfig, SpeechOptions, checked
 from lyre.tts.sampling import AUDIO_CONSTRAINT, MODEL_FILES, request_sampling
@@ -61,6 +62,7 @@ class Synthesizer(Protocol):
 
     voices: Voices
     config: TTSConfig
+    adapters: AdapterVoices | None  # cloned voices, where the pipeline serves them
 
     @property
     def max_tokens_limit(self) -> int:
@@ -95,6 +97,8 @@ class TTS:
         self.voices = voices
         self.config = config or TTSConfig()
         self.playback_rate = playback_rate
+        # Cloned voices (LoRA adapters), when the engine has adapter slots.
+        self.adapters = AdapterVoices(engine.adapters, voices) if engine.adapters is not None else None
         self._ids = itertools.count()
 
     @classmethod
@@ -134,8 +138,8 @@ class TTS:
              ) -> SpeechStream:
         """A stream whose text comes later, in pieces (`push`, then `end`); iterate it for int16 PCM.
 
-        ``voice`` is one of the model's voices or an alias of one (None: no
-        voice in the prompt). ``streamed``: someone plays the audio as it comes,
+        ``voice`` is one of the model's voices, an alias of one, or the name of
+        a LoRA adapter (a cloned voice; None: no voice in the prompt). ``streamed``: someone plays the audio as it comes,
         so it is scheduled on their playback deadline; otherwise it uses spare
         capacity. Raises ValueError for an unknown voice or bad options.
         """
@@ -143,11 +147,16 @@ class TTS:
 
     def _open(self, voice: str | None, options: SpeechOptions | None, trim: bool, streamed: bool,
               idle_timeout_s: float | None, request_id: str | None, min_chars: int) -> SpeechStream:
-        voice = self.voices.resolve(voice)
+        adapter = None
+        if self.adapters is not None and voice in self.adapters:
+            adapter, voice = voice, self.adapters.speaker(voice)
+        else:
+            voice = self.voices.resolve(voice)
         sampling = request_sampling(checked(options, self.max_tokens_limit))
         cfg = self.config
         intake = TextIntake(cfg.max_input_chars, cfg.segment_chars, cfg.flush_after_s, idle_timeout_s, min_chars)
-        return SpeechStream(self, request_id or f"tts-{next(self._ids)}", voice, sampling, trim, streamed, intake)
+        return SpeechStream(self, request_id or f"tts-{next(self._ids)}", voice, sampling, trim, streamed, intake,
+                            adapter)
 
     def stream(self, text: str, voice: str | None = None, options: SpeechOptions | None = None, trim: bool = True,
                streamed: bool = True, request_id: str | None = None) -> SpeechStream:

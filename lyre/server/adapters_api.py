@@ -1,0 +1,111 @@
+"""Admin routes for cloned voices (LoRA adapters): list, register and load, unload, pin.
+
+    GET    /v1/adapters                      every known adapter: resident, pinned, bytes, last use
+    POST   /v1/adapters {"name", "path", "pin"}   register and load a PEFT folder the server can read
+    DELETE /v1/adapters/{name}[?force=true]  unload (409 while streams run on it, unless forced)
+    POST   /v1/adapters/{name}/pin, /unpin
+
+They answer only to the admin key (``--admin-key`` or ``$LYRE_ADMIN_KEY``,
+separate from the user key), and are off (404) when none is set.
+"""
+
+from __future__ import annotations
+
+import hmac
+from typing import Any
+
+from fastapi import APIRouter, Request
+from pydantic import BaseModel, Field
+from starlette.exceptions import HTTPException
+
+from lyre.server.errors import InvalidParam, error_doc
+from lyre.server.state import ServerState
+from lyre.tts import AdapterBusy, AdapterError, AdapterInUse, AdapterVoices, UnknownAdapter
+
+__all__ = ["ADMIN_PREFIX", "router"]
+
+ADMIN_PREFIX = "/v1/adapters"
+router = APIRouter()
+_ERRORS = {401: error_doc("Missing or wrong admin key"), 404: error_doc("No such adapter, or no admin key set"),
+           409: error_doc("Streams are running on the adapter"), 429: error_doc("Every adapter slot is in use")}
+
+
+class AdapterRequest(BaseModel):
+    name: str = Field(..., min_length=1, max_length=100, pattern=r"^[^/\s]+$")
+    path: str = Field(..., min_length=1, max_length=4096, description="A PEFT LoRA folder the server can read")
+    pin: bool = False
+
+
+def _admin(request: Request) -> AdapterVoices:
+    """The adapters, once the request carries the admin key; 404 when adapters or the key are off."""
+    state: ServerState = request.app.state.lyre
+    expected = state.config.admin_key
+    tts = state.require_tts()
+    if expected is None or tts.adapters is None:
+        raise HTTPException(404, "adapter administration is off on this server (start it with --admin-key, "
+                                 "and adapter slots: --max-adapters)")
+    auth = request.headers.get("authorization", "")
+    offered = auth[7:].strip() if auth[:7].lower() == "bearer " else request.headers.get("x-admin-key", "")
+    if not hmac.compare_digest(offered.encode(), expected.encode()):
+        raise HTTPException(401, "missing or wrong admin key (send Authorization: Bearer ADMIN_KEY)",
+                            headers={"WWW-Authenticate": "Bearer"})
+    return tts.adapters
+
+
+def _known(adapters: AdapterVoices, name: str) -> None:
+    if name not in adapters:
+        raise HTTPException(404, f"unknown adapter {name!r}")
+
+
+@router.get(ADMIN_PREFIX, responses=_ERRORS)
+async def list_adapters(request: Request) -> dict[str, Any]:
+    """Every known adapter, resident or not."""
+    adapters = _admin(request)
+    return {"object": "list", "data": adapters.listing(), "stats": adapters.stats()}
+
+
+@router.post(ADMIN_PREFIX, status_code=201, responses=_ERRORS)
+async def add_adapter(body: AdapterRequest, request: Request) -> dict[str, Any]:
+    """Register and load an adapter folder; refused (and not kept) with the reason when it cannot be served."""
+    adapters = _admin(request)
+    if body.name in adapters:
+        raise InvalidParam(f"name: adapter {body.name!r} is already registered", "name")
+    try:
+        await adapters.add(body.name, body.path, body.pin)
+    except AdapterError as exc:
+        raise InvalidParam(str(exc), "path") from None
+    except AdapterBusy as exc:
+        raise HTTPException(429, str(exc), headers={"Retry-After": "1"}) from None
+    return next(entry for entry in adapters.listing() if entry["name"] == body.name)
+
+
+@router.delete(ADMIN_PREFIX + "/{name}", responses=_ERRORS)
+async def delete_adapter(name: str, request: Request, force: bool = False) -> dict[str, Any]:
+    """Unload and forget an adapter; with ``force``, streams running on it end with an error."""
+    adapters = _admin(request)
+    _known(adapters, name)
+    try:
+        await adapters.remove(name, force)
+    except AdapterInUse as exc:
+        raise HTTPException(409, str(exc)) from None
+    except UnknownAdapter as exc:
+        raise HTTPException(404, str(exc)) from None
+    return {"name": name, "deleted": True}
+
+
+@router.post(ADMIN_PREFIX + "/{name}/pin", responses=_ERRORS)
+async def pin_adapter(name: str, request: Request) -> dict[str, Any]:
+    """Keep the adapter resident: it is never evicted for another."""
+    return _set_pin(request, name, True)
+
+
+@router.post(ADMIN_PREFIX + "/{name}/unpin", responses=_ERRORS)
+async def unpin_adapter(name: str, request: Request) -> dict[str, Any]:
+    return _set_pin(request, name, False)
+
+
+def _set_pin(request: Request, name: str, pinned: bool) -> dict[str, Any]:
+    adapters = _admin(request)
+    _known(adapters, name)
+    adapters.pin(name, pinned)
+    return next(entry for entry in adapters.listing() if entry["name"] == name)
