@@ -10,8 +10,10 @@ On one H200 it takes about 7 minutes:
    graphs, bf16 / fp8 (`gpu_levers.step_grid`);
 3. checks that CUDA graphs draw the tokens of the same path run eagerly, and
    in-place attention those of gather; measures FP8's logits against bf16;
-4. times SNAC batches fp32 / bf16 with and without CUDA graphs, and bf16's SNR;
-5. serves the fastest lever set that passed (3) with ``create_app`` on
+4. times the decode step at batches 64 and 256 with 0, 1, 4 and 8 distinct
+   LoRA adapters (rank 16, random) in the batch, eager and with CUDA graphs;
+5. times SNAC batches fp32 / bf16 with and without CUDA graphs, and bf16's SNR;
+6. serves the fastest lever set that passed (3) with ``create_app`` on
    loopback and sweeps concurrency with ``lyre bench`` up to and past the SLO
    (p90 TTFA <= 250 ms, >= 99% viable streams), once with the deadline
    scheduler and once with fcfs.
@@ -54,7 +56,7 @@ import uvicorn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # gpu_levers, beside this file
 
-from gpu_levers import Lever, codec_grid, fp8_quality, step_grid, token_agreement  # noqa: E402
+from gpu_levers import Lever, codec_grid, fp8_quality, lora_grid, step_grid, token_agreement  # noqa: E402
 
 from lyre import bench, orpheus  # noqa: E402
 from lyre.bench.runner import LevelResult, TargetResult  # noqa: E402
@@ -325,6 +327,10 @@ def main(argv: list[str] | None = None) -> int:
     figures["agreement"] = token_agreement(base, pairs, plan.device, 24, log)
     figures["fp8_quality"] = fp8_quality(base, plan.device)
     log(f"fp8 vs bf16 logits: {figures['fp8_quality']}")
+    _write(plan, figures)
+    log("decode step ms with N distinct LoRA adapters (rank 16) in the batch:")
+    figures["lora"] = lora_grid(base, [4] if plan.small else [64, 256], [0, 1, 2] if plan.small else [0, 1, 4, 8],
+                                128 if plan.small else 512, plan.device, plan.steps, log)
     del base
     _write(plan, figures)
 

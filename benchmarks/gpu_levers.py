@@ -5,7 +5,9 @@
 - whether each lever set draws the tokens its reference draws (graphs against
   the same path run eagerly; in-place attention against gather);
 - FP8's logits against bf16 (KL divergence, top-1 agreement);
-- SNAC per batch of windows, fp32 / bf16, eager / CUDA graphs, and bf16's SNR.
+- SNAC per batch of windows, fp32 / bf16, eager / CUDA graphs, and bf16's SNR;
+- the decode step with 0 to 8 distinct LoRA adapters (rank 16, all seven
+  projections) in one batch, grouped (eager) and stacked (fixed shape, graphs).
 
 Used by benchmarks/gpu.py; every function returns plain figures for its JSON.
 On a CPU (``--small``) the same code runs with "graphs" meaning the
@@ -29,11 +31,13 @@ from lyre.engine.attention import PrefillAttention
 from lyre.engine.fp8 import quantize_fp8
 from lyre.engine.kv_cache import KVCache
 from lyre.engine.llama import Llama
+from lyre.engine.lora import LoraBank, attach_lora
+from lyre.engine.peft_folder import LORA_TARGETS, AdapterWeights
 from lyre.engine.runner import ModelRunner
 from lyre.engine.sequence import Request
 from lyre.tts import AUDIO_CONSTRAINT
 
-__all__ = ["MODES", "Lever", "codec_grid", "fp8_quality", "quantize_copy", "step_grid", "token_agreement"]
+__all__ = ["MODES", "Lever", "codec_grid", "fp8_quality", "lora_grid", "quantize_copy", "step_grid", "token_agreement"]
 
 # "tara: Hello there, how are you?" in Orpheus's prompt layout, and two more.
 PROMPTS = [
@@ -115,6 +119,61 @@ def step_grid(base: Llama, levers: list[Lever], batches: list[int], contexts: li
             _empty(device)
         rows.append(row)
     return rows
+
+
+def _random_adapter(model: Llama, name: str, rank: int, seed: int) -> AdapterWeights:
+    """An adapter of ``model``'s shape with random A and B (the GPU machine has no peft, and no weights to train)."""
+    generator = torch.Generator().manual_seed(seed)
+    weights = {}
+    for index, layer in enumerate(model.model.layers):
+        for projection, place in LORA_TARGETS.items():
+            linear = getattr(getattr(layer, place), projection)
+            linear = getattr(linear, "base", linear)
+            weights[(index, projection)] = (torch.randn(rank, linear.in_features, generator=generator) * 0.01,
+                                            torch.randn(linear.out_features, rank, generator=generator) * 0.01)
+    return AdapterWeights(name=name, path=None, rank=rank, scale=2.0, weights=weights)  # type: ignore[arg-type]
+
+
+def lora_grid(base: Llama, batches: list[int], distinct: list[int], context: int, device: str, steps: int,
+              log: Callable[[str], None], rank: int = 16) -> dict:
+    """Decode-step milliseconds with the rows spread over N distinct adapters, for each batch, and the
+    ratio to no adapter; eager (rows grouped by adapter) and graphs (the stacked bank; fixed-shape off CUDA).
+    Attaches a bank to ``base`` in place: run it last among the sections that use the model."""
+    slots = max(distinct)
+    bank = LoraBank(slots, rank, base.output_weight.dtype, base.output_weight.device)
+    attach_lora(base, bank)
+    for slot in range(slots):
+        bank.install(slot, _random_adapter(base, f"v{slot}", rank, slot))
+    out: dict = {"rank": rank, "slots": slots, "context": context, "ms": {}, "ratio": {}}
+    max_seq_len = -(-(context + 1) // 128) * 128
+    for mode in ("eager", "graphs"):
+        lever = Lever("sdpa", mode, False)
+        try:
+            config = EngineConfig(max_batch=max(batches), max_seq_len=max_seq_len, device=device, attention="sdpa",
+                                  cuda_graphs=mode == "graphs" and device.startswith("cuda"))
+            runner = ModelRunner(base, config, AUDIO_CONSTRAINT.family, fixed_shape=mode != "eager", bank=bank)
+            for batch in batches:
+                for n in distinct:
+                    reqs = _placed(batch, context)
+                    for i, req in enumerate(reqs):
+                        req.adapter_slot = i % n if n else None
+                    for _ in range(2):
+                        runner.step([], reqs)
+                    start = time.perf_counter()
+                    for _ in range(steps):
+                        runner.step([], reqs)
+                    key = f"{lever.name} {batch}x{n}"
+                    out["ms"][key] = 1000 * (time.perf_counter() - start) / steps
+                    out["ratio"][key] = out["ms"][key] / out["ms"][f"{lever.name} {batch}x{distinct[0]}"]
+                log(f"  lora {lever.name:<18} batch {batch}: " + " ".join(
+                    f"{n}:{out['ms'][f'{lever.name} {batch}x{n}']:.2f}ms" for n in distinct))
+        except Exception as exc:
+            out[f"error {mode}"] = f"{type(exc).__name__}: {exc}"
+            log(f"  lora {lever.name} failed: {out[f'error {mode}']}")
+        finally:
+            runner = None
+            _empty(device)
+    return out
 
 
 def _generate(runner: ModelRunner, steps: int) -> list[list[int]]:

@@ -37,6 +37,7 @@ def test_small_run_prints_figures_and_writes_results(tmp_path: Path) -> None:
     figures = json.loads((tmp_path / "gpu.json").read_text())
     assert {row["lever"] for row in figures["steps"] if "error" not in row} >= {"sdpa+eager+bf16", "sdpa+fixed+bf16"}
     assert figures["agreement"][0]["tokens"] > 0 and 0 <= figures["fp8_quality"]["top1_agreement"] <= 1
+    assert {"sdpa+eager+bf16 4x2", "sdpa+graphs+bf16 4x2"} <= set(figures["lora"]["ratio"]), figures["lora"]
     assert any(key.startswith("bfloat16+eager 4f") for key in figures["codec"]["ms"])
     assert figures["bench_deadline"]["targets"][0]["levels"] and figures["bench_fcfs"]["targets"][0]["levels"]
     for name in ("ttfa.png", "viable.png", "step_ms.png"):

@@ -64,6 +64,10 @@ def test_an_adapters_logits_match_peft_and_the_merged_weights(demo: DemoPaths, f
     torch.testing.assert_close(ours, merged, atol=1e-4, rtol=0)
     torch.testing.assert_close(model.logits(hidden[1]), plain, atol=1e-4, rtol=0)  # the base row is untouched
     assert (ours - plain).abs().max() > 0.1  # and the adapter does change the output
+    bank.group([-1, 2])  # the eager form, rows grouped by adapter: the same logits
+    hidden = prefill(model, cache_for(model, 2, 64), [PROMPT, PROMPT], [0, 1])
+    torch.testing.assert_close(model.logits(hidden[1]), theirs, atol=1e-4, rtol=0)
+    torch.testing.assert_close(model.logits(hidden[0]), plain, atol=1e-4, rtol=0)
 
 
 @pytest.fixture

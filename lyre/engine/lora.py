@@ -5,17 +5,24 @@ Every adapted projection computes, for all rows together,
     y = x W  +  ((x A_all) * mask) B_all
 
 where the resident adapters' A (in, r) and B (r, out) are stacked into
-fixed-capacity buffers A_all (in, slots * R) and B_all (slots * R, out),
+fixed-capacity buffers A_all (in, slots * R) and B_all (slots * R, out)
+(stored as (slots, R, in) and (slots, R, out)),
 ranks padded to the bank's rank R with zeros, and ``mask`` (rows, slots * R)
 holds each row's adapter scale on its own block and zeros elsewhere (a base
 row is all zeros). No Python loop over adapters, no merged weight copies, and
 the shapes never change, so a CUDA graph can replay it. The extra work is two
 matmuls of width slots * R per projection: small beside the projection itself
 when slots * R is small beside the hidden size. A step in which no row uses
-an adapter skips them (`LoraBank.use(None)`).
+an adapter skips them. An eager step (no graph to keep) groups its rows by
+adapter instead: ``(x[rows of s] A_s) B_s`` for every adapter s in use, as two
+batched matmuls over padded groups and one indexed add, so it costs the rows
+on adapters times R, not the rows times slots * R.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -25,21 +32,42 @@ from lyre.engine.peft_folder import LORA_TARGETS, AdapterWeights
 __all__ = ["LoraBank", "LoraLinear", "attach_lora"]
 
 
+@dataclass(frozen=True)
+class _Groups:
+    """An eager forward's rows grouped by adapter: group i is bank slot ``slots[i]`` (all slots in order when
+    None), ``size`` positions each; ``index`` is each position's row (padding points at row 0), ``weight`` the
+    adapter's scale there (0 on padding)."""
+
+    index: torch.Tensor  # (groups * size,)
+    weight: torch.Tensor  # (groups, size, 1, 1)
+    slots: torch.Tensor | None
+    groups: int
+    size: int
+
+
 class LoraBank:
-    """The resident adapters' weights, ``slots`` of rank ``rank``, for every adapted projection."""
+    """The resident adapters' weights, ``slots`` of rank ``rank``, for every adapted projection.
+
+    Two ways to apply them, chosen per forward. The fixed-shape (graph) step
+    uses the stacked form above with a row mask (`use`): its cost grows with
+    the bank's capacity, but its shapes never change. An eager step groups
+    its rows by adapter (`group`) and runs two batched matmuls over the
+    groups: its cost grows with the rows on adapters, not with the slots.
+    """
 
     def __init__(self, slots: int, rank: int, dtype: torch.dtype, device: torch.device) -> None:
         self.slots, self.rank = slots, rank
-        self.a: dict[tuple[int, str], torch.Tensor] = {}  # (in, slots * rank)
-        self.b: dict[tuple[int, str], torch.Tensor] = {}  # (slots * rank, out)
+        self.a: dict[tuple[int, str], torch.Tensor] = {}  # (slots, rank, in): row-major A^T per slot
+        self.b: dict[tuple[int, str], torch.Tensor] = {}  # (slots, rank, out)
         self.scales = torch.zeros(slots, dtype=torch.float32, device=device)
+        self._host_scales = [0.0] * slots
         self.dtype, self.device = dtype, device
         self._mask: torch.Tensor | None = None  # (rows, slots * rank) for the forward in progress
+        self._groups: _Groups | None = None
 
     def add_projection(self, key: tuple[int, str], fan_in: int, fan_out: int) -> None:
-        width = self.slots * self.rank
-        self.a[key] = torch.zeros(fan_in, width, dtype=self.dtype, device=self.device)
-        self.b[key] = torch.zeros(width, fan_out, dtype=self.dtype, device=self.device)
+        self.a[key] = torch.zeros(self.slots, self.rank, fan_in, dtype=self.dtype, device=self.device)
+        self.b[key] = torch.zeros(self.slots, self.rank, fan_out, dtype=self.dtype, device=self.device)
 
     @property
     def nbytes(self) -> int:
@@ -47,20 +75,21 @@ class LoraBank:
 
     def install(self, slot: int, adapter: AdapterWeights) -> None:
         """Copy ``adapter`` into ``slot`` (zero-padding its rank); projections it leaves alone get zeros."""
-        block = slice(slot * self.rank, (slot + 1) * self.rank)
         r = adapter.rank
         for key, a_all in self.a.items():
             b_all = self.b[key]
-            a_all[:, block] = 0
-            b_all[block] = 0
+            a_all[slot] = 0
+            b_all[slot] = 0
             if key in adapter.weights:
                 a, b = adapter.weights[key]  # (r, in), (out, r)
-                a_all[:, block.start : block.start + r] = a.T.to(self.dtype)
-                b_all[block.start : block.start + r] = b.T.to(self.dtype)
+                a_all[slot, :r] = a.to(self.dtype)
+                b_all[slot, :r] = b.T.to(self.dtype)
         self.scales[slot] = adapter.scale
+        self._host_scales[slot] = adapter.scale
 
     def clear(self, slot: int) -> None:
         self.scales[slot] = 0.0
+        self._host_scales[slot] = 0.0
 
     def row_mask(self, row_slots: torch.Tensor) -> torch.Tensor:
         """row_slots (rows,) int64, -1 for the base model -> mask (rows, slots * rank) float."""
@@ -69,17 +98,55 @@ class LoraBank:
         return per_slot.repeat_interleave(self.rank, dim=1).to(self.dtype)
 
     def use(self, mask: torch.Tensor | None) -> None:
-        """The next forward's row mask (None: no row uses an adapter; the LoRA matmuls are skipped)."""
-        self._mask = mask
+        """The next forward applies the stacked form with this row mask (None: no row uses an adapter)."""
+        self._mask, self._groups = mask, None
 
-    def delta(self, key: tuple[int, str], x: torch.Tensor) -> torch.Tensor | None:
-        """x (rows, ..., in) -> the adapters' contribution (rows, ..., out), or None."""
-        mask = self._mask
-        if mask is None or key not in self.a:
-            return None
-        lora = x @ self.a[key]  # (rows, ..., slots * rank)
-        lora = lora * mask.view(mask.shape[0], *([1] * (x.dim() - 2)), mask.shape[1])
-        return lora @ self.b[key]
+    def group(self, row_slots: Sequence[int]) -> None:
+        """The next forward applies the grouped form to rows on these slots (-1: the base model)."""
+        members: dict[int, list[int]] = {}
+        for row, slot in enumerate(row_slots):
+            if slot >= 0:
+                members.setdefault(slot, []).append(row)
+        self._mask = None
+        if not members:
+            self._groups = None
+            return
+        order = sorted(members)
+        size = max(len(rows) for rows in members.values())
+        index = [0] * (len(order) * size)
+        weight = [0.0] * (len(order) * size)
+        for i, slot in enumerate(order):
+            for j, row in enumerate(members[slot]):
+                index[i * size + j] = row
+                weight[i * size + j] = self._host_scales[slot]
+        every = order == list(range(self.slots))
+        self._groups = _Groups(
+            index=torch.tensor(index, device=self.device),
+            weight=torch.tensor(weight, dtype=self.dtype, device=self.device).view(len(order), size, 1, 1),
+            slots=None if every else torch.tensor(order, device=self.device), groups=len(order), size=size)
+
+    def add_delta(self, key: tuple[int, str], x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """y = x W (rows, ..., out) plus the adapters' contribution for x (rows, ..., in)."""
+        if key not in self.a:
+            return y
+        if self._mask is not None:
+            mask = self._mask
+            lora = x @ self.a[key].view(-1, x.shape[-1]).T  # (rows, ..., slots * rank)
+            lora = lora * mask.view(mask.shape[0], *([1] * (x.dim() - 2)), mask.shape[1])
+            return y + lora @ self.b[key].view(-1, y.shape[-1])
+        g = self._groups
+        if g is None:
+            return y
+        a, b = self.a[key], self.b[key]
+        if g.slots is not None:
+            a, b = a.index_select(0, g.slots), b.index_select(0, g.slots)
+        rows, fan_in, fan_out = x.shape[0], x.shape[-1], y.shape[-1]
+        xs = x.reshape(rows, -1, fan_in)
+        steps = xs.shape[1]
+        grouped = xs.index_select(0, g.index).view(g.groups, g.size * steps, fan_in)
+        lora = torch.bmm(grouped, a.transpose(1, 2)).view(g.groups, g.size, steps, -1) * g.weight
+        out = torch.bmm(lora.view(g.groups, g.size * steps, -1), b).view(g.groups * g.size, steps, fan_out)
+        return y.view(rows, steps, fan_out).index_add_(0, g.index, out).view(y.shape)  # y is fresh: in place
 
 
 class LoraLinear(nn.Module):
@@ -91,9 +158,7 @@ class LoraLinear(nn.Module):
         self._bank = [bank]  # a list: not a submodule, so the bank is not saved with every layer
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = self.base(x)
-        delta = self._bank[0].delta(self.key, x)
-        return y if delta is None else y + delta
+        return self._bank[0].add_delta(self.key, x, self.base(x))
 
 
 def attach_lora(model: nn.Module, bank: LoraBank) -> None:

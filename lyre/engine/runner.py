@@ -205,24 +205,17 @@ class ModelRunner:
                 self._decode_fixed(rows)
             return self._out[:n]
         slots = self._rows[_SLOT, :n]
-        self._use_adapters(reqs, self._rows[_ADAPTER, :n])
+        self._use_adapters(reqs)
         context = self._decode_context(n, n_slots=max(r.slot for r in reqs) + 1,  # type: ignore[type-var]
                                        key_len=min(-(-max(r.num_tokens for r in reqs) // _KEY_ROUND) * _KEY_ROUND,
                                                    self.config.max_seq_len))
         hidden = self.model(self._rows[_TOKEN, :n, None], self._rows[_POSITION, :n, None], context)[:, 0]
         return self._sample_groups(reqs, slots, hidden)
 
-    def _use_adapters(self, reqs: list[Request], row_slots: torch.Tensor | None = None) -> None:
-        """Point the LoRA bank at this forward's rows; a forward with no adapter row skips the LoRA matmuls."""
-        if self.bank is None:
-            return
-        if all(r.adapter_slot is None for r in reqs):
-            self.bank.use(None)
-            return
-        if row_slots is None:
-            row_slots = torch.tensor([-1 if r.adapter_slot is None else r.adapter_slot for r in reqs],
-                                     device=self.device)
-        self.bank.use(self.bank.row_mask(row_slots))
+    def _use_adapters(self, reqs: list[Request]) -> None:
+        """Point the LoRA bank at an eager forward's rows, grouped by adapter (none: no LoRA matmuls)."""
+        if self.bank is not None:
+            self.bank.group([-1 if r.adapter_slot is None else r.adapter_slot for r in reqs])
 
     def _in_family(self, req: Request) -> bool:
         family = req.constraint.family if req.constraint is not None else None

@@ -1,0 +1,171 @@
+"""Cloned voices on a real server: --adapter at start, the voice by name on HTTP and the WebSocket, the admin routes."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import websockets
+
+from adapters import make_adapter
+from lyre.demo_model import DemoPaths
+from serving import Server, running_server
+
+pytestmark = pytest.mark.slow
+
+ADMIN = {"Authorization": "Bearer admin-secret"}
+SPEECH = {"model": "orpheus", "input": "Hello there.", "response_format": "pcm", "max_tokens": 70, "seed": 4,
+          "trim_silence": False}
+
+
+@pytest.fixture(scope="module")
+def folders(demo: DemoPaths, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("served-adapters")
+    return {
+        "calm": make_adapter(root / "calm", demo.model, seed=11, r=8, alpha=16, speaker="calm-voice", scale_b=4.0),
+        "bright": make_adapter(root / "bright", demo.model, seed=12, r=16, alpha=32, scale_b=4.0),
+        "third": make_adapter(root / "third", demo.model, seed=13, r=4, alpha=8, scale_b=4.0),
+        "dora": make_adapter(root / "dora", demo.model, seed=14, r=4, use_dora=True),
+        "too-big": make_adapter(root / "too-big", demo.model, seed=15, r=128, target_modules=["q_proj"]),
+    }
+
+
+@pytest.fixture(scope="module")
+def server(folders: dict[str, Path]) -> Iterator[Server]:
+    with running_server("--max-streams", "4", "--adapter", f"calm={folders['calm']}",
+                        "--adapter", f"bright={folders['bright']}", "--max-adapters", "2",
+                        "--admin-key", "admin-secret") as s:
+        yield s
+
+
+def _speak(server: Server, **changes: Any) -> bytes:
+    response = httpx.post(f"{server.url}/v1/audio/speech", json={**SPEECH, **changes}, timeout=120)
+    assert response.status_code == 200, response.text
+    return response.content
+
+
+def _adapters(server: Server) -> dict[str, dict[str, Any]]:
+    response = httpx.get(f"{server.url}/v1/adapters", headers=ADMIN, timeout=10)
+    assert response.status_code == 200, response.text
+    return {entry["name"]: entry for entry in response.json()["data"]}
+
+
+def test_an_adapter_voice_speaks_differently_and_the_same_every_time(server: Server) -> None:
+    base = _speak(server, voice="tara")
+    calm = _speak(server, voice="calm")
+    assert len(calm) == len(base) and calm != base
+    assert _speak(server, voice="calm") == calm  # same voice and seed: the same audio
+    assert _speak(server, voice="bright") not in (base, calm)
+
+
+def test_voices_list_the_adapters_beside_the_models_speakers(server: Server) -> None:
+    voices = {v["id"]: v for v in httpx.get(f"{server.url}/v1/audio/voices", timeout=10).json()["voices"]}
+    assert "tara" in voices and not voices["tara"].get("adapter")
+    assert voices["calm"]["adapter"] is True and voices["calm"]["speaker"] == "calm-voice"
+    assert voices["bright"]["speaker"] == "bright"  # no lyre_voice.json: the adapter's name
+
+
+def test_the_websocket_speaks_an_adapter_voice_as_http_does(server: Server) -> None:
+    async def main() -> list[dict[str, Any]]:
+        async with websockets.connect(server.ws_url + "/v1/tts/websocket") as ws:
+            await ws.send(json.dumps({
+                "context_id": "c1", "model_id": "orpheus", "voice": {"mode": "id", "id": "calm"},
+                "output_format": {"container": "raw", "encoding": "pcm_s16le", "sample_rate": 24000},
+                "transcript": "Hello there.", "continue": False, "max_tokens": 70, "seed": 4}))
+            messages = []
+            while not messages or not messages[-1]["done"]:
+                messages.append(json.loads(await asyncio.wait_for(ws.recv(), 60)))
+            return messages
+
+    messages = asyncio.run(main())
+    assert messages[-1]["type"] == "done", messages[-1]
+    pcm = b"".join(base64.b64decode(m["data"]) for m in messages if m["type"] == "chunk")
+    assert len(pcm) > 0
+
+
+def test_admin_routes_need_the_admin_key(server: Server) -> None:
+    assert httpx.get(f"{server.url}/v1/adapters", timeout=10).status_code == 401
+    wrong = httpx.get(f"{server.url}/v1/adapters", headers={"Authorization": "Bearer nope"}, timeout=10)
+    assert wrong.status_code == 401
+    assert httpx.get(f"{server.url}/v1/adapters", headers={"X-Admin-Key": "admin-secret"}, timeout=10).status_code == 200
+    assert httpx.post(f"{server.url}/v1/adapters/nobody/pin", headers=ADMIN, timeout=10).status_code == 404
+
+
+@pytest.mark.parametrize(("name", "reason"), [("dora", "DoRA"), ("too-big", "rank 128")])
+def test_a_bad_folder_is_refused_with_its_reason_and_the_server_keeps_serving(
+        server: Server, folders: dict[str, Path], name: str, reason: str) -> None:
+    response = httpx.post(f"{server.url}/v1/adapters", headers=ADMIN, timeout=60,
+                          json={"name": name, "path": str(folders[name])})
+    assert response.status_code == 400, response.text
+    assert reason in response.json()["error"]["message"]
+    assert name not in _adapters(server)  # nothing half-loaded
+    missing = httpx.post(f"{server.url}/v1/adapters", headers=ADMIN, timeout=60,
+                         json={"name": "ghost", "path": "/nonexistent/adapter"})
+    assert missing.status_code == 400 and "/nonexistent/adapter" in missing.json()["error"]["message"]
+    assert len(_speak(server, voice="calm")) > 0
+
+
+def test_loading_a_third_adapter_evicts_the_least_recent_unpinned_one(server: Server, folders: dict[str, Path]) -> None:
+    assert httpx.post(f"{server.url}/v1/adapters/calm/pin", headers=ADMIN, timeout=10).json()["pinned"] is True
+    _speak(server, voice="bright")  # both resident, two slots: the next load must evict one
+    evictions = server.metric("lyre_adapter_evictions_total")
+    added = httpx.post(f"{server.url}/v1/adapters", headers=ADMIN, timeout=60,
+                       json={"name": "third", "path": str(folders["third"])})
+    assert added.status_code == 201 and added.json()["resident"] is True
+    listed = _adapters(server)
+    assert listed["calm"]["resident"] and listed["calm"]["pinned"]  # pinned: it stays
+    assert not listed["bright"]["resident"]  # the unpinned one left, but is still known
+    assert server.metric("lyre_adapter_evictions_total") == evictions + 1
+
+    misses = server.metric("lyre_adapter_misses_total")
+    assert len(_speak(server, voice="bright")) > 0  # loaded again on demand, evicting "third"
+    assert server.metric("lyre_adapter_misses_total") == misses + 1
+    assert not _adapters(server)["third"]["resident"]
+    assert server.metric("lyre_adapters_resident") == 2
+    assert server.metric("lyre_adapters_resident_bytes") > 0
+    assert httpx.post(f"{server.url}/v1/adapters/calm/unpin", headers=ADMIN, timeout=10).json()["pinned"] is False
+
+
+def test_unloading_an_adapter_in_use_is_refused_unless_forced(server: Server) -> None:
+    first_chunk = threading.Event()
+    outcome: dict[str, Any] = {}
+
+    def listen() -> None:
+        try:
+            with httpx.stream("POST", f"{server.url}/v1/audio/speech", timeout=120,
+                              json={**SPEECH, "voice": "bright", "max_tokens": 1400}) as response:
+                total = 0
+                for chunk in response.iter_bytes():
+                    total += len(chunk)
+                    first_chunk.set()
+                outcome["bytes"] = total
+        except httpx.HTTPError as exc:
+            outcome["error"] = exc
+        finally:
+            first_chunk.set()
+
+    listener = threading.Thread(target=listen)
+    listener.start()
+    assert first_chunk.wait(60)
+    refused = httpx.delete(f"{server.url}/v1/adapters/bright", headers=ADMIN, timeout=10)
+    assert refused.status_code == 409, refused.text
+    forced = httpx.delete(f"{server.url}/v1/adapters/bright?force=true", headers=ADMIN, timeout=30)
+    assert forced.status_code == 200, forced.text
+    listener.join(60)
+    assert "error" in outcome or outcome["bytes"] < 200 * 2048 * 2  # cut short, not played to the end
+    assert "bright" not in _adapters(server)
+    unknown = httpx.post(f"{server.url}/v1/audio/speech", json={**SPEECH, "voice": "bright"}, timeout=30)
+    assert unknown.status_code == 400 and "bright" in unknown.json()["error"]["message"]
+    assert len(_speak(server, voice="calm")) > 0  # everyone else keeps speaking
+
+
+def test_adapter_routes_are_off_without_an_admin_key() -> None:
+    with running_server("--max-streams", "1") as plain:
+        assert httpx.get(f"{plain.url}/v1/adapters", headers=ADMIN, timeout=10).status_code == 404
