@@ -109,6 +109,9 @@ def test_first_audio_first_then_least_slack_then_requests_nobody_plays_live() ->
     assert _ids(s.schedule(now=3.0).decode) == ["fresh", "tight", "loose", "file"]
     assert s.behind == 1 and s.deadline_misses == 1
     assert sorted(s.slacks) == [-1.5, 6.0]
+    # It finishes: an engine that goes idle now must not keep reporting a stream behind (and refusing work).
+    s.finish(tight, FinishReason.STOP)
+    assert s.behind == 0 and s.deadline_misses == 1
 
 
 def test_the_compute_batch_takes_the_most_pressing_of_the_resident_streams() -> None:

@@ -134,6 +134,9 @@ class NaiveSpeechStream:
         """Whether this request's generate thread is still running."""
         return self._generation is not None and self._generation.running
 
+    async def hold_voice(self) -> None:
+        """The baseline has no cloned voices: nothing to hold."""
+
     def __aiter__(self) -> NaiveSpeechStream:
         return self
 

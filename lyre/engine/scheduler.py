@@ -191,6 +191,8 @@ class Scheduler:
             return
         if req.status is RequestStatus.RUNNING:
             del self.running[req.request_id]
+            if req.behind:  # no longer behind anyone: an idle engine must not report it (and refuse work) forever
+                self.behind = max(0, self.behind - 1)
             assert req.slot is not None
             self._free_slots.append(req.slot)
             self._free_slots.sort(reverse=True)

@@ -18,7 +18,7 @@ from lyre.server.body_limit import LimitedBodyRoute
 from lyre.server.encoding import FORMATS, StreamEncoder, make_encoder
 from lyre.server.errors import InvalidParam, error_doc
 from lyre.server.state import ServerState
-from lyre.tts import SpeechOptions
+from lyre.tts import AdapterBusy, AdapterError, SpeechOptions
 
 __all__ = ["SpeechRequest", "router"]
 
@@ -83,7 +83,8 @@ _AUDIO_TYPES = {"audio/pcm": {}, "audio/wav": {}, "audio/mpeg": {}, "audio/ogg":
     responses={200: {"description": "Audio, streamed as it is made", "content": _AUDIO_TYPES},
                404: error_doc("Text to speech is not served by this server"),
                413: error_doc("The request body is over the server's limit"),
-               503: error_doc("The server is shutting down")},
+               429: error_doc("Every adapter slot holds a cloned voice in use"),
+               503: error_doc("The server is shutting down, or a cloned voice's folder cannot be loaded")},
 )
 async def create_speech(body: SpeechRequest, request: Request) -> StreamingResponse:
     state: ServerState = request.app.state.lyre
@@ -106,6 +107,16 @@ async def create_speech(body: SpeechRequest, request: Request) -> StreamingRespo
         await stream.aclose()
         raise
     state.metrics.queue_wait.observe(wait)
+    try:  # a cloned voice is made resident now (loading it on a miss), so a refusal is still a status code
+        await stream.hold_voice()
+    except BaseException as exc:
+        await stream.aclose()
+        await exits.aclose()
+        if isinstance(exc, AdapterBusy):
+            raise HTTPException(429, str(exc), headers={"Retry-After": "1"}) from None
+        if isinstance(exc, AdapterError):
+            raise HTTPException(503, f"voice {body.voice!r} cannot be loaded: {exc}") from None
+        raise
     api = "sse" if body.stream_format == "sse" else "http"
     media = "text/event-stream" if api == "sse" else encoder.content_type
     return StreamingResponse(_body(state, stream, encoder, api, received, exits), media_type=media)

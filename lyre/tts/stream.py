@@ -31,6 +31,7 @@ from lyre.tts.trim import LeadingSilenceTrimmer
 from lyre.tts.windows import WindowPlanner
 
 if TYPE_CHECKING:
+    from lyre.engine.adapters import AdapterLease
     from lyre.tts.synthesizer import TTS
 
 __all__ = ["SpeechStream", "to_int16"]
@@ -82,6 +83,8 @@ class SpeechStream:
         self._trim = trim
         self._pace = self.clock.seconds_per_token() if streamed else None
         self._live: list[RequestStream] = []  # engine requests not yet fully consumed, oldest first
+        self._lease: AdapterLease | None = None  # the adapter held for the stream's life
+        self._closed = False
         self._agen = self._run()
 
     # -- text in ------------------------------------------------------------------
@@ -126,7 +129,11 @@ class SpeechStream:
         return await self._agen.__anext__()
 
     async def aclose(self) -> None:
+        self._closed = True
         await self._agen.aclose()
+        if self._lease is not None:  # held by `hold_voice` before the stream ever ran
+            self._lease.release()
+            self._lease = None
 
     def _start(self, text: str, deadline: float | None) -> RequestStream:
         """Submit the next segment (the prompt is built here: a bad segment fails the stream)."""
@@ -160,11 +167,8 @@ class SpeechStream:
 
     async def _run(self) -> AsyncIterator[np.ndarray]:
         cfg = self._tts.config
-        lease = None
         try:
-            if self.adapter is not None:  # resident for the whole stream (loaded now on a miss)
-                assert self._tts.adapters is not None
-                lease = await self._tts.adapters.lease(self.adapter)
+            await self.hold_voice()
             text = await self.intake.next(idle_since=time.monotonic())
             current = None if text is None else self._start(text, deadline=None)
             while current is not None:
@@ -207,8 +211,22 @@ class SpeechStream:
             for stream in self._live:
                 await stream.aclose()
             self._live.clear()
-            if lease is not None:
-                lease.release()
+            if self._lease is not None:
+                self._lease.release()
+                self._lease = None
+
+    async def hold_voice(self) -> None:
+        """Make the stream's adapter resident (loading it on a miss) and hold it until the stream ends;
+        nothing for a model voice. Called by the stream itself; a caller may call it first, to answer
+        AdapterBusy or AdapterError before any audio. After `aclose` it raises nothing and holds nothing."""
+        if self.adapter is None or self._lease is not None or self._closed:
+            return
+        assert self._tts.adapters is not None
+        lease = await self._tts.adapters.lease(self.adapter)
+        if self._closed:  # closed while it loaded
+            lease.release()
+            return
+        self._lease = lease
 
     def _ahead(self) -> float:
         """The listener's buffer, less what a wide window would take to decode now: waiting for one

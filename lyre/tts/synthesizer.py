@@ -70,7 +70,8 @@ class Synthesizer(Protocol):
 
     def open(self, voice: str | None = None, options: SpeechOptions | None = None, trim: bool = True,
              streamed: bool = True, idle_timeout_s: float | None = None) -> Any:
-        """A stream fed with `push`/`end`, iterated for int16 PCM; ValueError for a bad voice or options."""
+        """A stream fed with `push`/`end`, iterated for int16 PCM; ValueError for a bad voice or options.
+        Its ``hold_voice()`` readies a cloned voice first (AdapterBusy, AdapterError), before any audio."""
 
     def stream(self, text: str, voice: str | None = None, options: SpeechOptions | None = None, trim: bool = True,
                streamed: bool = True) -> Any:
