@@ -64,6 +64,7 @@ class LoraBank:
         self.dtype, self.device = dtype, device
         self._mask: torch.Tensor | None = None  # (rows, slots * rank) for the forward in progress
         self._groups: _Groups | None = None
+        self._gathered: tuple[torch.Tensor, torch.Tensor] | None = None  # an input and its rows grouped
 
     def add_projection(self, key: tuple[int, str], fan_in: int, fan_out: int) -> None:
         self.a[key] = torch.zeros(self.slots, self.rank, fan_in, dtype=self.dtype, device=self.device)
@@ -99,7 +100,7 @@ class LoraBank:
 
     def use(self, mask: torch.Tensor | None) -> None:
         """The next forward applies the stacked form with this row mask (None: no row uses an adapter)."""
-        self._mask, self._groups = mask, None
+        self._mask, self._groups, self._gathered = mask, None, None
 
     def group(self, row_slots: Sequence[int]) -> None:
         """The next forward applies the grouped form to rows on these slots (-1: the base model)."""
@@ -107,7 +108,7 @@ class LoraBank:
         for row, slot in enumerate(row_slots):
             if slot >= 0:
                 members.setdefault(slot, []).append(row)
-        self._mask = None
+        self._mask, self._gathered = None, None
         if not members:
             self._groups = None
             return
@@ -141,9 +142,12 @@ class LoraBank:
         if g.slots is not None:
             a, b = a.index_select(0, g.slots), b.index_select(0, g.slots)
         rows, fan_in, fan_out = x.shape[0], x.shape[-1], y.shape[-1]
-        xs = x.reshape(rows, -1, fan_in)
-        steps = xs.shape[1]
-        grouped = xs.index_select(0, g.index).view(g.groups, g.size * steps, fan_in)
+        steps = x.numel() // (rows * fan_in)
+        if self._gathered is not None and self._gathered[0] is x:  # q, k, v (and gate, up) share their input
+            grouped = self._gathered[1]
+        else:
+            grouped = x.reshape(rows, steps, fan_in).index_select(0, g.index).view(g.groups, g.size * steps, fan_in)
+            self._gathered = (x, grouped)
         lora = torch.bmm(grouped, a.transpose(1, 2)).view(g.groups, g.size, steps, -1) * g.weight
         out = torch.bmm(lora.view(g.groups, g.size * steps, -1), b).view(g.groups * g.size, steps, fan_out)
         return y.view(rows, steps, fan_out).index_add_(0, g.index, out).view(y.shape)  # y is fresh: in place
