@@ -11,6 +11,7 @@ Orpheus's base model opens with.
 from lyre.train.audio import ClipRejected, SilenceCut
 from lyre.train.dataset import DatasetError, read_dataset
 from lyre.train.prepare import Clip, DataConfig, NoUsableClip, PreparedDataset
+from lyre.train.silence import leading_silent_frames, silence_frames
 from lyre.train.trainer import TrainConfig, TrainError, TrainResult
 from lyre.train.voice import VoiceJob, prepare_voice_data, train_voice, work_folder
 
@@ -26,8 +27,10 @@ __all__ = [
     "TrainError",
     "TrainResult",
     "VoiceJob",
+    "leading_silent_frames",
     "prepare_voice_data",
     "read_dataset",
+    "silence_frames",
     "train_voice",
     "work_folder",
 ]
