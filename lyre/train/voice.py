@@ -91,6 +91,8 @@ def _load_model(model_folder: Path, config: TrainConfig) -> Any:
     from transformers import LlamaForCausalLM
 
     device = torch.device(config.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise TrainError(f"--device {config.device}: CUDA is not available on this machine")
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     base = LlamaForCausalLM.from_pretrained(model_folder, dtype=dtype).to(device)
     base.config.use_cache = False
