@@ -91,8 +91,6 @@ def _load_model(model_folder: Path, config: TrainConfig) -> Any:
     from transformers import LlamaForCausalLM
 
     device = torch.device(config.device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise TrainError(f"--device {config.device}: CUDA is not available on this machine")
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     base = LlamaForCausalLM.from_pretrained(model_folder, dtype=dtype).to(device)
     base.config.use_cache = False
@@ -123,6 +121,8 @@ def train_voice(job: VoiceJob, resume: bool = False, show_progress: bool = True,
     """
     say = log or (lambda line: print(line, file=sys.stderr))
     out = job.out.expanduser()
+    if torch.device(job.train_config.device).type == "cuda" and not torch.cuda.is_available():
+        raise TrainError(f"--device {job.train_config.device}: CUDA is not available on this machine")
     if out.exists() and not job.overwrite:
         raise TrainError(f"'{out}' already exists; pass --overwrite to replace it once the new adapter is complete")
     prepared, model_folder = prepare_voice_data(job)
