@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from lyre.cli import main
 from lyre.demo_model import DemoPaths
@@ -143,3 +144,11 @@ def test_a_bad_voice_name_or_dataset_is_refused() -> None:
         DataConfig("ada: the second")
     with pytest.raises(DatasetError, match="does not exist"):
         read_dataset("/no/such/dataset")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+def test_cuda_asked_for_where_there_is_none_is_refused_first(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["train-voice", str(tmp_path), "--out", str(tmp_path / "ada"), "--voice", "ada",
+                 "--device", "cuda"]) == 2
+    assert "CUDA is not available" in capsys.readouterr().err
