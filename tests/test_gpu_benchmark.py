@@ -52,7 +52,8 @@ def test_the_training_step_section_times_train_voices_defaults() -> None:
     lines: list[str] = []
     figures = train_step_figures(True, "cpu", lines.append)
     assert figures["step_s"] > 0 and figures["batch_size"] == 4 and figures["rank"] == 16
-    assert figures["sequence_tokens"] == 18 + 4 * 7 + 2  # a prompt of 12 text tokens, 4 frames, the end and lines[0].startswith("training step (LoRA r16, batch 4")
+    assert figures["sequence_tokens"] == 18 + 4 * 7 + 2  # a prompt of 12 text tokens, 4 frames, the end tokens
+    assert lines[0].startswith("training step (LoRA r16, batch 4")
     assert figures["bench_deadline"]["targets"][0]["levels"] and figures["bench_fcfs"]["targets"][0]["levels"]
     for name in ("ttfa.png", "viable.png", "step_ms.png"):
         assert (tmp_path / name).stat().st_size > 0, name
