@@ -88,7 +88,12 @@ def publish_folder(target: Path, write: Callable[[Path], None], replace: bool = 
                 raise FileExistsError(f"'{target}' already exists")
             old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=target.parent))
             os.replace(target, old / target.name)  # a folder cannot be renamed over a non-empty one
-        os.replace(tmp, target)
+        try:
+            os.replace(tmp, target)
+        except OSError:
+            if old is not None:  # put the old folder back rather than lose both
+                os.replace(old / target.name, target)
+            raise
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
