@@ -152,17 +152,20 @@ def main() -> None:
     parser.add_argument("--overfit-steps", type=int, default=50)
     parser.add_argument("--overfit-lr", type=float, default=2e-3)
     parser.add_argument("--seeds", type=int, default=2, help="sampled generations per clip and voice")
+    parser.add_argument("--only", choices=("speed", "silence"), help="run one part")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     report = {"machine": f"{platform.machine()}, {torch.get_num_threads()} threads, torch {torch.__version__}"}
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        print("speed at the defaults ...", file=sys.stderr)
-        report["speed"] = speed(root, args.speed_steps, args.speed_clips)
-        print(json.dumps(report["speed"]), file=sys.stderr)
-        print("silence experiment ...", file=sys.stderr)
-        report["silence"] = silence_experiment(root, args.overfit_clips, args.overfit_steps, args.overfit_lr,
-                                               args.seeds)
+        if args.only in (None, "speed"):
+            print("speed at the defaults ...", file=sys.stderr)
+            report["speed"] = speed(root, args.speed_steps, args.speed_clips)
+            print(json.dumps(report["speed"]), file=sys.stderr)
+        if args.only in (None, "silence"):
+            print("silence experiment ...", file=sys.stderr)
+            report["silence"] = silence_experiment(root, args.overfit_clips, args.overfit_steps, args.overfit_lr,
+                                                   args.seeds)
     print(json.dumps(report, indent=1))
     if args.json:
         args.json.write_text(json.dumps(report, indent=1) + "\n")
