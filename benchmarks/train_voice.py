@@ -11,7 +11,7 @@
    encoded with the same codec): how long each voice waits before speaking.
 
     .venv/bin/python benchmarks/train_voice.py
-    .venv/bin/python benchmarks/train_voice.py --overfit-steps 100 --seeds 4 --json train_voice.json
+    .venv/bin/python benchmarks/train_voice.py --only silence --seeds 4 --json train_voice.json
 """
 
 from __future__ import annotations
@@ -148,9 +148,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--speed-steps", type=int, default=6)
     parser.add_argument("--speed-clips", type=int, default=8)
-    parser.add_argument("--overfit-clips", type=int, default=4)
-    parser.add_argument("--overfit-steps", type=int, default=50)
-    parser.add_argument("--overfit-lr", type=float, default=2e-3)
+    parser.add_argument("--overfit-clips", type=int, default=2)
+    parser.add_argument("--overfit-steps", type=int, default=150)
+    parser.add_argument("--overfit-lr", type=float, default=5e-3)
     parser.add_argument("--seeds", type=int, default=2, help="sampled generations per clip and voice")
     parser.add_argument("--only", choices=("speed", "silence"), help="run one part")
     parser.add_argument("--json", type=Path)
