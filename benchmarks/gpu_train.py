@@ -18,7 +18,7 @@ import torch
 from lyre import orpheus
 from lyre.demo_model import DEMO_LLAMA_CONFIG
 from lyre.train.prepare import Clip, training_ids
-from lyre.train.trainer import TrainConfig, Trainer
+from lyre.train.trainer import TrainConfig, Trainer, with_lora
 
 __all__ = ["train_step_figures"]
 
@@ -41,14 +41,12 @@ def _clips(n: int, frames: int, seed: int = 0) -> list[Clip]:
 
 def train_step_figures(small: bool, device: str, log: Callable[[str], None]) -> dict:
     """Seconds per optimizer step at train-voice's defaults, and the peak GPU memory of training."""
-    from peft import LoraConfig, get_peft_model
     from transformers import LlamaConfig, LlamaForCausalLM
 
     config = TrainConfig(steps=2 if small else 6, device=device, val_share=0.0, checkpoint_every=10**6)
     frames = 4 if small else 59  # 5 s of audio: about 430 tokens with the prompt
     dtype = torch.float32 if small else torch.bfloat16
     spec = DEMO_LLAMA_CONFIG if small else ORPHEUS_3B_HF
-    torch.manual_seed(0)
     previous = torch.get_default_dtype()
     torch.set_default_dtype(dtype)
     try:
@@ -56,9 +54,7 @@ def train_step_figures(small: bool, device: str, log: Callable[[str], None]) -> 
             base = LlamaForCausalLM(LlamaConfig(**{k: v for k, v in spec.items() if k != "torch_dtype"}))
     finally:
         torch.set_default_dtype(previous)
-    base.config.use_cache = False
-    model = get_peft_model(base, LoraConfig(r=config.rank, lora_alpha=config.alpha, lora_dropout=config.dropout,
-                                            target_modules=list(config.targets), bias="none", task_type="CAUSAL_LM"))
+    model = with_lora(base, config)
     if device.startswith("cuda"):
         torch.cuda.reset_peak_memory_stats()
     times: list[float] = []

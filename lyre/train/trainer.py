@@ -27,7 +27,7 @@ from lyre.orpheus import PAD
 from lyre.train.checkpoint import latest_checkpoint, save_checkpoint
 from lyre.train.prepare import Clip
 
-__all__ = ["TrainConfig", "TrainError", "TrainResult", "Trainer"]
+__all__ = ["TrainConfig", "TrainError", "TrainResult", "Trainer", "with_lora"]
 
 _IGNORE = -100  # label of a position the loss skips
 
@@ -90,6 +90,17 @@ class TrainResult:
     val_clips: int
     seconds: float  # this invocation's training loop
     history: list[dict[str, float]] = field(default_factory=list)
+
+
+def with_lora(base: Any, config: TrainConfig) -> Any:
+    """``base`` (a transformers causal LM) wrapped by peft in a fresh LoRA of ``config``'s shape."""
+    from peft import LoraConfig, get_peft_model
+
+    base.config.use_cache = False
+    torch.manual_seed(config.seed)  # the LoRA A matrices' initialisation
+    lora = LoraConfig(r=config.rank, lora_alpha=config.alpha, lora_dropout=config.dropout,
+                      target_modules=list(config.targets), bias="none", task_type="CAUSAL_LM")
+    return get_peft_model(base, lora)
 
 
 def split(clips: list[Clip], share: float, seed: int) -> tuple[list[Clip], list[Clip]]:

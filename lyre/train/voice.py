@@ -28,7 +28,7 @@ from lyre.model_folder import load_tokenizer, resolve
 from lyre.train.checkpoint import publish_folder, remove_checkpoints
 from lyre.train.dataset import read_dataset
 from lyre.train.prepare import DataConfig, PreparedDataset, prepare_dataset
-from lyre.train.trainer import TrainConfig, Trainer, TrainError, TrainResult
+from lyre.train.trainer import TrainConfig, Trainer, TrainError, TrainResult, with_lora
 
 __all__ = ["VoiceJob", "prepare_voice_data", "train_voice", "work_folder"]
 
@@ -87,17 +87,11 @@ def prepare_voice_data(job: VoiceJob, encoder: Callable[[], SnacEncoder] | None 
 
 
 def _load_model(model_folder: Path, config: TrainConfig) -> Any:
-    from peft import LoraConfig, get_peft_model
     from transformers import LlamaForCausalLM
 
     device = torch.device(config.device)
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    base = LlamaForCausalLM.from_pretrained(model_folder, dtype=dtype).to(device)
-    base.config.use_cache = False
-    torch.manual_seed(config.seed)  # the LoRA A matrices' initialisation
-    lora = LoraConfig(r=config.rank, lora_alpha=config.alpha, lora_dropout=config.dropout,
-                      target_modules=list(config.targets), bias="none", task_type="CAUSAL_LM")
-    return get_peft_model(base, lora)
+    return with_lora(LlamaForCausalLM.from_pretrained(model_folder, dtype=dtype).to(device), config)
 
 
 def _voice_file(job: VoiceJob, model_folder: Path, prepared: PreparedDataset, result: TrainResult) -> dict:
