@@ -70,7 +70,7 @@ def test_the_adapter_folder_holds_a_servable_lora_and_the_voice_file(trained: tu
     config = LlamaConfig.from_hf(json.loads((demo.model / "config.json").read_text()))
     weights = read_peft_adapter("cloned", out, config, 16)  # the server's own reader accepts it whole
     assert weights.rank == 16 and weights.scale == 2.0 and len(weights.weights) == 7 * config.num_hidden_layers
-    assert not (out.parent / f".{out.name}.partial").exists()
+    assert not list(out.parent.glob(f".{out.name}.*"))  # no partial or replaced folder left beside it
     assert not list(work_folder(out).glob("checkpoint-*"))  # removed once the adapter is complete
 
 
