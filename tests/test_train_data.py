@@ -4,6 +4,7 @@ with none left refused before any training, with nothing written."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -152,3 +153,27 @@ def test_cuda_asked_for_where_there_is_none_is_refused_first(tmp_path: Path,
     assert main(["train-voice", str(tmp_path), "--out", str(tmp_path / "ada"), "--voice", "ada",
                  "--device", "cuda"]) == 2
     assert "CUDA is not available" in capsys.readouterr().err
+
+
+def test_a_folder_is_published_whole_or_not_at_all(tmp_path: Path) -> None:
+    from lyre.train.checkpoint import publish_folder
+
+    target = tmp_path / "ada"
+
+    def write(text: str) -> Callable[[Path], None]:
+        return lambda folder: (folder / "weights").write_text(text)
+
+    publish_folder(target, write("first"))
+    with pytest.raises(FileExistsError):
+        publish_folder(target, write("second"))
+
+    def fails(folder: Path) -> None:
+        (folder / "weights").write_text("half")
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        publish_folder(target, fails, replace=True)
+    assert (target / "weights").read_text() == "first"
+    publish_folder(target, write("second"), replace=True)
+    assert (target / "weights").read_text() == "second"
+    assert [p.name for p in tmp_path.iterdir()] == ["ada"]  # nothing partial or replaced left beside it
