@@ -16,7 +16,8 @@ On one H200 it takes about 7 minutes:
 6. serves the fastest lever set that passed (3) with ``create_app`` on
    loopback and sweeps concurrency with ``lyre bench`` up to and past the SLO
    (p90 TTFA <= 250 ms, >= 99% viable streams), once with the deadline
-   scheduler and once with fcfs.
+   scheduler and once with fcfs;
+7. times a LoRA training step at train-voice's defaults (`gpu_train`).
 
 Figures print as they come and are written to ``$OUT/gpu.json`` after every
 section (so a run cut short still returns what it measured), with the bench's
@@ -57,6 +58,7 @@ import uvicorn
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # gpu_levers, beside this file
 
 from gpu_levers import Lever, codec_grid, fp8_quality, lora_grid, step_grid, token_agreement  # noqa: E402
+from gpu_train import train_step_figures  # noqa: E402
 
 from lyre import bench, orpheus  # noqa: E402
 from lyre.bench.runner import LevelResult, TargetResult  # noqa: E402
@@ -368,6 +370,12 @@ def main(argv: list[str] | None = None) -> int:
     figures["gpu_max_memory_allocated_bytes"] = torch.cuda.max_memory_allocated() if plan.device == "cuda" else None
     log(f"peak GPU memory: {'-' if memory_gib is None else f'{memory_gib:.1f} GiB'}; "
         f"total {time.perf_counter() - started:.0f} s")
+    _write(plan, figures)
+    try:  # last, and on its own: whatever happens here, the figures above are already written
+        figures["train_step"] = train_step_figures(plan.small, plan.device, log)
+    except Exception as exc:  # noqa: BLE001 - reported beside the figures, never fatal to the run
+        figures["train_step"] = {"error": f"{type(exc).__name__}: {exc}"}
+        log(f"training step: failed ({figures['train_step']['error']})")
     _write(plan, figures)
     paths = [plan.out / "gpu.json"]
     if (steps_plot := _plot_steps(plan, figures["steps"])) is not None:  # None: no matplotlib here

@@ -24,6 +24,8 @@ run engine benchmarks/engine.py
 run host_budget benchmarks/host_budget.py --concurrency 16 64 128 --json "$out/host_budget.json"
 run codec benchmarks/codec.py
 run streaming benchmarks/streaming.py --levels 1 2
+run train_voice benchmarks/train_voice.py --overfit-clips 4 --overfit-steps 50 --overfit-lr 2e-3 --json "$out/train_voice.json"
+run train_voice_silence benchmarks/train_voice.py --only silence --json "$out/train_voice_silence.json"
 echo "== compare: benchmarks/compare.py --out $out" >&2
 "$py" benchmarks/compare.py --out "$out" > /dev/null  # it writes compare.md itself
 echo "== scheduling: benchmarks/scheduling.py --out $out" >&2

@@ -1,5 +1,5 @@
 """Imports go one way: server -> tts / llm -> engine / codec; the engine knows no audio
-and no chat, the server no torch, the bench only HTTP."""
+and no chat, the server no torch, the bench only HTTP, the training recipe no serving."""
 
 from __future__ import annotations
 
@@ -22,6 +22,8 @@ FORBIDDEN = {
     # The server reaches the pipeline through lyre.tts only: no engine, no codec, no torch.
     "server": ("torch", "snac", "transformers", "lyre.engine", "lyre.codec", "lyre.bench"),
     "baseline": ("lyre.server", "lyre.bench"),
+    # The voice recipe builds on the format, the codec and the adapter format; it serves nothing.
+    "train": ("lyre.server", "lyre.bench", "lyre.baseline", "lyre.stt", "lyre.llm"),
     "bench": ("torch", "lyre.engine", "lyre.codec", "lyre.tts", "lyre.server", "lyre.baseline", "snac"),
     "stt": ("torch", "lyre.engine", "lyre.codec", "lyre.tts", "lyre.server", "lyre.bench", "lyre.baseline", "snac"),
 }
