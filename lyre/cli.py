@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import socket
 import sys
 import time
 import wave
@@ -106,6 +107,8 @@ def _parser() -> argparse.ArgumentParser:
     stt.add_argument("--stt-max-sessions", type=int, default=8,
                      help="realtime transcription sessions at once; more are refused (default: 8)")
 
+    _add_fleet_args(serve)
+
     llm = serve.add_argument_group("chat completions (the think step)")
     llm.add_argument("--llm", metavar="PATH",
                      help="also serve POST /v1/chat/completions with this Llama-family chat model: a .gguf file, "
@@ -131,6 +134,18 @@ def _parser() -> argparse.ArgumentParser:
 
     _add_bench_parser(sub)
     return parser
+
+
+def _add_fleet_args(serve: argparse.ArgumentParser) -> None:
+    fleet = serve.add_argument_group("fleet membership (behind lyre route)")
+    fleet.add_argument("--register", metavar="REDIS_URL", default=os.environ.get("LYRE_REGISTER"),
+                       help="join the fleet in this Redis (redis://HOST:PORT/DB): heartbeat address, capacity, "
+                            "load and resident adapters, drain on shutdown (default: $LYRE_REGISTER; none: alone)")
+    fleet.add_argument("--advertise", metavar="URL", default=os.environ.get("LYRE_ADVERTISE"),
+                       help="the URL routers reach this server at, e.g. http://10.0.0.7:8000 "
+                            "(default: $LYRE_ADVERTISE)")
+    fleet.add_argument("--fleet-ttl", type=float, default=3.0,
+                       help="seconds the fleet record outlives the last heartbeat (default: 3)")
 
 
 def _add_bench_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -262,13 +277,31 @@ def _serve(args: argparse.Namespace) -> int:
         stt_device=args.stt_device,
         stt_max_file_bytes=round(args.stt_max_file_mb * 2**20),
         stt_max_sessions=args.stt_max_sessions,
+        register=args.register or None,
+        advertise=args.advertise or None,
+        fleet_ttl_s=args.fleet_ttl,
     )
     if config.tts:
         _check_voices(config)
     # uvicorn turns SIGINT/SIGTERM into a graceful shutdown: the app stops
-    # admitting, lets streams in flight finish (or ends them), then exits.
-    uvicorn.run(create_app(config), host=config.host, port=config.port, log_level=args.log_level)
+    # admitting at once (and its fleet record says draining), lets streams in
+    # flight finish (or ends them), then leaves the fleet and exits.
+    _run_draining(create_app(config), config.host, config.port, args.log_level)
     return 0
+
+
+def _run_draining(app: object, host: str, port: int, log_level: str) -> None:
+    """uvicorn, with the app told to drain as soon as a shutdown starts rather than after its connections close."""
+    import uvicorn
+
+    from lyre.server import start_draining
+
+    class Draining(uvicorn.Server):
+        async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+            await start_draining(app)  # type: ignore[arg-type]
+            await super().shutdown(sockets)
+
+    Draining(uvicorn.Config(app, host=host, port=port, log_level=log_level)).run()
 
 
 def _chat(args: argparse.Namespace) -> int:
