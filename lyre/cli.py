@@ -133,7 +133,46 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--seed", type=int, default=0)
 
     _add_bench_parser(sub)
+    _add_route_parser(sub)
     return parser
+
+
+def _add_route_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    route = sub.add_parser("route", help="route a fleet of lyre servers: one entry point, sticky by voice or session",
+                           description="A stateless router in front of the servers registered in Redis "
+                                       "(lyre serve --register): consistent hashing with bounded load, "
+                                       "HTTP and WebSocket passed through. 'lyre route status' prints the fleet.")
+    route.add_argument("action", nargs="?", choices=("run", "status"), default="run",
+                       help="run the router (default), or print the ring, the servers and the hot voices")
+    route.add_argument("--redis", default=os.environ.get("LYRE_REDIS"),
+                       help="the fleet's Redis, redis://HOST:PORT/DB (default: $LYRE_REDIS)")
+    route.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
+    route.add_argument("--port", type=int, default=8080)
+    route.add_argument("--load-factor", type=float, default=1.25,
+                       help="c: a server at c times the fleet's average load is passed over (default: 1.25)")
+    route.add_argument("--vnodes", type=int, default=40, help="virtual nodes per server on the ring (default: 40)")
+    route.add_argument("--poll", type=float, default=1.0, help="seconds between reads of the fleet (default: 1)")
+    route.add_argument("--admin-key", default=os.environ.get("LYRE_ROUTER_ADMIN_KEY"),
+                       help="turn on the hot-voice admin API for this key (default: $LYRE_ROUTER_ADMIN_KEY; "
+                            "none: off)")
+    route.add_argument("--log-level", default="info")
+
+
+def _route(args: argparse.Namespace) -> int:
+    if not args.redis:
+        raise ValueError("lyre route needs --redis redis://HOST:PORT (or $LYRE_REDIS)")
+    from lyre.router import RouterConfig, create_router_app
+    from lyre.router.status import fleet_status
+
+    config = RouterConfig(redis=args.redis, host=args.host, port=args.port, load_factor=args.load_factor,
+                          vnodes=args.vnodes, poll_s=args.poll, admin_key=args.admin_key or None)
+    if args.action == "status":
+        print(fleet_status(config.redis, config.vnodes))
+        return 0
+    import uvicorn
+
+    uvicorn.run(create_router_app(config), host=config.host, port=config.port, log_level=args.log_level)
+    return 0
 
 
 def _add_fleet_args(serve: argparse.ArgumentParser) -> None:
@@ -394,7 +433,8 @@ def _bench(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    handlers = {"say": _say, "serve": _serve, "chat": _chat, "demo-model": _demo_model, "bench": _bench}
+    handlers = {"say": _say, "serve": _serve, "chat": _chat, "demo-model": _demo_model, "bench": _bench,
+                "route": _route}
     try:
         return handlers[args.command](args)
     except ValueError as exc:  # bad input: say what was wrong, no traceback

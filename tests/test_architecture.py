@@ -23,6 +23,9 @@ FORBIDDEN = {
     "server": ("torch", "snac", "transformers", "lyre.engine", "lyre.codec", "lyre.bench"),
     "baseline": ("lyre.server", "lyre.bench"),
     "bench": ("torch", "lyre.engine", "lyre.codec", "lyre.tts", "lyre.server", "lyre.baseline", "snac"),
+    # The router talks HTTP to the servers: it shares the fleet's wire format (lyre.fleet) and nothing else.
+    "router": ("torch", "lyre.engine", "lyre.codec", "lyre.tts", "lyre.stt", "lyre.llm", "lyre.server", "lyre.bench",
+               "lyre.baseline", "snac"),
     "stt": ("torch", "lyre.engine", "lyre.codec", "lyre.tts", "lyre.server", "lyre.bench", "lyre.baseline", "snac"),
 }
 
