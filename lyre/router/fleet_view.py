@@ -49,6 +49,7 @@ class FleetView:
         self.stale_since: float | None = None  # wall-clock time Redis was first found away; None: in touch
         self.last_error = ""
         self.refreshes = 0
+        self._grace_until = 0.0  # monotonic time until which servers missing from Redis are kept
         self._lock = asyncio.Lock()
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -82,6 +83,11 @@ class FleetView:
                 return
             if self.stale_since is not None:
                 log.warning("Redis is back after %.1f s", time.time() - self.stale_since)
+                # A Redis that restarted empty holds no records until each server's next heartbeat:
+                # keep the servers last seen for one TTL rather than route to none of them.
+                self._grace_until = time.monotonic() + max((r.ttl_s for r in self.servers.values()), default=0)
+            if time.monotonic() < self._grace_until:
+                servers = {**{u: r for u, r in self.servers.items() if u not in servers}, **servers}
             self.stale_since = None
             self.last_error = ""
             self.refreshes += 1

@@ -9,9 +9,10 @@ tested with made-up fleets and loads.
   builds the same ring from the same servers, so replicas agree without
   talking to each other.
 - Bounded load (consistent hashing with bounded loads, Mirrokni et al. 2018):
-  a server whose load, with this request, would pass ``c`` times the fleet's
-  average is passed over for the next one clockwise. When every server is
-  past it (a tiny fleet at tiny loads), the least loaded one takes it.
+  with this request counted, no server may hold more than ceil(c x average)
+  streams; a server already there is passed over for the next one clockwise.
+  So max/average stays at or under c once the average is a whole number
+  (and within one stream of it otherwise).
 - A hot voice has N placements: its identity, then ``identity#1`` ..
   ``identity#N-1``, each hashed on its own. A request goes to the placement
   whose server holds the voice's adapter, least loaded first; changing N
@@ -20,6 +21,7 @@ tested with made-up fleets and loads.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
@@ -91,21 +93,20 @@ class Ring:
         if not live:
             return None
         total = sum(loads.get(url, 0) for url in live)
-        bound = load_factor * (total + 1) / len(live)  # the request's own stream counts
+        bound = math.ceil(load_factor * (total + 1) / len(live))  # the request's own stream counts
         options = [self._place(key, loads, set(live), bound, adapter) for key in placement_keys(identity, placements)]
         return min(options, key=lambda r: (not r.adapter_hit, loads.get(r.server, 0)))
 
-    def _place(self, key: str, loads: Mapping[str, int], live: set[str], bound: float,
+    def _place(self, key: str, loads: Mapping[str, int], live: set[str], bound: int,
                adapter: str | None) -> Route:
         home = None
         for url in self.walk(key):
             if url not in live:
                 continue
             home = home or url
-            if loads.get(url, 0) + 1 <= bound:
+            if loads.get(url, 0) < bound:
                 return Route(url, key, home, self._holds(url, adapter))
-        least = min(sorted(live), key=lambda url: loads.get(url, 0))  # everyone is past the bound
-        return Route(least, key, home or least, self._holds(least, adapter))
+        raise AssertionError("unreachable: the least loaded server is always under the bound")
 
     def _holds(self, url: str, adapter: str | None) -> bool:
         return adapter is not None and adapter in self.servers[url].adapters

@@ -26,9 +26,13 @@ class RouterState:
     inflight: Counter[str] = field(default_factory=Counter)  # requests and sockets this router has open, by server
 
     def loads(self) -> dict[str, int]:
-        """Each server's load: its last heartbeat's, or what this router alone has in flight there if
-        that is more (heartbeats are up to a third of the TTL old; other routers' streams show in them)."""
-        return {url: max(record.load, self.inflight[url]) for url, record in self.view.servers.items()}
+        """Each server's load for the bound: the requests and sockets this router has in flight there.
+
+        Not the heartbeat's figure: that is up to a third of the TTL old and still counts requests that have
+        ended, which would push a voice off its server at low load. Each replica bounds what it placed
+        itself; replicas behind one balancer see similar shares, so the fleet stays near the bound too.
+        """
+        return {url: self.inflight[url] for url in self.view.servers}
 
     def choose(self, identity: Identity, service: str | None, api: str, exclude: Iterable[str] = ()) -> Route | None:
         """The server for this request, or None when no server on the ring serves ``service``."""
