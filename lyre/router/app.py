@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-import httpx
+import aiohttp
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -39,9 +39,12 @@ def create_router_app(config: RouterConfig) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         view = FleetView(config.redis, config.vnodes, config.poll_s,
                          on_change=lambda event, url: metrics.membership.labels(event).inc())
-        timeout = httpx.Timeout(config.upstream_timeout_s, connect=config.connect_timeout_s)
-        limits = httpx.Limits(max_connections=None, max_keepalive_connections=256, keepalive_expiry=60)
-        async with httpx.AsyncClient(timeout=timeout, limits=limits) as client:
+        timeout = aiohttp.ClientTimeout(total=None, connect=config.connect_timeout_s,
+                                        sock_read=config.upstream_timeout_s)
+        connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=60)  # no cap: admission is each server's job
+        # Passed through as they are: no decompression, no headers of the client's own.
+        async with aiohttp.ClientSession(connector=connector, timeout=timeout, auto_decompress=False,
+                                         skip_auto_headers=("User-Agent", "Accept-Encoding")) as client:
             app.state.router = RouterState(config, view, client, metrics)
             await view.start()
             try:

@@ -6,7 +6,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-import httpx
+import aiohttp
 
 from lyre.router.config import RouterConfig
 from lyre.router.fleet_view import FleetView
@@ -21,7 +21,7 @@ __all__ = ["RouterState"]
 class RouterState:
     config: RouterConfig
     view: FleetView
-    client: httpx.AsyncClient  # pooled keep-alive connections to every server
+    client: aiohttp.ClientSession  # pooled keep-alive connections to every server
     metrics: RouterMetrics
     inflight: Counter[str] = field(default_factory=Counter)  # requests and sockets this router has open, by server
 
