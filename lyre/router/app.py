@@ -54,7 +54,7 @@ def create_router_app(config: RouterConfig) -> FastAPI:
 
     app = FastAPI(title="lyre router", version="0.1.0", lifespan=lifespan)
     for path, method in HTTP_ROUTES:
-        app.add_api_route(path, forward, methods=[method], include_in_schema=False)
+        app.router.add_route(path, forward, methods=[method], include_in_schema=False)  # Starlette's: no FastAPI layer
     for path in SOCKET_ROUTES:
         app.add_api_websocket_route(path, relay_socket)
     app.include_router(hot_voices.router)
