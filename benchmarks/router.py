@@ -5,11 +5,13 @@
    concurrent streams with a Zipf voice mix are placed with and without the
    load bound.
 2. The hop (real processes on loopback: redis-server, one registered
-   ``lyre serve`` on the demo model, one ``lyre route``): ``lyre bench``
-   through the router and direct to the server in one run (TTFA p50/p90 each,
-   and the difference), the router's CPU time per request, and the latency
-   of a tiny request (GET /v1/models) through the router and direct,
-   interleaved, which isolates the hop from the model's own variance.
+   ``lyre serve`` on the demo model, one ``lyre route``): speech requests
+   alternating through the router and direct (TTFA p50/p90 each way and the
+   difference: pairs back to back see the same machine), ``lyre bench``
+   through the router and direct in one run (two sweeps, one after the
+   other), the router's CPU time per request, and the latency of a tiny
+   request (GET /v1/models) through the router and direct, interleaved, which
+   isolates the hop from the model's own variance.
 
     .venv/bin/python benchmarks/router.py                    # about 2 minutes on 2 cores
     .venv/bin/python benchmarks/router.py --requests 10 --tiny 100
@@ -37,6 +39,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # the
 from fleet_processes import Redis, route, serve, wait_ready
 
 
+_IDLE_S = 10.0  # the router's idle CPU is measured over this long, and taken off the busy figure
+
+
 def _fleet(n: int) -> list[ServerRecord]:
     return [ServerRecord(url=f"http://10.0.0.{i}:8000", capacity=32) for i in range(n)]
 
@@ -46,10 +51,10 @@ def remap_table(ids: int) -> list[str]:
     lines = ["| servers N | moved on leave | moved on join (N to N+1) | ideal 1/N, 1/(N+1) |", "|---|---|---|---|"]
     for n in (3, 4, 8, 16):
         servers = _fleet(n + 1)
-        full, base = Ring(servers[:n]), Ring(servers[:n - 1])
+        full, fewer, more = Ring(servers[:n]), Ring(servers[:n - 1]), Ring(servers)
         homes = {k: full.home(k) for k in keys}
-        left = sum(homes[k] != base.home(k) for k in keys) / ids
-        joined = sum(homes[k] != Ring(servers).home(k) for k in keys) / ids
+        left = sum(homes[k] != fewer.home(k) for k in keys) / ids
+        joined = sum(homes[k] != more.home(k) for k in keys) / ids
         lines.append(f"| {n} | {left:.3f} | {joined:.3f} | {1 / n:.3f}, {1 / (n + 1):.3f} |")
     return lines
 
@@ -95,6 +100,28 @@ def _tiny(router: str, direct: str, n: int) -> tuple[list[float], list[float]]:
     return through, straight
 
 
+def _interleaved_ttfa(router: str, direct: str, n: int, max_tokens: int) -> tuple[list[float], list[float]]:
+    """Speech requests alternating through the router and direct: time to the first audio byte, in seconds.
+
+    Pairs taken back to back see the same machine, where two sweeps one after the other may not.
+    """
+    through, straight = [], []
+    body = {"input": "Hello there, how are you?", "voice": "tara", "response_format": "pcm",
+            "max_tokens": max_tokens, "seed": 0}
+    with httpx.Client(timeout=60) as client:
+        for i in range(n):
+            for url, out in ((router, through), (direct, straight))[:: 1 if i % 2 else -1]:
+                start = time.perf_counter()
+                with client.stream("POST", url + "/v1/audio/speech", json=body) as r:
+                    assert r.status_code == 200
+                    chunks = r.iter_raw()
+                    next(chunks)
+                    out.append(time.perf_counter() - start)
+                    for _ in chunks:  # the rest of the answer, so the connection goes back to the pool
+                        pass
+    return through, straight
+
+
 def _pct(values: list[float], q: float) -> float:
     value = bench.percentile(values, q)
     assert value is not None
@@ -110,14 +137,18 @@ def hop_figures(requests: int, tiny: int, max_tokens: int) -> list[str]:
         wait_ready([router])
         time.sleep(1.5)  # the router's first polls have the server
         through, straight = _tiny(router.url, server.url, tiny)
+        idle0 = _cpu_s(router.process.pid)
+        time.sleep(_IDLE_S)
+        idle_per_s = (_cpu_s(router.process.pid) - idle0) / _IDLE_S  # polling Redis, heartbeat events
         cpu0 = _cpu_s(router.process.pid)
         t0 = time.perf_counter()
+        speech_via, speech_direct = _interleaved_ttfa(router.url, server.url, requests, max_tokens)
         config = bench.BenchConfig(urls=(router.url, server.url), labels=("router", "direct"), levels=(1,),
                                    warmup=2, max_requests=requests, max_tokens=max_tokens, seed=0, duration_s=120)
         result = asyncio.run(bench.run_bench(config))
         wall = time.perf_counter() - t0
         cpu = _cpu_s(router.process.pid) - cpu0
-        routed = requests + config.warmup
+        routed = requests + (requests + config.warmup)  # the interleaved ones, then the bench's (warm-up included)
     finally:
         router.close()
         server.close()
@@ -131,11 +162,17 @@ def hop_figures(requests: int, tiny: int, max_tokens: int) -> list[str]:
         lines.append(f"| {name} (ms, {requests} requests, {max_tokens} tokens) | {a * ms:.2f} | {b * ms:.2f} | "
                      f"{(a - b) * ms:+.2f} |")
     for q in (50, 90):
+        a, b = _pct(speech_via, q), _pct(speech_direct, q)
+        lines.append(f"| speech TTFA p{q} (ms, {requests} interleaved pairs) | {a * ms:.2f} | {b * ms:.2f} | "
+                     f"{(a - b) * ms:+.2f} |")
+    for q in (50, 90):
         a, b = _pct(through, q), _pct(straight, q)
         lines.append(f"| GET /v1/models p{q} (ms, {tiny} interleaved) | {a * ms:.3f} | {b * ms:.3f} | "
                      f"{(a - b) * ms:+.3f} |")
-    lines.append(f"\nrouter CPU: {cpu * ms:.0f} ms over {wall:.1f} s and {routed} speech requests "
-                 f"= {cpu * ms / routed:.2f} ms per request (idle polling of Redis included)")
+    busy = cpu - idle_per_s * wall
+    lines.append(f"\nrouter CPU: {cpu * ms:.0f} ms over {wall:.1f} s and {routed} speech requests; idle it spends "
+                 f"{idle_per_s * ms:.1f} ms/s (reading the fleet); the rest, {busy * ms:.0f} ms, is "
+                 f"{busy * ms / routed:.2f} ms per speech request")
     return lines
 
 
@@ -147,6 +184,7 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=28, help="per speech request (28: 4 frames)")
     parser.add_argument("--tiny", type=int, default=300, help="GET /v1/models requests each way")
     args = parser.parse_args()
+    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
     print("## Remapped identities when a server leaves or joins", *remap_table(args.ids), sep="\n")
     print("\n## Max/average load under a Zipf voice mix", *zipf_table(args.seeds), sep="\n")
     print("\n## The hop: one server, through the router and direct", *hop_figures(args.requests, args.tiny,

@@ -21,12 +21,14 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosedError
 
 from fleet_processes import Process, Redis, route, serve, wait_ready
+from lyre.demo_model import DemoPaths
 from lyre.orpheus import SAMPLES_PER_FRAME
 from polling import eventually
 
 pytestmark = pytest.mark.slow
 
 ADMIN = "hot-admin"
+SERVER_ADMIN = "adapter-admin"
 SHORT = {"max_tokens": 28, "seed": 1, "trim_silence": False}  # 4 frames
 LOAD_FACTOR = 1.25
 
@@ -55,7 +57,7 @@ class Fleet:
 @pytest.fixture(scope="module")
 def fleet() -> Iterator[Fleet]:
     redis = Redis().start()
-    servers = [serve(redis.url, "--max-streams", "4") for _ in range(3)]
+    servers = [serve(redis.url, "--max-streams", "4", "--admin-key", SERVER_ADMIN) for _ in range(3)]
     routers = [route(redis.url, "--admin-key", ADMIN, "--load-factor", str(LOAD_FACTOR)) for _ in range(2)]
     try:
         wait_ready(servers)
@@ -133,6 +135,31 @@ def test_a_hot_voice_spreads_over_its_placements_and_every_router_agrees(fleet: 
     finally:
         assert httpx.delete(fleet.routers[0].url + "/v1/router/hot-voices/mia", headers=auth).status_code == 200
     assert eventually(lambda: fleet.health(1)["hot_voices"] == {}, timeout=5)
+
+
+def test_a_cloned_voice_goes_to_the_placement_whose_server_holds_its_adapter(
+        fleet: Fleet, demo: DemoPaths, tmp_path_factory: pytest.TempPathFactory) -> None:
+    from adapters import make_adapter
+
+    folder = make_adapter(tmp_path_factory.mktemp("clone"), demo.model, seed=0, speaker="tara")
+    auth = {"authorization": f"Bearer {ADMIN}"}
+    r = httpx.put(fleet.routers[0].url + "/v1/router/hot-voices/clone", json={"placements": 4}, headers=auth)
+    homes = r.json()["servers"]
+    holder = next((url for url in homes if url != homes[0]), homes[0])  # not the first placement, if it can be
+    loaded = httpx.post(holder + "/v1/adapters", json={"name": "clone", "path": str(folder)}, timeout=60,
+                        headers={"authorization": f"Bearer {SERVER_ADMIN}"})
+    assert loaded.status_code == 201, loaded.text
+    try:
+        for i in range(2):  # its next heartbeat tells every router
+            assert eventually(lambda i=i: any(s["url"] == holder and s["adapters"] == ["clone"]
+                                              for s in fleet.health(i)["servers"]), timeout=10)
+        answers = [_speak(fleet.routers[i % 2], "clone") for i in range(4)]
+        assert [r.status_code for r in answers] == [200] * 4, answers[0].text
+        assert {r.headers["x-lyre-server"] for r in answers} == {holder}
+        assert _router_metric(fleet, 'lyre_router_requests_total{api="/v1/audio/speech",placement="adapter"') >= 2
+    finally:
+        httpx.delete(fleet.routers[0].url + "/v1/router/hot-voices/clone", headers=auth)
+        httpx.delete(holder + "/v1/adapters/clone", headers={"authorization": f"Bearer {SERVER_ADMIN}"})
 
 
 def test_bounded_load_keeps_max_over_average_at_most_c_under_a_skewed_voice_mix(fleet: Fleet) -> None:
@@ -296,7 +323,8 @@ def _websocket_requests(fleet: Fleet) -> dict[str, float]:
     return out
 
 
-def _router_metric(fleet: Fleet, name: str) -> float:
+def _router_metric(fleet: Fleet, prefix: str) -> float:
+    """The sum of router 0's samples whose line starts with ``prefix`` (a name, or a name and its first labels)."""
     text = httpx.get(fleet.routers[0].url + "/metrics", timeout=5).text
     return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith(name + "{") or line.startswith(name + " "))
+               if line.startswith(prefix if "{" in prefix else (prefix + "{", prefix + " ")))

@@ -96,8 +96,8 @@ class FleetView:
             taking = {url for url, r in servers.items() if not r.draining}
             if taking != set(self.ring.servers):
                 self.ring = Ring(servers.values(), self._vnodes)
-            else:  # same ring; loads and adapters are read from the records
-                self.ring.servers = {url: servers[url] for url in self.ring.servers}
+            else:
+                self.ring.update(servers)
 
     async def _read(self) -> tuple[dict[str, ServerRecord], dict[str, int]]:
         urls = sorted(u.decode() for u in await self.redis.smembers(MEMBERS_KEY))

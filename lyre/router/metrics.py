@@ -11,7 +11,7 @@ class RouterMetrics:
     def __init__(self) -> None:
         r = self.registry = CollectorRegistry()
         self.routed = Counter("lyre_router_requests", "Requests routed, by API, server and how it was placed",
-                              ["api", "server", "placement"], registry=r)
+                              ["api", "placement", "server"], registry=r)
         self.overhead = Histogram("lyre_router_overhead_seconds",
                                   "Request in to request out to the server: routing and the body, before the hop",
                                   buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05), registry=r)

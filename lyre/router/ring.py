@@ -65,6 +65,10 @@ class Ring:
         self.vnodes = vnodes
         self._ring = HashRing({url: {"vnodes": vnodes} for url in self.servers}, hash_fn="ketama")
 
+    def update(self, records: Mapping[str, ServerRecord]) -> None:
+        """New records for the same servers (loads, adapters): the points on the ring stay as they are."""
+        self.servers = {url: records[url] for url in self.servers}
+
     def __len__(self) -> int:
         return len(self.servers)
 

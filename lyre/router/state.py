@@ -42,7 +42,7 @@ class RouterState:
                            placements=placements, adapter=identity.voice, exclude=exclude)
         if route is not None:
             how = "passed_over" if route.passed_over else "adapter" if route.adapter_hit else "home"
-            self.metrics.routed.labels(api, route.server, how).inc()
+            self.metrics.routed.labels(api, how, route.server).inc()
         return route
 
     def acquire(self, url: str) -> None:
