@@ -173,38 +173,34 @@ def test_bounded_load_keeps_max_over_average_at_most_c_under_a_skewed_voice_mix(
     assert len(loads) == 3
 
 
-def test_a_websocket_keeps_its_server_while_servers_join_and_leave(fleet: Fleet) -> None:
-    async def run() -> tuple[str, list[str], list[str]]:
+def test_a_server_joins_then_drains_finishing_its_stream_while_a_websocket_keeps_its_server(fleet: Fleet) -> None:
+    """One extra server for both (a server start is the slow part): it joins, takes a stream, is stopped
+    mid-stream (draining at once, the stream finishes, then it leaves); a socket opened before it joined
+    keeps its server throughout."""
+    before = _websocket_requests(fleet)
+
+    async def run() -> tuple[str, list[str], dict[str, object]]:
         async with connect(fleet.routers[0].url.replace("http", "ws") + "/v1/tts/websocket",
                            additional_headers={"x-lyre-session": "long-call"}) as ws:
             server = ws.response.headers["x-lyre-server"]
-            joined = serve(fleet.redis.url, "--max-streams", "2")
-            try:
-                await asyncio.to_thread(wait_ready, [joined])
-                assert await asyncio.to_thread(eventually, lambda: joined.url in fleet.ring(), 10)
-                rings = [fleet.ring()]
-            finally:
-                joined.close()
-            assert await asyncio.to_thread(eventually, lambda: joined.url not in fleet.ring(), 10)
-            rings.append(fleet.ring())
+            got = await asyncio.to_thread(_join_then_drain, fleet)
             await ws.send(json.dumps({"context_id": "c", "voice": {"mode": "id", "id": "leo"},
                                       "transcript": "Still here.", "continue": False, **SHORT}))
             kinds = [json.loads(m)["type"] async for m in _until_done(ws)]
-            return server, kinds, rings[0] + ["|"] + rings[1]
+            return server, kinds, got
 
-    before = _websocket_requests(fleet)
-    server, kinds, rings = asyncio.run(run())
-    assert len(rings) == 4 + 1 + 3
+    server, kinds, got = asyncio.run(run())
+    assert got["stream"] == {"server": got["url"], "bytes": 40 * SAMPLES_PER_FRAME * 2}
     assert kinds[-1] == "done" and "chunk" in kinds
     after = _websocket_requests(fleet)
     assert {url for url in after if after[url] != before.get(url, 0)} == {server}
 
 
-def test_a_draining_server_finishes_its_stream_then_leaves(fleet: Fleet) -> None:
+def _join_then_drain(fleet: Fleet) -> dict[str, object]:
     extra = serve(fleet.redis.url, "--max-streams", "2")
     try:
         wait_ready([extra])
-        assert eventually(lambda: extra.url in fleet.ring(), timeout=10)
+        assert eventually(lambda: extra.url in fleet.ring() and extra.url in fleet.ring(1), timeout=10)
         session = next(s for s, url in fleet.where([f"d-{i}" for i in range(40)]).items() if url == extra.url)
         got: dict[str, object] = {}
         started = threading.Event()
@@ -228,11 +224,11 @@ def test_a_draining_server_finishes_its_stream_then_leaves(fleet: Fleet) -> None
         # Marked draining at once (off the ring) while its stream goes on.
         assert eventually(lambda: extra.url not in fleet.ring(), timeout=5)
         reader.join(120)
-        assert got == {"server": extra.url, "bytes": 40 * SAMPLES_PER_FRAME * 2}
         # uvicorn ends a graceful shutdown by raising the signal again on itself.
         assert extra.process.wait(60) in (0, -signal.SIGTERM)
         assert "Traceback" not in extra.output()
         assert eventually(lambda: extra.url not in [s["url"] for s in fleet.health()["servers"]], timeout=5)
+        return {"url": extra.url, "stream": got}
     finally:
         extra.close()
 
