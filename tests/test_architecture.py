@@ -20,7 +20,7 @@ FORBIDDEN = {
     "codec": ("lyre.engine", "lyre.tts", "lyre.server", "lyre.bench", "lyre.baseline"),
     "tts": ("lyre.server", "lyre.bench", "lyre.baseline"),
     # The server reaches the pipeline through lyre.tts only: no engine, no codec, no torch.
-    "server": ("torch", "snac", "transformers", "lyre.engine", "lyre.codec", "lyre.bench"),
+    "server": ("torch", "snac", "transformers", "lyre.engine", "lyre.codec", "lyre.bench", "lyre.router"),
     "baseline": ("lyre.server", "lyre.bench"),
     "bench": ("torch", "lyre.engine", "lyre.codec", "lyre.tts", "lyre.server", "lyre.baseline", "snac"),
     # The router talks HTTP to the servers: it shares the fleet's wire format (lyre.fleet) and nothing else.

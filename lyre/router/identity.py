@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["SERVER_HEADER", "SESSION_HEADER", "Identity", "IdentityError", "identity_of", "service_of",
+__all__ = ["SERVER_HEADER", "SESSION_HEADER", "Identity", "IdentityError", "identity_of", "json_body", "service_of",
            "voice_in_message"]
 
 SESSION_HEADER = "x-lyre-session"
