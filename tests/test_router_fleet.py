@@ -274,7 +274,27 @@ def test_a_killed_server_is_retried_past_then_dropped_by_its_ttl_and_only_its_id
             assert closed.value.rcvd is not None and closed.value.rcvd.code == 1011
             return messages
 
+    # An SSE stream on the victim as well, running when it dies.
+    events: list[dict] = []  # type: ignore[type-arg]
+    streaming = threading.Event()
+
+    def sse() -> None:
+        with httpx.stream("POST", fleet.routers[1].url + "/v1/audio/speech", timeout=60,
+                          headers={"x-lyre-session": on_victim[1]},
+                          json={"input": "A long one.", "voice": "jess", "stream_format": "sse",
+                                "response_format": "pcm", "max_tokens": 1400, "seed": 5}) as r:
+            for line in r.iter_lines():
+                if line.startswith("data: "):
+                    events.append(json.loads(line[6:]))
+                    streaming.set()
+
+    reader = threading.Thread(target=sse)
+    reader.start()
+    assert streaming.wait(60)
     messages = asyncio.run(doomed_context())
+    reader.join(60)
+    assert events[0]["type"] == "speech.audio.delta"
+    assert events[-1]["type"] == "error" and victim.url in events[-1]["error"]["message"]
     assert messages[0]["type"] == "chunk"
     assert messages[-1]["type"] == "error" and messages[-1]["context_id"] == "doomed"
     assert victim.url in messages[-1]["error"]

@@ -14,8 +14,8 @@ from lyre.router.ring import Ring, placement_keys
 from lyre.server import ServerConfig
 
 
-def _fleet(n: int, **fields: object) -> list[ServerRecord]:
-    return [ServerRecord(url=f"http://10.0.0.{i}:8000", capacity=8, **fields) for i in range(n)]  # type: ignore[arg-type]
+def _fleet(n: int) -> list[ServerRecord]:
+    return [ServerRecord(url=f"http://10.0.0.{i}:8000", capacity=8) for i in range(n)]
 
 
 IDS = [f"voice:v{i}" for i in range(4000)]

@@ -40,8 +40,8 @@ HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-authenticate", "proxy
                         "transfer-encoding", "upgrade", "host", "content-length"})
 # The router's own server writes these on every response; the server's copies would come twice.
 _NOT_RETURNED = (HOP_BY_HOP - {"content-length"}) | {"date", "server"}
-_RETRY_STATUS = 503
-_SMALL = 64 * 1024  # a response with a length at most this is read whole and sent in one write; others stream  # draining or not ready: the next server may take it
+_RETRY_STATUS = 503  # draining or not ready: the next server may take it
+_SMALL = 64 * 1024  # a response with a length at most this is read whole and sent in one write; others stream
 
 
 def error_response(status: int, message: str, kind: str = "server_error") -> JSONResponse:
