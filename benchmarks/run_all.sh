@@ -32,4 +32,5 @@ echo "== scheduling: benchmarks/scheduling.py --out $out" >&2
 "$py" benchmarks/scheduling.py --rate 0.25 --concurrency 1 2 3 4 6 --requests 20 --out "$out" > /dev/null
 run stt benchmarks/stt.py
 run chat benchmarks/chat.py --tokens 32 --server-requests 5
+run router benchmarks/router.py
 echo "wrote $out/" >&2

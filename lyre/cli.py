@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import socket
 import sys
 import time
 import wave
@@ -106,6 +107,8 @@ def _parser() -> argparse.ArgumentParser:
     stt.add_argument("--stt-max-sessions", type=int, default=8,
                      help="realtime transcription sessions at once; more are refused (default: 8)")
 
+    _add_fleet_args(serve)
+
     llm = serve.add_argument_group("chat completions (the think step)")
     llm.add_argument("--llm", metavar="PATH",
                      help="also serve POST /v1/chat/completions with this Llama-family chat model: a .gguf file, "
@@ -131,7 +134,58 @@ def _parser() -> argparse.ArgumentParser:
 
     _add_bench_parser(sub)
     _add_train_parser(sub)
+    _add_route_parser(sub)
     return parser
+
+
+def _add_route_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    route = sub.add_parser("route", help="route a fleet of lyre servers: one entry point, sticky by voice or session",
+                           description="A stateless router in front of the servers registered in Redis "
+                                       "(lyre serve --register): consistent hashing with bounded load, "
+                                       "HTTP and WebSocket passed through. 'lyre route status' prints the fleet.")
+    route.add_argument("action", nargs="?", choices=("run", "status"), default="run",
+                       help="run the router (default), or print the ring, the servers and the hot voices")
+    route.add_argument("--redis", default=os.environ.get("LYRE_REDIS"),
+                       help="the fleet's Redis, redis://HOST:PORT/DB (default: $LYRE_REDIS)")
+    route.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
+    route.add_argument("--port", type=int, default=8080)
+    route.add_argument("--load-factor", type=float, default=1.25,
+                       help="c: a server at c times the fleet's average load is passed over (default: 1.25)")
+    route.add_argument("--vnodes", type=int, default=40, help="virtual nodes per server on the ring (default: 40)")
+    route.add_argument("--poll", type=float, default=1.0, help="seconds between reads of the fleet (default: 1)")
+    route.add_argument("--admin-key", default=os.environ.get("LYRE_ROUTER_ADMIN_KEY"),
+                       help="turn on the hot-voice admin API for this key (default: $LYRE_ROUTER_ADMIN_KEY; "
+                            "none: off)")
+    route.add_argument("--log-level", default="info")
+
+
+def _route(args: argparse.Namespace) -> int:
+    if not args.redis:
+        raise ValueError("lyre route needs --redis redis://HOST:PORT (or $LYRE_REDIS)")
+    from lyre.router import RouterConfig, create_router_app
+    from lyre.router.status import fleet_status
+
+    config = RouterConfig(redis=args.redis, host=args.host, port=args.port, load_factor=args.load_factor,
+                          vnodes=args.vnodes, poll_s=args.poll, admin_key=args.admin_key or None)
+    if args.action == "status":
+        print(fleet_status(config.redis, config.vnodes))
+        return 0
+    import uvicorn
+
+    uvicorn.run(create_router_app(config), host=config.host, port=config.port, log_level=args.log_level)
+    return 0
+
+
+def _add_fleet_args(serve: argparse.ArgumentParser) -> None:
+    fleet = serve.add_argument_group("fleet membership (behind lyre route)")
+    fleet.add_argument("--register", metavar="REDIS_URL", default=os.environ.get("LYRE_REGISTER"),
+                       help="join the fleet in this Redis (redis://HOST:PORT/DB): heartbeat address, capacity, "
+                            "load and resident adapters, drain on shutdown (default: $LYRE_REGISTER; none: alone)")
+    fleet.add_argument("--advertise", metavar="URL", default=os.environ.get("LYRE_ADVERTISE"),
+                       help="the URL routers reach this server at, e.g. http://10.0.0.7:8000 "
+                            "(default: $LYRE_ADVERTISE)")
+    fleet.add_argument("--fleet-ttl", type=float, default=3.0,
+                       help="seconds the fleet record outlives the last heartbeat (default: 3)")
 
 
 def _add_bench_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -331,13 +385,31 @@ def _serve(args: argparse.Namespace) -> int:
         stt_device=args.stt_device,
         stt_max_file_bytes=round(args.stt_max_file_mb * 2**20),
         stt_max_sessions=args.stt_max_sessions,
+        register=args.register or None,
+        advertise=args.advertise or None,
+        fleet_ttl_s=args.fleet_ttl,
     )
     if config.tts:
         _check_voices(config)
     # uvicorn turns SIGINT/SIGTERM into a graceful shutdown: the app stops
-    # admitting, lets streams in flight finish (or ends them), then exits.
-    uvicorn.run(create_app(config), host=config.host, port=config.port, log_level=args.log_level)
+    # admitting at once (and its fleet record says draining), lets streams in
+    # flight finish (or ends them), then leaves the fleet and exits.
+    _run_draining(create_app(config), config.host, config.port, args.log_level)
     return 0
+
+
+def _run_draining(app: object, host: str, port: int, log_level: str) -> None:
+    """uvicorn, with the app told to drain as soon as a shutdown starts rather than after its connections close."""
+    import uvicorn
+
+    from lyre.server import start_draining
+
+    class Draining(uvicorn.Server):
+        async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+            await start_draining(app)  # type: ignore[arg-type]
+            await super().shutdown(sockets)
+
+    Draining(uvicorn.Config(app, host=host, port=port, log_level=log_level)).run()
 
 
 def _chat(args: argparse.Namespace) -> int:
@@ -431,7 +503,7 @@ def _bench(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     handlers = {"say": _say, "serve": _serve, "chat": _chat, "demo-model": _demo_model, "bench": _bench,
-                "train-voice": _train_voice}
+                "train-voice": _train_voice, "route": _route}
     try:
         return handlers[args.command](args)
     except ValueError as exc:  # bad input: say what was wrong, no traceback

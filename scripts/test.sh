@@ -4,10 +4,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 # The playground test drives Debian's Chromium through its chromedriver;
-# the speech-to-text tests hear sentences spoken by espeak-ng.
-if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null || ! command -v espeak-ng >/dev/null; then
+# the speech-to-text tests hear sentences spoken by espeak-ng; the fleet tests
+# run a real redis-server.
+if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null || ! command -v espeak-ng >/dev/null \
+   || ! command -v redis-server >/dev/null; then
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium chromium-driver espeak-ng >/dev/null
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium chromium-driver espeak-ng redis-server >/dev/null
 fi
 exec .venv/bin/python -m pytest "$@"

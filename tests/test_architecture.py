@@ -20,11 +20,14 @@ FORBIDDEN = {
     "codec": ("lyre.engine", "lyre.tts", "lyre.server", "lyre.bench", "lyre.baseline"),
     "tts": ("lyre.server", "lyre.bench", "lyre.baseline"),
     # The server reaches the pipeline through lyre.tts only: no engine, no codec, no torch.
-    "server": ("torch", "snac", "transformers", "lyre.engine", "lyre.codec", "lyre.bench"),
+    "server": ("torch", "snac", "transformers", "lyre.engine", "lyre.codec", "lyre.bench", "lyre.router"),
     "baseline": ("lyre.server", "lyre.bench"),
     # The voice recipe builds on the format, the codec and the adapter format; it serves nothing.
     "train": ("lyre.server", "lyre.bench", "lyre.baseline", "lyre.stt", "lyre.llm"),
     "bench": ("torch", "lyre.engine", "lyre.codec", "lyre.tts", "lyre.server", "lyre.baseline", "snac"),
+    # The router talks HTTP to the servers: it shares the fleet's wire format (lyre.fleet) and nothing else.
+    "router": ("torch", "lyre.engine", "lyre.codec", "lyre.tts", "lyre.stt", "lyre.llm", "lyre.server", "lyre.bench",
+               "lyre.baseline", "snac"),
     "stt": ("torch", "lyre.engine", "lyre.codec", "lyre.tts", "lyre.server", "lyre.bench", "lyre.baseline", "snac"),
 }
 

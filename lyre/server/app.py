@@ -24,6 +24,7 @@ from lyre.server.auth import authorized
 from lyre.server.config import ServerConfig
 from lyre.server.errors import document_errors, error_doc, error_response, install_error_handlers
 from lyre.server.metrics import Metrics
+from lyre.server.registration import join_fleet
 from lyre.server.state import ServerState
 from lyre.stt import DEFAULT_MODEL as STT_DEFAULT_MODEL
 from lyre.stt import SAMPLE_RATE, STTConfig, TranscribeOptions, Transcriber
@@ -132,6 +133,7 @@ def create_app(config: ServerConfig, tts: Synthesizer | None = None) -> FastAPI:
             if chat is not None:
                 await _warm_up_chat(chat)
             state.ready = True
+            app.state.fleet_member = member = await join_fleet(state)
             log.info("lyre ready in %.1f s", time.perf_counter() - start)
             try:
                 yield
@@ -143,6 +145,9 @@ def create_app(config: ServerConfig, tts: Synthesizer | None = None) -> FastAPI:
                 deadline = time.monotonic() + _DRAIN_GRACE_S
                 while (state.admission.active or state.chat_active) and time.monotonic() < deadline:
                     await asyncio.sleep(0.05)
+                if member is not None:
+                    await member.drain()  # when the signal did not come through lyre's own runner
+                    await member.leave()
 
     app = FastAPI(title="lyre", version="0.1.0", lifespan=lifespan)
     install_error_handlers(app)

@@ -59,6 +59,9 @@ class ServerConfig:
     llm_name: str | None = None  # what /v1/models calls it; None: the file's stem or the folder's name
     llm_max_batch: int = 8  # chat requests generating at once (the chat engine's KV-cache slots)
     llm_max_seq_len: int = 2048  # KV-cache positions per chat request: prompt and answer together
+    register: str | None = None  # redis://... : join this fleet (lyre.fleet_member); None: stand alone
+    advertise: str | None = None  # the URL routers reach this server at; needed with register
+    fleet_ttl_s: float = 3.0  # the fleet record expires this long after the last heartbeat
 
     def __post_init__(self) -> None:
         if not (self.tts or self.stt or self.llm):
@@ -90,6 +93,20 @@ class ServerConfig:
             raise ValueError("the admin key must differ from the API key")
         if self.api_key is not None and not self.api_key:
             raise ValueError("api_key must not be empty")
+        self._check_fleet()
+
+    def _check_fleet(self) -> None:
+        if self.register is None:
+            if self.advertise is not None:
+                raise ValueError("--advertise needs --register redis://HOST:PORT")
+            return
+        if not self.register.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError(f"--register must be a redis://, rediss:// or unix:// URL, got {self.register!r}")
+        if not self.advertise or not self.advertise.startswith(("http://", "https://")):
+            raise ValueError(f"--register needs --advertise http://HOST:PORT (where routers reach this server), "
+                             f"got {self.advertise!r}")
+        if not self.fleet_ttl_s > 0:
+            raise ValueError(f"fleet_ttl_s must be > 0, got {self.fleet_ttl_s}")
 
     def serving(self) -> ServingConfig:
         """How lyre's pipeline runs, from these settings."""

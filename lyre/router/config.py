@@ -1,0 +1,40 @@
+"""The router's settings, validated once."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from lyre.router.ring import DEFAULT_LOAD_FACTOR, DEFAULT_VNODES
+
+__all__ = ["RouterConfig"]
+
+
+@dataclass(frozen=True)
+class RouterConfig:
+    """What ``lyre route`` runs with."""
+
+    redis: str  # redis://HOST:PORT/DB: where the fleet registers
+    host: str = "127.0.0.1"
+    port: int = 8080
+    load_factor: float = DEFAULT_LOAD_FACTOR  # c: a server past c x the average load is passed over
+    vnodes: int = DEFAULT_VNODES  # virtual nodes per server on the ring
+    poll_s: float = 1.0  # the fleet is read this often beside its events
+    admin_key: str | None = None  # the hot-voice admin routes answer only to this key; None: they are off
+    connect_timeout_s: float = 2.0  # to a server; past it the request is retried on the next one
+    upstream_timeout_s: float = 300.0  # the longest wait for a server's next byte (queued requests included)
+    max_body_bytes: int = 32 * 1024 * 1024  # a request body is held (up to this) so a retry can resend it
+
+    def __post_init__(self) -> None:
+        if not self.redis.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError(f"--redis must be a redis://, rediss:// or unix:// URL, got {self.redis!r}")
+        if not self.load_factor > 1:
+            raise ValueError(f"load factor c must be > 1, got {self.load_factor}")
+        if self.vnodes < 1:
+            raise ValueError(f"vnodes must be >= 1, got {self.vnodes}")
+        for name in ("poll_s", "connect_timeout_s", "upstream_timeout_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        if not 0 < self.port < 65536:
+            raise ValueError(f"port must be in 1..65535, got {self.port}")
+        if self.admin_key is not None and not self.admin_key:
+            raise ValueError("admin_key must not be empty")

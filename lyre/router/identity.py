@@ -1,0 +1,89 @@
+"""A request's routing identity: its session when the client names one, else its voice.
+
+The session (``x-lyre-session`` header or ``session`` query parameter) wins:
+everything a client sends under one session lands on one server. Without
+one, requests for the same voice land together, where its adapter is
+resident. A request with neither (a transcription upload, a model listing)
+gets a random identity: the ring's bounded load spreads those.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["SERVER_HEADER", "SESSION_HEADER", "Identity", "IdentityError", "identity_of", "json_body", "service_of",
+           "voice_in_message"]
+
+SESSION_HEADER = "x-lyre-session"
+SERVER_HEADER = "x-lyre-server"  # on every proxied response: the server that handled it
+_MAX_ID_CHARS = 256
+
+# Which service each API needs; None: any server will do.
+_SERVICES = {
+    "/v1/audio/speech": "tts",
+    "/v1/audio/voices": "tts",
+    "/v1/tts/websocket": "tts",
+    "/v1/audio/transcriptions": "stt",
+    "/v1/realtime": "stt",
+    "/v1/chat/completions": "chat",
+}
+
+
+class IdentityError(ValueError):
+    """A session id the router will not hash (empty or too long)."""
+
+
+@dataclass(frozen=True)
+class Identity:
+    key: str  # the ring key: "session:ID", "voice:NAME" or "any:RANDOM"
+    voice: str | None = None  # the voice, when routing by it: hot placements and adapter preference apply
+
+    @property
+    def kind(self) -> str:
+        return self.key.split(":", 1)[0]
+
+
+def service_of(path: str) -> str | None:
+    return _SERVICES.get(path)
+
+
+def identity_of(headers: Mapping[str, str], query: Mapping[str, str], body: Any = None) -> Identity:
+    """The identity from the session header or query, else from ``body``'s or the query's voice."""
+    session = headers.get(SESSION_HEADER) or query.get("session")
+    if session is not None:
+        if not 0 < len(session) <= _MAX_ID_CHARS:
+            raise IdentityError(f"the session id ({SESSION_HEADER} or ?session=) must be 1 to "
+                                f"{_MAX_ID_CHARS} characters, got {len(session)}")
+        return Identity(f"session:{session}")
+    voice = _voice(body) or query.get("voice")
+    if voice:
+        return Identity(f"voice:{voice}", voice)
+    return Identity(f"any:{uuid.uuid4().hex}")
+
+
+def json_body(body: bytes, content_type: str) -> Any:
+    """The JSON body, or None (not JSON, or not parseable: the server will say what is wrong)."""
+    if not body or not content_type.startswith("application/json"):
+        return None
+    try:
+        return json.loads(body)
+    except ValueError:
+        return None
+
+
+def voice_in_message(message: Any) -> str | None:
+    """The voice of a streaming-TTS message: ``{"voice": {"mode": "id", "id": NAME}}`` or ``{"voice": NAME}``."""
+    return _voice(message)
+
+
+def _voice(body: Any) -> str | None:
+    if not isinstance(body, dict):
+        return None
+    voice = body.get("voice")
+    if isinstance(voice, dict):
+        voice = voice.get("id")
+    return voice if isinstance(voice, str) and 0 < len(voice) <= _MAX_ID_CHARS else None

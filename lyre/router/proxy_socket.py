@@ -1,0 +1,223 @@
+"""WebSockets through the router: one server per socket for the socket's whole life.
+
+The server is chosen at the handshake when the identity is known there (the
+``x-lyre-session`` header, or a ``session`` or ``voice`` query parameter), and
+the handshake's response names it in ``x-lyre-server``. A streaming-TTS socket
+that names neither is routed by the voice of its first message: the router
+accepts it, reads that message, then connects (its handshake cannot name the
+server, which is not chosen yet).
+
+A server that cannot be reached is tried once more on the next server. A
+server that dies while the socket is open gets every context still open an
+``error`` message naming the server, then a close with 1011; the client opens
+a new socket, which goes elsewhere.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import Any
+
+from fastapi import Response, WebSocket
+from starlette.websockets import WebSocketDisconnect
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
+
+from lyre.router.identity import SERVER_HEADER, Identity, IdentityError, identity_of, service_of, voice_in_message
+from lyre.router.proxy_http import HOP_BY_HOP, error_response
+from lyre.router.state import RouterState
+
+__all__ = ["relay_socket"]
+
+log = logging.getLogger("lyre.router")
+
+_NOT_PASSED = HOP_BY_HOP | {"sec-websocket-key", "sec-websocket-version", "sec-websocket-extensions",
+                            "sec-websocket-protocol"}
+_MAX_MESSAGE = 16 * 2**20
+_TRY_AGAIN_LATER = 1013
+_SERVER_WENT_AWAY = 1011
+
+
+async def relay_socket(ws: WebSocket) -> None:
+    state: RouterState = ws.app.state.router
+    path = ws.url.path
+    try:
+        identity = identity_of(ws.headers, ws.query_params)
+    except IdentityError as exc:
+        await ws.send_denial_response(error_response(400, str(exc), "invalid_request_error"))
+        return
+    first: str | bytes | None = None
+    if identity.kind == "any" and service_of(path) == "tts":
+        await ws.accept()
+        message = await ws.receive()
+        if message["type"] == "websocket.disconnect":
+            return
+        first = message.get("text") if message.get("text") is not None else message.get("bytes")
+        identity = _identity_from_first(first, identity)
+    upstream = await _connect(ws, state, identity, first is not None)
+    if upstream is None:
+        return
+    url, conn = upstream
+    state.acquire(url)
+    try:
+        if first is None:
+            await ws.accept(subprotocol=conn.subprotocol, headers=[(SERVER_HEADER.encode(), url.encode())])
+        else:
+            await conn.send(first)
+        await _Relay(ws, conn, url, path, state).run(first)
+    finally:
+        await conn.close()
+        state.release(url)
+
+
+def _identity_from_first(first: str | bytes | None, fallback: Identity) -> Identity:
+    try:
+        voice = voice_in_message(json.loads(first)) if isinstance(first, str) else None
+    except ValueError:
+        voice = None  # the server will say what is wrong with it
+    return Identity(f"voice:{voice}", voice) if voice else fallback
+
+
+async def _connect(ws: WebSocket, state: RouterState, identity: Identity,
+                   accepted: bool) -> tuple[str, ClientConnection] | None:
+    """The upstream socket (the first server, else the next one); on failure the client is told and None returned."""
+    path = ws.url.path
+    target = path + (f"?{ws.url.query}" if ws.url.query else "")
+    headers = [(k, v) for k, v in ws.headers.items() if k not in _NOT_PASSED]
+    offered = [p.strip() for p in ws.headers.get("sec-websocket-protocol", "").split(",") if p.strip()]
+    failed: list[str] = []
+    for _ in range(2):
+        route = state.choose(identity, service_of(path), path, exclude=failed)
+        if route is None:
+            break
+        url = route.server
+        try:
+            conn = await connect("ws" + url.removeprefix("http") + target, additional_headers=headers,
+                                 subprotocols=offered or None, open_timeout=state.config.connect_timeout_s,
+                                 max_size=_MAX_MESSAGE, compression=None, ping_interval=None)  # type: ignore[arg-type]
+            return url, conn
+        except InvalidStatus as exc:  # the server refused the handshake (no key, service off): pass it on
+            refused = exc.response
+            if accepted:
+                await ws.close(1008, f"server refused the socket ({refused.status_code})")
+            else:
+                await ws.send_denial_response(Response(refused.body or b"", refused.status_code,
+                                                       headers={"content-type": refused.headers.get(
+                                                           "content-type", "application/json"),
+                                                           SERVER_HEADER: url}))
+            return None
+        except (OSError, TimeoutError, InvalidHandshake) as exc:
+            log.warning("WebSocket %s: server %s unreachable (%r)", path, url, exc)
+            failed.append(url)
+            state.metrics.retries.labels("unreachable").inc()
+    state.metrics.failures.labels("no_answer" if failed else "no_server").inc()
+    reason = f"no server answered: tried {', '.join(failed)}" if failed else "no server in the fleet serves this now"
+    if accepted:
+        await ws.close(_TRY_AGAIN_LATER, reason)
+    else:
+        await ws.send_denial_response(error_response(502 if failed else 503, reason))
+    return None
+
+
+class _Relay:
+    """Messages both ways until one side closes; the contexts still open, for a clear error if the server dies."""
+
+    def __init__(self, ws: WebSocket, conn: ClientConnection, url: str, path: str, state: RouterState) -> None:
+        self.ws, self.conn, self.url, self.state = ws, conn, url, state
+        self.tts = service_of(path) == "tts"
+        self.open: set[str] = set()  # context ids the client started and the server has not ended
+        self.server_gone = False  # a send to the server found its connection closed
+
+    async def run(self, first: str | bytes | None) -> None:
+        if first is not None:
+            self._client_said(first)
+        up = asyncio.create_task(self._client_to_server())
+        down = asyncio.create_task(self._server_to_client())
+        done, pending = await asyncio.wait((up, down), return_when=asyncio.FIRST_COMPLETED)
+        if self.server_gone and down in pending:  # let the reading side tell the client why
+            done, pending = await asyncio.wait(pending, timeout=self.state.config.connect_timeout_s)
+            done = done | {up}
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+        for task in done:
+            task.result()
+
+    async def _client_to_server(self) -> None:
+        while True:
+            message = await self.ws.receive()
+            if message["type"] == "websocket.disconnect":
+                await self.conn.close(message.get("code", 1000))
+                return
+            data = message.get("text") if message.get("text") is not None else message.get("bytes")
+            self._client_said(data)
+            try:
+                await self.conn.send(data)
+            except ConnectionClosed:
+                self.server_gone = True
+                return
+
+    async def _server_to_client(self) -> None:
+        try:
+            async for data in self.conn:
+                self._server_said(data)
+                if isinstance(data, str):
+                    await self.ws.send_text(data)
+                else:
+                    await self.ws.send_bytes(data)
+        except ConnectionClosed as exc:
+            if exc.rcvd is None:  # no close frame: the server died or the connection broke
+                await self._server_died()
+                return
+        except WebSocketDisconnect:
+            return
+        code = self.conn.close_code or 1000
+        await _close(self.ws, code, self.conn.close_reason or "")
+
+    async def _server_died(self) -> None:
+        self.state.metrics.failures.labels("mid_stream").inc()
+        log.warning("server %s went away with a WebSocket open (%d contexts)", self.url, len(self.open))
+        message = f"server {self.url} went away; open a new socket (it will go elsewhere)"
+        try:
+            for context in sorted(self.open):
+                await self.ws.send_text(json.dumps({"type": "error", "context_id": context, "error": message,
+                                                    "done": True}))
+            if not self.tts:
+                await self.ws.send_text(json.dumps({"type": "error", "error": {"type": "server_error",
+                                                                               "message": message}}))
+        except (WebSocketDisconnect, RuntimeError):
+            return
+        await _close(self.ws, _SERVER_WENT_AWAY, f"server {self.url} went away"[:120])
+
+    def _client_said(self, data: str | bytes) -> None:
+        if self.tts and (message := _json(data)) is not None:
+            context = message.get("context_id")
+            if isinstance(context, str):
+                if message.get("cancel") is True:
+                    self.open.discard(context)
+                else:
+                    self.open.add(context)
+
+    def _server_said(self, data: str | bytes) -> None:
+        if self.tts and self.open and (message := _json(data)) is not None:
+            if message.get("done") is True or message.get("type") in ("done", "error"):
+                self.open.discard(message.get("context_id"))  # type: ignore[arg-type]
+
+
+def _json(data: str | bytes) -> dict[str, Any] | None:
+    if not isinstance(data, str):
+        return None
+    try:
+        message = json.loads(data)
+    except ValueError:
+        return None
+    return message if isinstance(message, dict) else None
+
+
+async def _close(ws: WebSocket, code: int, reason: str) -> None:
+    try:
+        await ws.close(code, reason)
+    except RuntimeError:
+        pass  # already closed

@@ -1,0 +1,57 @@
+"""What every route of the router needs: the fleet view, the pooled client, the loads it has placed."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import aiohttp
+
+from lyre.router.config import RouterConfig
+from lyre.router.fleet_view import FleetView
+from lyre.router.identity import Identity
+from lyre.router.metrics import RouterMetrics
+from lyre.router.ring import Route
+
+__all__ = ["RouterState"]
+
+
+@dataclass
+class RouterState:
+    config: RouterConfig
+    view: FleetView
+    client: aiohttp.ClientSession  # pooled keep-alive connections to every server
+    metrics: RouterMetrics
+    inflight: Counter[str] = field(default_factory=Counter)  # requests and sockets this router has open, by server
+
+    def loads(self) -> dict[str, int]:
+        """Each server's load for the bound: the requests and sockets this router has in flight there.
+
+        Not the heartbeat's figure: that is up to a third of the TTL old and still counts requests that have
+        ended, which would push a voice off its server at low load. Each replica bounds what it placed
+        itself; replicas behind one balancer see similar shares, so the fleet stays near the bound too.
+        """
+        return {url: self.inflight[url] for url in self.view.servers}
+
+    def choose(self, identity: Identity, service: str | None, api: str, exclude: Iterable[str] = ()) -> Route | None:
+        """The server for this request, or None when no server on the ring serves ``service``."""
+        ring = self.view.ring
+        placements = self.view.hot.get(identity.voice, 1) if identity.voice else 1
+        route = ring.route(identity.key, self.loads(), service=service, load_factor=self.config.load_factor,
+                           placements=placements, adapter=identity.voice, exclude=exclude)
+        if route is not None:
+            how = "passed_over" if route.passed_over else "adapter" if route.adapter_hit else "home"
+            self.metrics.routed.labels(api, how, route.server).inc()
+        return route
+
+    def acquire(self, url: str) -> None:
+        """One more request or socket in flight on ``url``; `release` it when it ends, however it ends."""
+        self.inflight[url] += 1
+        self.metrics.inflight.labels(url).set(self.inflight[url])
+
+    def release(self, url: str) -> None:
+        self.inflight[url] -= 1
+        self.metrics.inflight.labels(url).set(self.inflight[url])
+        if self.inflight[url] <= 0:
+            del self.inflight[url]

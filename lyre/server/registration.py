@@ -1,0 +1,56 @@
+"""``--register``: the server's side of fleet membership, and the drain that starts on a shutdown signal."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from fastapi import FastAPI
+
+from lyre.server.state import ServerState
+
+if TYPE_CHECKING:
+    from lyre.fleet_member import Membership
+
+__all__ = ["join_fleet", "start_draining"]
+
+
+async def join_fleet(state: ServerState) -> Membership | None:
+    """Register with ``config.register`` (heartbeat started), or None when the server stands alone.
+
+    Redis is imported here only: a server that joins no fleet never loads its client.
+    """
+    config = state.config
+    if config.register is None:
+        return None
+    from lyre.fleet import ServerRecord
+    from lyre.fleet_member import FleetLoad, Membership
+
+    services = tuple(name for name, on in (("tts", state.tts), ("stt", state.stt), ("chat", state.chat)) if on)
+
+    def sample() -> FleetLoad:
+        adapters = state.tts.adapters if state.tts is not None else None
+        resident = tuple(a["name"] for a in adapters.listing() if a["resident"]) if adapters else ()
+        return FleetLoad(state.admission.active + state.admission.queued + state.chat_active, resident)
+
+    assert config.advertise is not None  # ServerConfig checks it
+    record = ServerRecord(url=config.advertise.rstrip("/"), capacity=config.max_streams, services=services,
+                          ttl_s=config.fleet_ttl_s)
+    member = Membership(config.register, record, sample)
+    await member.start()
+    return member
+
+
+async def start_draining(app: FastAPI) -> None:
+    """Take no new work from now on: /ready answers 503 and the fleet marks this server draining.
+
+    Called as soon as a shutdown signal arrives, before the server waits for
+    its connections; the streams in flight go on to their end.
+    """
+    state: ServerState | None = getattr(app.state, "lyre", None)
+    if state is None:
+        return
+    state.draining = True
+    state.ready = False
+    member = getattr(app.state, "fleet_member", None)
+    if member is not None:
+        await member.drain()
