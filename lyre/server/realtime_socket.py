@@ -114,7 +114,7 @@ async def _serve(websocket: WebSocket, stt: Transcriber, config: ServerConfig) -
                 session.report(RealtimeError("binary frames are not supported; send JSON text events",
                                              "invalid_event"))
             else:
-                session.receive(text)
+                await session.receive(text)
             if outbox.qsize() >= _MAX_UNSENT and not await _drained(outbox):
                 close = (status.WS_1008_POLICY_VIOLATION, f"over {_MAX_UNSENT} events unread: session closed")
                 writer.cancel()  # the client reads nothing: what it has not read goes unsent

@@ -1,7 +1,7 @@
 """A realtime transcription session: OpenAI's transcription events in, transcription events out.
 
     session = RealtimeSession(transcriber, emit)     # emits transcription_session.created
-    session.receive(text)                            # one client event, as JSON text
+    await session.receive(text)                      # one client event, as JSON text
     await session.close()                            # when the socket closes: cancels its passes
 
 No transport here: ``emit`` takes each server event (a dict) and must not
@@ -44,13 +44,13 @@ as the prefix padding needs.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 
-from lyre.stt.audio import SAMPLE_RATE, AudioError, PcmResampler
+from lyre.stt.audio import SAMPLE_RATE, AudioError
 from lyre.stt.realtime_buffer import AudioBuffer
 from lyre.stt.realtime_events import (
     RealtimeError,
@@ -62,9 +62,10 @@ from lyre.stt.realtime_events import (
     read_update,
     session_object,
 )
+from lyre.stt.realtime_input import AudioIn
 from lyre.stt.transcriber import Transcriber
 from lyre.stt.utterances import Utterances
-from lyre.stt.vad import StreamingVAD, VADConfig
+from lyre.stt.vad import SpeechEvent, StreamingVAD, VADConfig
 
 __all__ = ["RealtimeConfig", "RealtimeSession"]
 
@@ -98,9 +99,8 @@ class RealtimeSession:
         self.settings = SessionSettings()
         self._stt = transcriber
         self._emit = emit
-        self._resampler = PcmResampler(self.settings.rate)
         self._buffer = AudioBuffer()
-        self._vad = self._detector(self.settings.turn_detection)
+        self._in = AudioIn(self.settings.rate, self._detector(self.settings.turn_detection))
         self._utterances = Utterances(transcriber, self.id, self._buffer, self._send, config.partial_every_s)
         self._max_samples = int(config.max_buffer_s * SAMPLE_RATE)
         self._send("transcription_session.created", session=session_object(self.settings, self.id, "beta"))
@@ -110,8 +110,10 @@ class RealtimeSession:
         """A pass is running or queued: the client may be waiting for its events."""
         return self._utterances.busy
 
-    def receive(self, text: str) -> None:
-        """Act on one client event (JSON text); a problem with it is sent back as an ``error`` event."""
+    async def receive(self, text: str) -> None:
+        """Act on one client event (JSON text); a problem with it is sent back as an ``error`` event.
+
+        Returns once the event is acted on (an append: its audio resampled and scored by the VAD)."""
         client_event_id = None
         try:
             event = parse_event(text, self.config.max_message_bytes)
@@ -120,7 +122,8 @@ class RealtimeSession:
             if handler is None:
                 raise RealtimeError(f"unknown event type {event['type']!r}; a transcription session takes "
                                     f"{', '.join(self._handlers)}", "invalid_event", "type")
-            handler(self, event)
+            if (work := handler(self, event)) is not None:
+                await work
         except RealtimeError as error:
             self.report(error, client_event_id)
 
@@ -142,13 +145,13 @@ class RealtimeSession:
             self._flush_resampler(settings.rate)
         old, self.settings = self.settings, settings
         if settings.turn_detection != old.turn_detection:
-            self._vad = self._detector(settings.turn_detection)
+            self._in.vad = self._detector(settings.turn_detection)
         name = "transcription_session.updated" if shape == "beta" else "session.updated"
         self._send(name, session=session_object(settings, self.id, shape))
 
-    def _append(self, event: dict[str, Any]) -> None:
+    async def _append(self, event: dict[str, Any]) -> None:
         pcm = append_audio(event)
-        if self._vad is None:  # with manual commits only the client can empty the buffer
+        if self._in.vad is None:  # with manual commits only the client can empty the buffer
             seconds = (self._buffer.size + len(pcm) // 2 * SAMPLE_RATE // self.settings.rate) / SAMPLE_RATE
             if seconds > self.config.max_buffer_s:
                 raise RealtimeError(
@@ -156,7 +159,7 @@ class RealtimeSession:
                     f"{self.config.max_buffer_s:g} s; this append was dropped: commit or clear the buffer",
                     "input_audio_buffer_full", "audio")
         try:
-            self._take(self._resampler.push(pcm))
+            self._take(*await self._in.push(pcm))
         except AudioError as exc:
             raise RealtimeError(f"audio: {exc}", "invalid_audio", "audio") from None
 
@@ -171,19 +174,19 @@ class RealtimeSession:
                                 "input_audio_buffer_commit_empty")
         if item is None:
             self._utterances.begin(start)
-        elif self._vad is not None:
+        elif self._in.vad is not None:
             self._send("input_audio_buffer.speech_stopped", audio_end_ms=_ms(self._buffer.end), item_id=item.id)
         self._utterances.commit(self._buffer.end, self.settings.options())
-        self._vad = self._detector(self.settings.turn_detection)  # what follows is a new utterance
+        self._in.vad = self._detector(self.settings.turn_detection)  # what follows is a new utterance
 
     def _clear(self, event: dict[str, Any]) -> None:
         self._utterances.discard()
-        self._resampler = PcmResampler(self.settings.rate)  # its tail is cleared audio too
+        self._in.restart(self.settings.rate)  # the resampler's tail is cleared audio too
         self._buffer.drop_before(self._buffer.end)
-        self._vad = self._detector(self.settings.turn_detection)
+        self._in.vad = self._detector(self.settings.turn_detection)
         self._send("input_audio_buffer.cleared")
 
-    _handlers: ClassVar[dict[str, Callable[[RealtimeSession, dict[str, Any]], None]]] = {
+    _handlers: ClassVar[dict[str, Callable[[RealtimeSession, dict[str, Any]], Awaitable[None] | None]]] = {
         "transcription_session.update": _update,
         "session.update": _update,
         "input_audio_buffer.append": _append,
@@ -198,19 +201,19 @@ class RealtimeSession:
 
     def _flush_resampler(self, rate: int) -> None:
         """Take what the resampler holds, and go on with a new one for ``rate``."""
-        self._take(self._resampler.flush())
-        self._resampler = PcmResampler(rate)
+        self._take(*self._in.flush())
+        self._in.restart(rate)
 
-    def _take(self, audio: np.ndarray) -> None:
-        """Add 16 kHz audio to the buffer and follow it: detect speech, cut, start partial passes."""
+    def _take(self, audio: np.ndarray, events: list[SpeechEvent]) -> None:
+        """Add 16 kHz audio to the buffer and follow the VAD's events over it: cut, start partial passes."""
         if audio.size == 0:
             return
         self._buffer.append(audio)
-        if self._vad is None:
+        if (vad := self._in.vad) is None:
             if self._utterances.open is None:
                 self._utterances.begin(self._buffer.start)
         else:
-            for event in self._vad.push(audio):
+            for event in events:
                 self._cut(event.sample)
                 if event.kind == "speech_started":
                     self._speech_started(event.sample)
@@ -218,7 +221,7 @@ class RealtimeSession:
                     self._speech_stopped(event.sample)
             self._cut(self._buffer.end)
             if self._utterances.open is None:
-                self._buffer.drop_before(self._vad.earliest_start())
+                self._buffer.drop_before(vad.earliest_start())
         self._utterances.listen(self.settings.language)
 
     def _cut(self, until: int) -> None:
