@@ -23,6 +23,8 @@ FORBIDDEN = {
     "server": ("torch", "snac", "transformers", "lyre.engine", "lyre.codec", "lyre.bench"),
     "baseline": ("lyre.server", "lyre.bench"),
     "bench": ("torch", "lyre.engine", "lyre.codec", "lyre.tts", "lyre.server", "lyre.baseline", "snac"),
+    # The agent joins stt, llm and tts; it builds no tensors and knows no transport.
+    "agent": ("torch", "lyre.engine", "lyre.codec", "lyre.server", "lyre.bench", "lyre.baseline", "snac"),
     "stt": ("torch", "lyre.engine", "lyre.codec", "lyre.tts", "lyre.server", "lyre.bench", "lyre.baseline", "snac"),
 }
 

@@ -59,6 +59,9 @@ class ServerConfig:
     llm_name: str | None = None  # what /v1/models calls it; None: the file's stem or the folder's name
     llm_max_batch: int = 8  # chat requests generating at once (the chat engine's KV-cache slots)
     llm_max_seq_len: int = 2048  # KV-cache positions per chat request: prompt and answer together
+    llm_url: str | None = None  # the voice agent thinks with this OpenAI-compatible endpoint instead of llm
+    llm_api_key: str | None = None
+    llm_model: str | None = None  # the model name to ask llm_url for
 
     def __post_init__(self) -> None:
         if not (self.tts or self.stt or self.llm):
@@ -88,6 +91,8 @@ class ServerConfig:
             raise ValueError("admin_key must not be empty")
         if self.admin_key is not None and self.admin_key == self.api_key:
             raise ValueError("the admin key must differ from the API key")
+        if self.llm_url is not None and not self.llm_url.startswith(("http://", "https://")):
+            raise ValueError(f"llm_url must be an http:// or https:// URL, got {self.llm_url!r}")
         if self.api_key is not None and not self.api_key:
             raise ValueError("api_key must not be empty")
 

@@ -44,9 +44,10 @@ as the prefix padding needs.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
@@ -64,10 +65,11 @@ from lyre.stt.realtime_events import (
 )
 from lyre.stt.realtime_input import AudioIn
 from lyre.stt.transcriber import Transcriber
-from lyre.stt.utterances import Utterances
+from lyre.stt.whisper import Transcript
+from lyre.stt.utterances import Utterance, Utterances
 from lyre.stt.vad import SpeechEvent, StreamingVAD, VADConfig
 
-__all__ = ["RealtimeConfig", "RealtimeSession"]
+__all__ = ["RealtimeConfig", "RealtimeSession", "TurnListener"]
 
 _MIN_COMMIT_MS = 100  # OpenAI refuses to commit less ("buffer too small")
 
@@ -79,6 +81,7 @@ class RealtimeConfig:
     max_buffer_s: float = 60.0  # audio held for one utterance
     max_message_bytes: int = 1 << 20  # one client event: about 20 s of 24 kHz pcm16 in base64
     partial_every_s: float = 0.5  # new audio that earns another partial pass
+    pause_ms: int | None = None  # silence that marks a possible end of turn, for a listener; None: none
 
     def __post_init__(self) -> None:
         if not self.max_buffer_s > 0:
@@ -89,19 +92,41 @@ class RealtimeConfig:
             raise ValueError(f"partial_every_s must be > 0, got {self.partial_every_s}")
 
 
+class TurnListener(Protocol):
+    """What a voice agent hears of a session's turns, beside its events.
+
+    With server VAD and ``pause_ms`` set, a short silence in an utterance is a
+    possible end of turn: its final pass starts at once (``early``, reused by
+    the commit if no speech follows) and ``paused`` is called; speech before
+    the confirmed end calls ``resumed`` (the early pass is cancelled).
+    """
+
+    def paused(self, item: Utterance, early: asyncio.Task[Transcript]) -> None: ...
+
+    def resumed(self, item: Utterance) -> None: ...
+
+    def transcribed(self, item: Utterance, transcript: Transcript | None) -> None:
+        """An utterance's final pass is over (None: it failed), after its completed or failed event."""
+
+
 class RealtimeSession:
     """One client's transcription session; see the module docstring."""
 
     def __init__(self, transcriber: Transcriber, emit: Callable[[dict[str, Any]], None],
-                 config: RealtimeConfig = RealtimeConfig()) -> None:
+                 config: RealtimeConfig = RealtimeConfig(), listener: TurnListener | None = None) -> None:
         self.id = new_id("sess")
         self.config = config
         self.settings = SessionSettings()
         self._stt = transcriber
         self._emit = emit
         self._buffer = AudioBuffer()
+        self._listener = listener
+        # A possible end of turn after this much silence (with a listener); a change applies from the next utterance.
+        self.pause_ms = config.pause_ms
+        self._early: asyncio.Task[Transcript] | None = None  # the open utterance's final pass, started at a pause
         self._in = AudioIn(self.settings.rate, self._detector(self.settings.turn_detection))
-        self._utterances = Utterances(transcriber, self.id, self._buffer, self._send, config.partial_every_s)
+        self._utterances = Utterances(transcriber, self.id, self._buffer, self._send, config.partial_every_s,
+                                      None if listener is None else listener.transcribed)
         self._max_samples = int(config.max_buffer_s * SAMPLE_RATE)
         self._send("transcription_session.created", session=session_object(self.settings, self.id, "beta"))
 
@@ -176,10 +201,12 @@ class RealtimeSession:
             self._utterances.begin(start)
         elif self._in.vad is not None:
             self._send("input_audio_buffer.speech_stopped", audio_end_ms=_ms(self._buffer.end), item_id=item.id)
+        self._drop_early()  # audio may have come after the pause: the pass must hear it
         self._utterances.commit(self._buffer.end, self.settings.options())
         self._in.vad = self._detector(self.settings.turn_detection)  # what follows is a new utterance
 
     def _clear(self, event: dict[str, Any]) -> None:
+        self._drop_early()
         self._utterances.discard()
         self._in.restart(self.settings.rate)  # the resampler's tail is cleared audio too
         self._buffer.drop_before(self._buffer.end)
@@ -196,8 +223,31 @@ class RealtimeSession:
 
     # -- audio and turns --
 
+    def utterance_audio(self) -> np.ndarray | None:
+        """The open utterance's audio so far (16 kHz float32), for an end-of-turn model; None if none is open."""
+        if (item := self._utterances.open) is None:
+            return None
+        return self._buffer.read(item.start, self._buffer.end)
+
+    def end_turn(self) -> bool:
+        """End the open utterance here, as if the VAD had heard the silence out (a semantic end-of-turn
+        model has confirmed it); False if none is open or detection is off."""
+        if self._utterances.open is None or self._in.vad is None:
+            return False
+        self._speech_stopped(self._buffer.end)
+        self._in.vad = self._detector(self.settings.turn_detection)
+        return True
+
     def _detector(self, config: VADConfig | None) -> StreamingVAD | None:
-        return None if config is None else StreamingVAD(config, origin=self._buffer.end)
+        if config is None:
+            return None
+        return StreamingVAD(config, origin=self._buffer.end,
+                            pause_ms=self.pause_ms if self._listener is not None else None)
+
+    def _drop_early(self) -> None:
+        if self._early is not None:
+            self._early.cancel()
+            self._early = None
 
     def _flush_resampler(self, rate: int) -> None:
         """Take what the resampler holds, and go on with a new one for ``rate``."""
@@ -217,6 +267,10 @@ class RealtimeSession:
                 self._cut(event.sample)
                 if event.kind == "speech_started":
                     self._speech_started(event.sample)
+                elif event.kind == "speech_paused":
+                    self._paused(event.sample)
+                elif event.kind == "speech_resumed":
+                    self._resumed()
                 else:
                     self._speech_stopped(event.sample)
             self._cut(self._buffer.end)
@@ -237,10 +291,22 @@ class RealtimeSession:
         item = self._utterances.begin(max(sample, self._buffer.start))
         self._send("input_audio_buffer.speech_started", audio_start_ms=_ms(item.start), item_id=item.id)
 
+    def _paused(self, sample: int) -> None:
+        if (item := self._utterances.open) is not None and self._listener is not None:
+            self._drop_early()
+            self._early = self._utterances.early_pass(sample, self.settings.options())
+            self._listener.paused(item, self._early)
+
+    def _resumed(self) -> None:
+        self._drop_early()
+        if (item := self._utterances.open) is not None and self._listener is not None:
+            self._listener.resumed(item)
+
     def _speech_stopped(self, sample: int) -> None:
         if (item := self._utterances.open) is not None:
             self._send("input_audio_buffer.speech_stopped", audio_end_ms=_ms(sample), item_id=item.id)
-            self._utterances.commit(sample, self.settings.options())
+            early, self._early = self._early, None  # only silence since the pause: its pass is this one
+            self._utterances.commit(sample, self.settings.options(), early)
 
     def _send(self, kind: str, **fields: Any) -> None:
         self._emit({"type": kind, "event_id": new_id("event"), **fields})

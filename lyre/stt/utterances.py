@@ -123,8 +123,11 @@ class Utterances:
         """The open utterance's final pass over its audio up to ``end``, started before it is committed."""
         item = self.open
         assert item is not None
-        return asyncio.ensure_future(self._stt.transcribe(self._buffer.read(item.start, end), options,
+        task = asyncio.ensure_future(self._stt.transcribe(self._buffer.read(item.start, end), options,
                                                           session=self._session))
+        self._tasks.add(task)  # type: ignore[arg-type]  # cancelled with the rest on close
+        task.add_done_callback(self._tasks.discard)  # type: ignore[arg-type]
+        return task
 
     def discard(self) -> None:
         """Forget the open utterance, if any, and drop its partial pass."""
