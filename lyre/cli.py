@@ -120,6 +120,8 @@ def _parser() -> argparse.ArgumentParser:
                             "instead of --llm")
     agent.add_argument("--llm-api-key", help="the API key --llm-url wants, if any")
     agent.add_argument("--llm-model", help="the model name to ask --llm-url for")
+    agent.add_argument("--no-smart-turn", action="store_true",
+                       help="confirm turns by silence alone, without the Smart Turn v3 model (from pipecat-ai)")
 
     chat = sub.add_parser("chat", help="answer a question with a chat model, streamed to stdout")
     chat.add_argument("question")
@@ -267,6 +269,7 @@ def _serve(args: argparse.Namespace) -> int:
         llm_url=args.llm_url,
         llm_api_key=args.llm_api_key,
         llm_model=args.llm_model,
+        smart_turn=not args.no_smart_turn,
         stt_model=args.stt_model,
         stt_device=args.stt_device,
         stt_max_file_bytes=round(args.stt_max_file_mb * 2**20),

@@ -174,6 +174,24 @@ def test_speech_that_resumes_within_the_snooze_cancels_the_speculative_reply(ser
     assert done["status"] == "completed" and done["lyre"]["discarded"] >= 1
 
 
+def test_the_end_of_turn_model_confirms_a_finished_sentence_before_the_silence_is_out(server: Server) -> None:
+    async def run() -> Talk:
+        async with connect(_url(server), max_size=None) as ws:
+            talk = Talk(ws)
+            await talk.send({"type": "session.update", "session": {**GA, "audio": {
+                "input": {"transcription": {"language": "en"},
+                          "turn_detection": {"type": "server_vad", "silence_duration_ms": 3000}}}}})
+            await talk.speak(speak_pcm16(SENTENCES[3]) + _silence(3.5))
+            await talk.until("response.done")
+            return talk
+
+    talk = asyncio.run(run())
+    speech_ms = 1000 * len(speak_pcm16(SENTENCES[3])) // 48_000
+    stopped = talk.of("input_audio_buffer.speech_stopped")[0]["audio_end_ms"]
+    assert stopped < speech_ms + 2000  # confirmed well before 3 s of silence
+    assert talk.of("response.done")[0]["response"]["status"] == "completed"
+
+
 def test_bad_input_is_named_and_the_session_goes_on(server: Server) -> None:
     async def run() -> Talk:
         async with connect(_url(server), max_size=None) as ws:

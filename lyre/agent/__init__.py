@@ -10,6 +10,7 @@ server feeds it the socket's events.
 from lyre.agent.events import AgentSettings
 from lyre.agent.reply import Reply, ReplySpec
 from lyre.agent.session import AgentConfig, AgentSession, EndOfTurn
+from lyre.agent.smart_turn import SmartTurn, find_smart_turn
 from lyre.agent.think import LocalThinker, RemoteThinker, ThinkError, Thinker, ToolCallDelta
 
 __all__ = [
@@ -21,7 +22,9 @@ __all__ = [
     "RemoteThinker",
     "Reply",
     "ReplySpec",
+    "SmartTurn",
     "ThinkError",
     "Thinker",
     "ToolCallDelta",
+    "find_smart_turn",
 ]

@@ -54,16 +54,19 @@ class ReplyTimes:
     """perf_counter() marks of one reply, for the timeline and the benchmark."""
 
     started: float = field(default_factory=time.perf_counter)
+    possible_end: float | None = None  # a speculative reply's possible end of turn
     first_token: float | None = None
     to_speech: float | None = None  # text first sent to speech
     first_audio: float | None = None  # first audio made (held or not)
     released: float | None = None
 
     def report(self) -> dict[str, float | None]:
-        """Milliseconds from the reply's start."""
+        """Milliseconds from the possible end of turn (a speculative reply's), else from the reply's start."""
+        origin = self.possible_end or self.started
+
         def ms(t: float | None) -> float | None:
-            return None if t is None else round(1000 * (t - self.started), 1)
-        return {"llm_first_token_ms": ms(self.first_token), "tts_start_ms": ms(self.to_speech),
+            return None if t is None else round(1000 * (t - origin), 1)
+        return {"started_ms": ms(self.started), "llm_first_token_ms": ms(self.first_token), "tts_start_ms": ms(self.to_speech),
                 "first_audio_ms": ms(self.first_audio), "released_ms": ms(self.released)}
 
 

@@ -70,10 +70,10 @@ class _Speculation:
     """A reply started at a possible end of turn, on the text of the utterance so far."""
 
     item: Utterance
-    task: asyncio.Task[None]
+    paused_at: float
+    task: asyncio.Task[None] | None = None
     text: str = ""
     reply: Reply | None = None
-    paused_at: float = 0.0
 
 
 class AgentSession:
@@ -261,12 +261,16 @@ class AgentSession:
             self._send(self.settings.names.item_added, item=item, previous_item_id=event.get("previous_item_id"))
 
     def paused(self, item: Utterance, early: asyncio.Task[Transcript]) -> None:
-        if not (self.settings.speculative and self.settings.create_response and self.ear.settings.turn_detection):
+        if self.ear.settings.turn_detection is None:
+            return
+        if self._end_of_turn is not None and self.settings.smart_turn:
+            self._spawn(self._judge(item))
+        if not (self.settings.speculative and self.settings.create_response):
             return
         if self.reply is not None and not self.reply.over:
             return  # the person talks over a reply: barge-in decides, not a new speculation
         self._drop_speculation()
-        speculation = _Speculation(item, asyncio.create_task(asyncio.sleep(0)), paused_at=time.perf_counter())
+        speculation = _Speculation(item, paused_at=time.perf_counter())
         speculation.task = self._spawn(self._speculate(speculation, early))
         self._speculation = speculation
 
@@ -293,18 +297,24 @@ class AgentSession:
         self._start_reply(held=False)
 
     async def _speculate(self, speculation: _Speculation, early: asyncio.Task[Transcript]) -> None:
-        transcript = await asyncio.shield(early)
+        transcript = await asyncio.shield(early)  # the commit awaits the same pass
         if self._speculation is not speculation or not transcript.text.strip():
             return
         speculation.text = transcript.text.strip()
         user = {"id": speculation.item.id, "type": "message", "role": "user", "text": speculation.text}
-        speculation.reply = self._new_reply(self._messages([*self.history, user]), held=True)
-        if self._end_of_turn is not None and self.settings.smart_turn:
-            audio = self.ear.utterance_audio()
-            if audio is not None and self._speculation is speculation:
-                probability = await self._end_of_turn(audio)
-                if probability >= self.config.end_of_turn_threshold and self._speculation is speculation:
-                    self.ear.end_turn()
+        speculation.reply = self._new_reply(self._messages([*self.history, user]), held=True,
+                                            possible_end=speculation.paused_at)
+
+    async def _judge(self, item: Utterance) -> None:
+        """The semantic model's view of the turn so far: sure enough, it ends the turn now."""
+        assert self._end_of_turn is not None
+        audio = self.ear.utterance_audio()
+        if audio is None:
+            return
+        probability = await self._end_of_turn(audio)
+        # Only if the person has not spoken again since (the same pause still holds).
+        if probability >= self.config.end_of_turn_threshold and self.ear.paused_item() is item:
+            self.ear.end_turn()
 
     def _drop_speculation(self) -> None:
         speculation, self._speculation = self._speculation, None
@@ -312,7 +322,8 @@ class AgentSession:
             self._throw_away(speculation)
 
     def _throw_away(self, speculation: _Speculation) -> None:
-        speculation.task.cancel()
+        if speculation.task is not None:
+            speculation.task.cancel()
         if speculation.reply is not None:
             self.wasted += 1
             speculation.reply.cancel()
@@ -324,12 +335,13 @@ class AgentSession:
         self._replace_reply(reply)
         return reply
 
-    def _new_reply(self, messages: list[dict[str, Any]], held: bool) -> Reply:
+    def _new_reply(self, messages: list[dict[str, Any]], held: bool, possible_end: float | None = None) -> Reply:
         settings = self.settings
         spec = ReplySpec(messages=messages, voice=settings.voice, tools=list(settings.tools), names=settings.names,
                          first_sentences=settings.first_sentences if held else 0, held=held,
                          max_speech_tokens=settings.max_speech_tokens, discarded=self.wasted)
         reply = Reply(spec, self._thinker, self._tts, self._send_event)
+        reply.times.possible_end = possible_end
         reply.done.add_done_callback(lambda _: self._replied(reply))
         reply.start()
         return reply
@@ -352,7 +364,8 @@ class AgentSession:
                  "audio_ms": reply.audio_ms, "text": reply.text}
         if reply.status == "cancelled":
             entry["text"] = _heard_text(reply.text, reply.played_ms(), reply.audio_ms)
-        self._remember(entry)
+        if reply.text:  # a reply that only called functions says nothing
+            self._remember(entry)
         for call in reply.calls:
             self._remember({"id": call["id"], "type": "function_call", "call_id": call["call_id"],
                             "name": call["name"], "arguments": call["arguments"]})

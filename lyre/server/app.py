@@ -17,7 +17,7 @@ from fastapi.responses import HTMLResponse, JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from lyre.agent import LocalThinker, RemoteThinker, Thinker
+from lyre.agent import LocalThinker, RemoteThinker, SmartTurn, Thinker, find_smart_turn
 from lyre.llm import Chat, ChatOptions, ChatServing
 from lyre.server import adapters_api, audio_speech, completions, realtime_socket, transcriptions, tts_socket
 from lyre.server.admission import Admission
@@ -124,12 +124,19 @@ def create_app(config: ServerConfig, tts: Synthesizer | None = None) -> FastAPI:
             thinker = _thinker(config, chat)
             if isinstance(thinker, RemoteThinker):
                 models.push_async_callback(thinker.aclose)
+            end_of_turn = None
+            if thinker is not None and stt is not None and loaded is not None and config.smart_turn:
+                if (found := find_smart_turn()) is None:
+                    log.warning("Smart Turn model not found (pipecat-ai is not installed): turns end on silence")
+                else:
+                    end_of_turn = await asyncio.to_thread(SmartTurn, found)
             state = ServerState(
                 config=config,
                 tts=loaded,
                 stt=stt,
                 chat=chat,
                 thinker=thinker,
+                end_of_turn=end_of_turn,
                 admission=Admission(config.max_streams, config.max_queue, config.queue_timeout_s),
                 metrics=Metrics(loaded.engine_stats if loaded else None, loaded.codec_stats if loaded else None,
                                 stt.stats if stt else None, chat.stats if chat else None,

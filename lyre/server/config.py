@@ -62,6 +62,7 @@ class ServerConfig:
     llm_url: str | None = None  # the voice agent thinks with this OpenAI-compatible endpoint instead of llm
     llm_api_key: str | None = None
     llm_model: str | None = None  # the model name to ask llm_url for
+    smart_turn: bool = True  # the agent's semantic end-of-turn model, where pipecat-ai ships it
 
     def __post_init__(self) -> None:
         if not (self.tts or self.stt or self.llm):

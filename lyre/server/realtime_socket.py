@@ -122,7 +122,7 @@ def _open_session(websocket: WebSocket, state: ServerState, emit: Any) -> tuple[
         agent = AgentConfig(realtime=RealtimeConfig(max_buffer_s=config.stt_max_buffer_s,
                                                     pause_ms=AgentConfig().realtime.pause_ms),
                             model=websocket.query_params.get("model") or AgentConfig().model)
-        session = AgentSession(stt, state.tts, state.thinker, emit, agent)
+        session = AgentSession(stt, state.tts, state.thinker, emit, agent, state.end_of_turn)
     return session.id, session
 
 

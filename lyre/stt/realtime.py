@@ -229,6 +229,11 @@ class RealtimeSession:
             return None
         return self._buffer.read(item.start, self._buffer.end)
 
+    def paused_item(self) -> Utterance | None:
+        """The open utterance while its VAD hears a pause (a possible end of turn), else None."""
+        vad = self._in.vad
+        return self._utterances.open if vad is not None and vad.paused else None
+
     def end_turn(self) -> bool:
         """End the open utterance here, as if the VAD had heard the silence out (a semantic end-of-turn
         model has confirmed it); False if none is open or detection is off."""
