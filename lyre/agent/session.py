@@ -52,6 +52,7 @@ __all__ = ["AgentConfig", "AgentSession", "EndOfTurn"]
 _PLAYBACK_RATE = 24_000
 _MAX_HISTORY = 64  # conversation items kept; older ones fall out of the prompt
 _WORDS = re.compile(r"[a-z0-9']+")
+_FRESH_SAMPLES = 1_600  # a partial that stopped 100 ms short of the silence has heard the last word
 
 EndOfTurn = Callable[[np.ndarray], Awaitable[float]]  # 16 kHz audio -> probability the turn is over
 
@@ -260,7 +261,7 @@ class AgentSession:
                     "content": [{"type": "input_audio", "transcript": None}]}
             self._send(self.settings.names.item_added, item=item, previous_item_id=event.get("previous_item_id"))
 
-    def paused(self, item: Utterance, early: asyncio.Task[Transcript]) -> None:
+    def paused(self, item: Utterance, sample: int, early: asyncio.Task[Transcript]) -> None:
         if self.ear.settings.turn_detection is None:
             return
         if self._end_of_turn is not None and self.settings.smart_turn:
@@ -271,7 +272,7 @@ class AgentSession:
             return  # the person talks over a reply: barge-in decides, not a new speculation
         self._drop_speculation()
         speculation = _Speculation(item, paused_at=time.perf_counter())
-        speculation.task = self._spawn(self._speculate(speculation, early))
+        speculation.task = self._spawn(self._speculate(speculation, sample, early))
         self._speculation = speculation
 
     def resumed(self, item: Utterance) -> None:
@@ -296,11 +297,16 @@ class AgentSession:
             self._throw_away(speculation)
         self._start_reply(held=False)
 
-    async def _speculate(self, speculation: _Speculation, early: asyncio.Task[Transcript]) -> None:
-        transcript = await asyncio.shield(early)  # the commit awaits the same pass
-        if self._speculation is not speculation or not transcript.text.strip():
+    async def _speculate(self, speculation: _Speculation, sample: int, early: asyncio.Task[Transcript]) -> None:
+        """Think on the best text there is: the last partial if it heard the speech out, else the early pass."""
+        item = speculation.item
+        if item.hypothesis.strip() and item.hypothesis_end >= sample - _FRESH_SAMPLES:
+            text = item.hypothesis
+        else:
+            text = (await asyncio.shield(early)).text  # the commit awaits the same pass
+        if self._speculation is not speculation or not text.strip():
             return
-        speculation.text = transcript.text.strip()
+        speculation.text = text.strip()
         user = {"id": speculation.item.id, "type": "message", "role": "user", "text": speculation.text}
         speculation.reply = self._new_reply(self._messages([*self.history, user]), held=True,
                                             possible_end=speculation.paused_at)

@@ -101,7 +101,8 @@ class TurnListener(Protocol):
     the confirmed end calls ``resumed`` (the early pass is cancelled).
     """
 
-    def paused(self, item: Utterance, early: asyncio.Task[Transcript]) -> None: ...
+    def paused(self, item: Utterance, sample: int, early: asyncio.Task[Transcript]) -> None:
+        """A silence began at stream position ``sample``; ``early`` is the final pass over the audio before it."""
 
     def resumed(self, item: Utterance) -> None: ...
 
@@ -300,7 +301,7 @@ class RealtimeSession:
         if (item := self._utterances.open) is not None and self._listener is not None:
             self._drop_early()
             self._early = self._utterances.early_pass(sample, self.settings.options())
-            self._listener.paused(item, self._early)
+            self._listener.paused(item, sample, self._early)
 
     def _resumed(self) -> None:
         self._drop_early()
