@@ -81,17 +81,28 @@ def _say(text: str) -> dict[str, Any]:
             "item": {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}}
 
 
-def test_a_reply_from_another_lyre_process(agent: Server) -> None:
+async def _ask(talk: Talk, text: str) -> dict[str, Any]:
+    """A typed user turn and its reply: the reply's response.done."""
+    await talk.send(_say(text))
+    await talk.send({"type": "response.create"})
+    return await talk.until("response.done", count=len(talk.of("response.done")) + 1)
+
+
+def _typed(agent: Server, *texts: str) -> Talk:
+    """A conversation of typed turns, one reply each."""
     async def run() -> Talk:
         async with connect(f"{agent.ws_url}/v1/realtime", max_size=None) as ws:
             talk = Talk(ws)
             await talk.send({"type": "session.update", "session": {"type": "realtime", "max_speech_tokens": SHORT}})
-            await talk.send(_say("What is the capital of France?"))
-            await talk.send({"type": "response.create"})
-            await talk.until("response.done")
+            for text in texts:
+                await _ask(talk, text)
             return talk
 
-    talk = asyncio.run(run())
+    return asyncio.run(run())
+
+
+def test_a_reply_from_another_lyre_process(agent: Server) -> None:
+    talk = _typed(agent, "What is the capital of France?")
     done = talk.of("response.done")[0]["response"]
     assert done["status"] == "completed", done
     said = talk.of("response.output_audio_transcript.done")[0]["transcript"]
@@ -105,9 +116,7 @@ def test_a_function_call_and_its_output_continue_the_reply(agent: Server) -> Non
             await talk.send({"type": "session.update", "session": {"type": "realtime", "tools": TOOLS,
                                                                     "max_speech_tokens": SHORT}})
             await talk.until("session.updated")
-            await talk.send(_say("What is the weather in Paris?"))
-            await talk.send({"type": "response.create"})
-            first = (await talk.until("response.done"))["response"]
+            first = (await _ask(talk, "What is the weather in Paris?"))["response"]
             call = next(item for item in first["output"] if item["type"] == "function_call")
             await talk.send({"type": "conversation.item.create", "item": {
                 "type": "function_call_output", "call_id": call["call_id"], "output": "sunny, 21 degrees"}})
@@ -127,19 +136,7 @@ def test_a_function_call_and_its_output_continue_the_reply(agent: Server) -> Non
 
 
 def test_an_llm_that_fails_mid_reply_is_named_and_the_session_goes_on(agent: Server) -> None:
-    async def run() -> Talk:
-        async with connect(f"{agent.ws_url}/v1/realtime", max_size=None) as ws:
-            talk = Talk(ws)
-            await talk.send({"type": "session.update", "session": {"type": "realtime", "max_speech_tokens": SHORT}})
-            await talk.send(_say("Please break."))
-            await talk.send({"type": "response.create"})
-            await talk.until("response.done")
-            await talk.send(_say("Say hello."))
-            await talk.send({"type": "response.create"})
-            await talk.until("response.done", count=2)
-            return talk
-
-    talk = asyncio.run(run())
+    talk = _typed(agent, "Please break.", "Say hello.")
     failed, ok = (e["response"] for e in talk.of("response.done"))
     assert failed["status"] == "failed" and "the model crashed" in failed["status_details"]["error"]["message"]
     (error,) = talk.of("error")

@@ -41,7 +41,7 @@ from lyre.agent.reply import Reply, ReplySpec
 from lyre.agent.think import Thinker
 from lyre.stt import RealtimeConfig, RealtimeError, RealtimeSession, Transcriber, error_event
 from lyre.stt.audio import AudioError, PcmResampler
-from lyre.stt.realtime_events import append_audio, expect_object, parse_event
+from lyre.stt.realtime_events import act_on, append_audio, expect_object
 from lyre.stt.realtime_events import session_object as heard_object
 from lyre.stt.utterances import Utterance
 from lyre.stt.whisper import Transcript
@@ -107,23 +107,18 @@ class AgentSession:
 
     async def receive(self, text: str) -> None:
         """Act on one client event; a problem with it is sent back as an ``error`` event."""
-        client_event_id = None
-        try:
-            event = parse_event(text, self.ear.config.max_message_bytes)
-            client_event_id = event.get("event_id")
-            kind = event["type"]
-            if kind.startswith("input_audio_buffer."):
-                await self.ear.receive(text)
-                return
-            handler = self._handlers.get(kind)
-            if handler is None:
-                raise RealtimeError(f"unknown event type {kind!r}; a conversation session takes "
-                                    f"{', '.join(['input_audio_buffer.append', *self._handlers])}",
-                                    "invalid_event", "type")
-            if (work := handler(self, event)) is not None:
-                await work
-        except RealtimeError as error:
-            self.report(error, client_event_id)
+        await act_on(text, self.ear.config.max_message_bytes, self._handle, self.report)
+
+    def _handle(self, event: dict[str, Any]) -> Awaitable[None] | None:
+        kind = event["type"]
+        if kind.startswith("input_audio_buffer."):
+            return self.ear.handle(event)  # the transcription session's, errors and all
+        handler = self._handlers.get(kind)
+        if handler is None:
+            raise RealtimeError(f"unknown event type {kind!r}; a conversation session takes "
+                                f"{', '.join(['input_audio_buffer.append', *self._handlers])}",
+                                "invalid_event", "type")
+        return handler(self, event)
 
     def report(self, error: RealtimeError, client_event_id: str | None = None) -> None:
         self._emit(error_event(error, client_event_id))

@@ -56,10 +56,10 @@ from lyre.stt.realtime_buffer import AudioBuffer
 from lyre.stt.realtime_events import (
     RealtimeError,
     SessionSettings,
+    act_on,
     append_audio,
     error_event,
     new_id,
-    parse_event,
     read_update,
     session_object,
 )
@@ -140,18 +140,15 @@ class RealtimeSession:
         """Act on one client event (JSON text); a problem with it is sent back as an ``error`` event.
 
         Returns once the event is acted on (an append: its audio resampled and scored by the VAD)."""
-        client_event_id = None
-        try:
-            event = parse_event(text, self.config.max_message_bytes)
-            client_event_id = event.get("event_id") if isinstance(event.get("event_id"), str) else None
-            handler = self._handlers.get(event["type"])
-            if handler is None:
-                raise RealtimeError(f"unknown event type {event['type']!r}; a transcription session takes "
-                                    f"{', '.join(self._handlers)}", "invalid_event", "type")
-            if (work := handler(self, event)) is not None:
-                await work
-        except RealtimeError as error:
-            self.report(error, client_event_id)
+        await act_on(text, self.config.max_message_bytes, self.handle, self.report)
+
+    def handle(self, event: dict[str, Any]) -> Awaitable[None] | None:
+        """Act on one parsed client event (RealtimeError if it cannot be): `receive` without the parsing."""
+        handler = self._handlers.get(event["type"])
+        if handler is None:
+            raise RealtimeError(f"unknown event type {event['type']!r}; a transcription session takes "
+                                f"{', '.join(self._handlers)}", "invalid_event", "type")
+        return handler(self, event)
 
     def report(self, error: RealtimeError, client_event_id: str | None = None) -> None:
         """Send an ``error`` event (also for the transport's own problems: binary frames, idle)."""

@@ -31,7 +31,7 @@ import base64
 import binascii
 import json
 import secrets
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -39,7 +39,7 @@ from lyre.stt.whisper import TranscribeOptions
 from lyre.stt.vad import VADConfig
 
 __all__ = [
-    "DEFAULT_MODEL", "RATES", "RealtimeError", "SessionSettings", "append_audio", "error_event", "expect_object",
+    "DEFAULT_MODEL", "RATES", "RealtimeError", "SessionSettings", "act_on", "append_audio", "error_event", "expect_object",
     "new_id", "parse_event", "read_input_rate", "read_transcription", "read_turn_detection", "read_update",
     "session_object", "vad_object",
 ]
@@ -79,6 +79,20 @@ class SessionSettings:
 
 def new_id(prefix: str) -> str:
     return f"{prefix}_{secrets.token_hex(10)}"
+
+
+async def act_on(text: str, max_bytes: int, handle: Callable[[dict[str, Any]], Awaitable[None] | None],
+                 report: Callable[[RealtimeError, str | None], None]) -> None:
+    """Parse one client event and ``handle`` it; a RealtimeError on the way goes to ``report``, with the
+    client's ``event_id`` when it gave one."""
+    client_event_id = None
+    try:
+        event = parse_event(text, max_bytes)
+        client_event_id = event.get("event_id") if isinstance(event.get("event_id"), str) else None
+        if (work := handle(event)) is not None:
+            await work
+    except RealtimeError as error:
+        report(error, client_event_id)
 
 
 def parse_event(text: str, max_bytes: int) -> dict[str, Any]:
