@@ -1,13 +1,21 @@
-"""The voice agent's small parts, without a server: the sentence gate, what was heard, settings."""
+"""The voice agent's small parts, without a server: the sentence gate, what was heard, settings, and a
+speculative reply released or thrown away (with stand-ins for the models: the turn's events are called
+directly)."""
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any
+
+import numpy as np
 import pytest
 
+from lyre.agent import AgentSession
 from lyre.agent.events import BETA, GA, AgentSettings, input_update, read_agent_update
 from lyre.agent.reply import _SentenceGate
 from lyre.agent.session import _heard_text, _same_words
-from lyre.stt import RealtimeError
+from lyre.stt import RealtimeError, Transcript
+from lyre.stt.utterances import Utterance
 
 
 def test_the_gate_holds_text_until_the_first_sentences_are_written() -> None:
@@ -54,3 +62,93 @@ def test_updates_read_both_shapes_and_name_bad_fields() -> None:
         with pytest.raises(RealtimeError) as refused:
             read_agent_update({"type": "session.update", "session": session}, AgentSettings(), supports_tools=False)
         assert refused.value.param == param
+
+
+class _Speech:
+    """A speech stream that makes one chunk of silence per text pushed."""
+
+    def __init__(self) -> None:
+        self._texts: asyncio.Queue[str | None] = asyncio.Queue()
+        self.closed = False
+
+    def push(self, text: str) -> None:
+        self._texts.put_nowait(text)
+
+    def end(self) -> None:
+        self._texts.put_nowait(None)
+
+    def __aiter__(self) -> _Speech:
+        return self
+
+    async def __anext__(self) -> np.ndarray:
+        if await self._texts.get() is None:
+            raise StopAsyncIteration
+        return np.zeros(2400, np.int16)
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+class _TTS:
+    max_tokens_limit = 1200
+
+    def __init__(self) -> None:
+        self.streams: list[_Speech] = []
+
+    def open(self, *args: Any, **kwargs: Any) -> _Speech:
+        self.streams.append(_Speech())
+        return self.streams[-1]
+
+
+class _Thinker:
+    supports_tools = False
+
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+
+    async def reply(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Any:
+        self.asked.append(messages[-1]["content"])
+        for piece in ("Sure. ", "Here it is. ", "Bye."):
+            await asyncio.sleep(0)
+            yield piece
+
+
+def _turn(said_early: str, said_final: str) -> tuple[list[dict[str, Any]], _Thinker, AgentSession]:
+    """A possible end heard as ``said_early``, then the confirmed end's transcript ``said_final``."""
+    events: list[dict[str, Any]] = []
+    thinker = _Thinker()
+
+    async def run() -> AgentSession:
+        session = AgentSession(object(), _TTS(), thinker, events.append)  # type: ignore[arg-type]
+        item = Utterance(start=0)
+        early: asyncio.Future[Transcript] = asyncio.get_running_loop().create_future()
+        early.set_result(Transcript(said_early, "en", 1.0, ()))
+        session.paused(item, 16_000, early)  # type: ignore[arg-type]
+        for _ in range(50):  # the speculative reply runs, held
+            await asyncio.sleep(0)
+        assert not [e for e in events if e["type"].startswith("response.")]  # nothing of it is seen
+        session.transcribed(item, Transcript(said_final, "en", 1.0, ()))
+        assert session.reply is not None
+        await session.reply.done
+        await session.close()
+        return session
+
+    return events, thinker, asyncio.run(run())
+
+
+def test_the_same_words_release_the_held_reply() -> None:
+    events, thinker, session = _turn("What time is it?", "what time is it")
+    assert thinker.asked == ["What time is it?"] and session.wasted == 0
+    done = [e for e in events if e["type"] == "response.done"]
+    assert len(done) == 1 and done[0]["response"]["status"] == "completed"
+    assert done[0]["response"]["lyre"]["speculative"] is True
+
+
+def test_other_words_throw_the_held_reply_away_and_think_again() -> None:
+    events, thinker, session = _turn("What time is it?", "What time is it in Paris?")
+    assert thinker.asked == ["What time is it?", "What time is it in Paris?"] and session.wasted == 1
+    created = [e for e in events if e["type"] == "response.created"]
+    assert len(created) == 1  # only the second reply was ever sent
+    done = [e for e in events if e["type"] == "response.done"]
+    assert len(done) == 1 and done[0]["response"]["lyre"]["speculative"] is False
+    assert all(stream.closed for stream in session._tts.streams)  # type: ignore[attr-defined]
