@@ -282,9 +282,13 @@ class AgentSession:
         if not (self.settings.create_response and self.ear.settings.turn_detection):
             self._drop_speculation()
             return
-        speculation, self._speculation = self._speculation, None
-        if speculation is not None and speculation.item is item and speculation.reply is not None \
-                and _same_words(speculation.text, transcript.text):
+        speculation = self._speculation
+        if speculation is not None and speculation.item is not item:
+            speculation = None  # it speculates on a later utterance: not this one's business
+        else:
+            self._speculation = None
+        if speculation is not None and speculation.reply is not None and _same_words(speculation.text,
+                                                                                      transcript.text):
             self._replace_reply(speculation.reply)
             speculation.reply.release()
             return
