@@ -28,7 +28,8 @@ def test_the_gate_holds_text_until_the_first_sentences_are_written() -> None:
     assert _SentenceGate(2).push("No sentence end yet") == ""
     ended = _SentenceGate(2)
     ended.push("Only one.")
-    assert ended.end() == "Only one."  # the end of the reply sends what is held
+    assert ended.open() == "Only one."  # the end of the reply (or its release) sends what is held
+    assert ended.push(" More") == " More"
     assert _SentenceGate(0).push("straight through") == "straight through"
 
 

@@ -90,6 +90,9 @@ class Reply:
         self._emit_now = emit
         self._pending: list[dict[str, Any]] = []
         self._audio_out_at: float | None = None  # perf_counter() when the client got its first audio
+        self._gate = _SentenceGate(spec.first_sentences)
+        self._speaking: Any = None  # the speech stream, while text may go to it
+        self._where: dict[str, Any] = {}
         self._task: asyncio.Task[None] | None = None
         self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
@@ -107,6 +110,10 @@ class Reply:
         pending, self._pending = self._pending, []
         for event in pending:
             self._out(event)
+        # The turn is confirmed: the reply will be heard, so the text held for the first sentences goes to
+        # speech now rather than when they are complete.
+        if self._speaking is not None and (text := self._gate.open()):
+            self._to_speech(self._speaking, text, self._where, self.spec.names)
 
     def cancel(self) -> None:
         """Stop the reply (a no-op once it is over); a released one ends with response.done, cancelled."""
@@ -163,9 +170,9 @@ class Reply:
         self._finish(where, message)
 
     async def _speak(self, where: dict[str, Any]) -> None:
-        names = self.spec.names
+        names, gate = self.spec.names, self._gate
         stream = self._open_speech()
-        gate = _SentenceGate(self.spec.first_sentences)
+        self._speaking, self._where = stream, where
         audio = asyncio.create_task(self._audio(stream, where), name=f"lyre-reply-audio-{self.id}")
         thinking = self._think()
         try:
@@ -177,11 +184,13 @@ class Reply:
                     self.times.first_token = time.perf_counter()
                 if (ready := gate.push(piece)):
                     self._to_speech(stream, ready, where, names)
-            if (rest := gate.end()):
+            if (rest := gate.open()):
                 self._to_speech(stream, rest, where, names)
+            self._speaking = None
             stream.end()
             await audio
         finally:
+            self._speaking = None
             await thinking.aclose()
             if not audio.done():
                 audio.cancel()
@@ -275,6 +284,8 @@ class _SentenceGate:
         out, self._held = self._held, ""
         return out
 
-    def end(self) -> str:
+    def open(self) -> str:
+        """Let everything through from now on: the text held so far."""
+        self._first = 0
         out, self._held = self._held, ""
         return out
