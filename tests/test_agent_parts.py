@@ -13,7 +13,8 @@ import pytest
 from lyre.agent import AgentSession
 from lyre.agent.events import BETA, GA, AgentSettings, input_update, read_agent_update
 from lyre.agent.reply import _SentenceGate
-from lyre.agent.session import _heard_text, _same_words
+from lyre.agent.conversation import heard_text as _heard_text
+from lyre.agent.session import _same_words
 from lyre.stt import RealtimeError, Transcript
 from lyre.stt.utterances import Utterance
 

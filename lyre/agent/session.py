@@ -36,6 +36,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from lyre.agent.conversation import Conversation, item_object
 from lyre.agent.events import BETA, AgentSettings, input_update, new_id, read_agent_update, session_object
 from lyre.agent.reply import Reply, ReplySpec
 from lyre.agent.think import Thinker
@@ -50,7 +51,6 @@ from lyre.tts import Synthesizer
 __all__ = ["AgentConfig", "AgentSession", "EndOfTurn"]
 
 _PLAYBACK_RATE = 24_000
-_MAX_HISTORY = 64  # conversation items kept; older ones fall out of the prompt
 _WORDS = re.compile(r"[a-z0-9']+")
 _FRESH_SAMPLES = 1_600  # a partial that stopped 100 ms short of the silence has heard the last word
 
@@ -86,7 +86,7 @@ class AgentSession:
         self.id = new_id("sess")
         self.config = config
         self.settings = AgentSettings()
-        self.history: list[dict[str, Any]] = []
+        self.conversation = Conversation()
         self.reply: Reply | None = None  # the reply the client hears (or is about to)
         self.wasted = 0  # speculative replies thrown away
         self._stt = transcriber
@@ -165,16 +165,16 @@ class AgentSession:
             if not isinstance(item.get("call_id"), str) or not isinstance(item.get("output"), str):
                 raise RealtimeError("a function_call_output item needs call_id and output (strings)",
                                     "invalid_type", "item.call_id")
-            if not any(h.get("call_id") == item["call_id"] and h["type"] == "function_call" for h in self.history):
+            if not self.conversation.has_call(item["call_id"]):
                 raise RealtimeError(f"item.call_id {item['call_id']!r} names no function call of this conversation",
                                     param="item.call_id")
             entry.update(call_id=item["call_id"], output=item["output"])
         else:
             raise RealtimeError(f"item.type {kind!r} is not supported: use message or function_call_output",
                                 param="item.type")
-        previous = self.history[-1]["id"] if self.history else None
-        self._remember(entry)
-        shown = _item_object(entry)
+        previous = self.conversation.last_id
+        self.conversation.add(entry)
+        shown = item_object(entry)
         self._send(self.settings.names.item_added, item=shown, previous_item_id=previous)
         self._send("conversation.item.done", item=shown, previous_item_id=previous)
 
@@ -205,20 +205,9 @@ class AgentSession:
         return transcript.text
 
     def _truncate(self, event: dict[str, Any]) -> None:
-        item_id, end_ms = event.get("item_id"), event.get("audio_end_ms")
-        entry = next((h for h in self.history if h["id"] == item_id), None)
-        if entry is None or entry.get("role") != "assistant":
-            raise RealtimeError(f"item_id {item_id!r} names no assistant item of this conversation",
-                                "item_truncate_invalid_item_id", "item_id")
-        if isinstance(end_ms, bool) or not isinstance(end_ms, int) or end_ms < 0:
-            raise RealtimeError(f"audio_end_ms must be a whole number of milliseconds, got {end_ms!r}",
-                                "invalid_type", "audio_end_ms")
-        if end_ms > entry.get("audio_ms", 0) + 1:
-            raise RealtimeError(f"audio_end_ms {end_ms} is past the item's audio ({entry.get('audio_ms', 0):.0f} ms)",
-                                param="audio_end_ms")
-        entry["text"] = _heard_text(entry.get("full_text", entry["text"]), end_ms, entry.get("audio_ms", 0))
-        self._send("conversation.item.truncated", item_id=item_id, content_index=event.get("content_index", 0),
-                   audio_end_ms=end_ms)
+        self.conversation.truncate(event.get("item_id"), event.get("audio_end_ms"))
+        self._send("conversation.item.truncated", item_id=event["item_id"],
+                   content_index=event.get("content_index", 0), audio_end_ms=event["audio_end_ms"])
 
     def _create_response(self, event: dict[str, Any]) -> None:
         if self.reply is not None and not self.reply.over:
@@ -278,7 +267,7 @@ class AgentSession:
         if transcript is None or not transcript.text.strip():
             self._drop_speculation()
             return
-        self._remember({"id": item.id, "type": "message", "role": "user", "text": transcript.text.strip()})
+        self.conversation.add({"id": item.id, "type": "message", "role": "user", "text": transcript.text.strip()})
         if not (self.settings.create_response and self.ear.settings.turn_detection):
             self._drop_speculation()
             return
@@ -307,7 +296,7 @@ class AgentSession:
             return
         speculation.text = text.strip()
         user = {"id": speculation.item.id, "type": "message", "role": "user", "text": speculation.text}
-        speculation.reply = self._new_reply(self._messages([*self.history, user]), held=True,
+        speculation.reply = self._new_reply(self.conversation.messages(self.settings.instructions, user), held=True,
                                             possible_end=speculation.paused_at)
 
     async def _judge(self, item: Utterance) -> None:
@@ -336,7 +325,7 @@ class AgentSession:
     # -- replies --
 
     def _start_reply(self, held: bool) -> Reply:
-        reply = self._new_reply(self._messages(self.history), held)
+        reply = self._new_reply(self.conversation.messages(self.settings.instructions), held)
         self._replace_reply(reply)
         return reply
 
@@ -363,17 +352,8 @@ class AgentSession:
         if reply.status == "failed":  # response.done says it too; an error event names it for simple clients
             self.report(RealtimeError(f"response {reply.id} failed: {reply.error}", "response_failed",
                                       kind="server_error"))
-            if not reply.text:
-                return
-        entry = {"id": reply.item_id, "type": "message", "role": "assistant", "full_text": reply.text,
-                 "audio_ms": reply.audio_ms, "text": reply.text}
-        if reply.status == "cancelled":
-            entry["text"] = _heard_text(reply.text, reply.played_ms(), reply.audio_ms)
-        if reply.text:  # a reply that only called functions says nothing
-            self._remember(entry)
-        for call in reply.calls:
-            self._remember({"id": call["id"], "type": "function_call", "call_id": call["call_id"],
-                            "name": call["name"], "arguments": call["arguments"]})
+        heard = reply.played_ms() if reply.status == "cancelled" else reply.audio_ms
+        self.conversation.add_reply(reply.item_id, reply.text, reply.audio_ms, heard, reply.calls)
 
     def _barge_in(self) -> None:
         """Speech while the client still plays a reply: stop it, and keep only what was heard."""
@@ -382,27 +362,8 @@ class AgentSession:
             return
         if not reply.over:
             reply.cancel()  # its history entry is cut when it is over
-        elif (heard := reply.played_ms()) < reply.audio_ms:
-            entry = next((h for h in self.history if h["id"] == reply.item_id), None)
-            if entry is not None:
-                entry["text"] = _heard_text(reply.text, heard, reply.audio_ms)
-
-    def _messages(self, history: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        messages: list[dict[str, Any]] = [{"role": "system", "content": self.settings.instructions}]
-        for entry in history[-_MAX_HISTORY:]:
-            if entry["type"] == "message":
-                messages.append({"role": entry["role"], "content": entry["text"]})
-            elif entry["type"] == "function_call":
-                messages.append({"role": "assistant", "content": None, "tool_calls": [{
-                    "id": entry["call_id"], "type": "function",
-                    "function": {"name": entry["name"], "arguments": entry["arguments"]}}]})
-            else:
-                messages.append({"role": "tool", "tool_call_id": entry["call_id"], "content": entry["output"]})
-        return messages
-
-    def _remember(self, entry: dict[str, Any]) -> None:
-        self.history.append(entry)
-        del self.history[:-_MAX_HISTORY]
+        else:  # all made, perhaps not all played yet
+            self.conversation.cut(reply.item_id, reply.played_ms())
 
     # -- plumbing --
 
@@ -424,28 +385,9 @@ class AgentSession:
         return task
 
 
-def _item_object(entry: dict[str, Any]) -> dict[str, Any]:
-    if entry["type"] == "function_call_output":
-        return {"id": entry["id"], "type": "function_call_output", "call_id": entry["call_id"],
-                "output": entry["output"], "status": "completed"}
-    part = "output_text" if entry["role"] == "assistant" else "input_text"
-    return {"id": entry["id"], "type": "message", "role": entry["role"], "status": "completed",
-            "content": [{"type": part, "text": entry["text"]}]}
-
-
 def _same_words(a: str, b: str) -> bool:
     """Whether two transcripts say the same, case and punctuation aside."""
     return _WORDS.findall(a.lower()) == _WORDS.findall(b.lower())
-
-
-def _heard_text(text: str, heard_ms: float, audio_ms: float) -> str:
-    """The part of ``text`` spoken in the first ``heard_ms`` of its ``audio_ms``, to a whole word."""
-    if audio_ms <= 0 or heard_ms >= audio_ms:
-        return text
-    cut = int(len(text) * max(0.0, heard_ms) / audio_ms)
-    while 0 < cut < len(text) and not text[cut].isspace():
-        cut -= 1
-    return text[:cut].rstrip()
 
 
 def _drop(event: dict[str, Any]) -> None:
