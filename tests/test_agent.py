@@ -172,6 +172,8 @@ def test_speech_that_resumes_within_the_snooze_cancels_the_speculative_reply(ser
         "conversation.item.input_audio_transcription.completed")
     done = talk.of("response.done")[0]["response"]
     assert done["status"] == "completed" and done["lyre"]["discarded"] >= 1
+    for name in ("lyre_engine_running", "lyre_chat_engine_running"):  # the thrown-away reply's slots too
+        assert _settles(server, name), name
 
 
 def test_the_end_of_turn_model_confirms_a_finished_sentence_before_the_silence_is_out(server: Server) -> None:
