@@ -369,3 +369,27 @@ def test_a_commit_during_detected_speech_ends_the_utterance_there(stt: Transcrib
     assert second["previous_item_id"] == first["item_id"] != second["item_id"]
     stopped = client.of("input_audio_buffer.speech_stopped")[0]
     assert client.of("input_audio_buffer.speech_started")[1]["audio_start_ms"] >= stopped["audio_end_ms"]
+
+
+def test_a_large_append_is_worked_out_off_the_event_loop(stt: Transcriber, monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    from lyre.stt.realtime_input import INLINE_BYTES, AudioIn
+
+    threads: list[threading.Thread] = []
+    score = AudioIn._score
+
+    def watched(self: AudioIn, audio: np.ndarray) -> Any:
+        threads.append(threading.current_thread())
+        return score(self, audio)
+
+    monkeypatch.setattr(AudioIn, "_score", watched)
+
+    async def run() -> None:
+        client = Client(stt)
+        await client.append(SILENCE_24K * 4)  # 192 kB: resampling and VAD hold the loop no longer
+        await client.append(SILENCE_24K[:INLINE_BYTES])  # a microphone's append: cheaper than the hop
+        await client.session.close()
+
+    asyncio.run(run())
+    assert threads[0] is not threading.main_thread() and threads[1] is threading.main_thread()
