@@ -157,9 +157,10 @@ def test_speech_that_resumes_within_the_snooze_cancels_the_speculative_reply(ser
             talk = Talk(ws)
             await talk.send({"type": "session.update", "session": {**GA, "smart_turn": False, "audio": {
                 "input": {"transcription": {"language": "en"},
-                          "turn_detection": {"type": "server_vad", "silence_duration_ms": 1200}}}}})
-            # 0.7 s of silence: past the possible end (200 ms), short of the confirmed one (1.2 s).
-            await talk.speak(speak_pcm16(SENTENCES[6]) + _silence(0.7) + speak_pcm16(SENTENCES[3]) + _silence(1.6))
+                          "turn_detection": {"type": "server_vad", "silence_duration_ms": 3000}}}}})
+            # 1.6 s of silence: past the possible end (200 ms) by time enough for a transcript and a held
+            # reply on a busy CPU, short of the confirmed end (3 s).
+            await talk.speak(speak_pcm16(SENTENCES[6]) + _silence(1.6) + speak_pcm16(SENTENCES[3]) + _silence(3.4))
             await talk.until("response.done")
             return talk
 

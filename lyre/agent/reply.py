@@ -22,6 +22,7 @@ import base64
 import re
 import time
 from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -74,8 +75,10 @@ class Reply:
     """One response; see the module docstring."""
 
     def __init__(self, spec: ReplySpec, thinker: Thinker, tts: Synthesizer, emit: Callable[[dict[str, Any]], None],
-                 response_id: str | None = None) -> None:
-        self.id = response_id or new_id("resp")
+                 admit: Callable[[], AbstractAsyncContextManager[Any]] | None = None) -> None:
+        """``admit``: the server's admission of one speech stream, held while the reply speaks."""
+        self.id = new_id("resp")
+        self._admit = admit or nullcontext
         self.item_id = new_id("item")
         self.spec = spec
         self._thinker = thinker
@@ -159,7 +162,8 @@ class Reply:
         where = {"response_id": self.id, "item_id": self.item_id, "output_index": 0, "content_index": 0}
         self._send("response.content_part.added", **where, part=part)
         try:
-            await self._speak(where)
+            async with self._admit():
+                await self._speak(where)
             self.status = "completed"
         except asyncio.CancelledError:
             self.status = "cancelled"

@@ -31,6 +31,7 @@ import json
 import re
 import time
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -82,7 +83,10 @@ class AgentSession:
 
     def __init__(self, transcriber: Transcriber, tts: Synthesizer, thinker: Thinker,
                  emit: Callable[[dict[str, Any]], None], config: AgentConfig = AgentConfig(),
-                 end_of_turn: EndOfTurn | None = None) -> None:
+                 end_of_turn: EndOfTurn | None = None,
+                 admit: Callable[[], AbstractAsyncContextManager[Any]] | None = None) -> None:
+        """``end_of_turn``: a semantic end-of-turn model; ``admit``: the server's admission of a speech stream
+        (each reply holds one while it thinks and speaks; refused, the reply fails saying why)."""
         self.id = new_id("sess")
         self.config = config
         self.settings = AgentSettings()
@@ -94,6 +98,7 @@ class AgentSession:
         self._thinker = thinker
         self._emit = emit
         self._end_of_turn = end_of_turn
+        self._admit = admit
         self._speculation: _Speculation | None = None
         self._ear_errors = 0
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -334,7 +339,7 @@ class AgentSession:
         spec = ReplySpec(messages=messages, voice=settings.voice, tools=list(settings.tools), names=settings.names,
                          first_sentences=settings.first_sentences if held else 0, held=held,
                          max_speech_tokens=settings.max_speech_tokens, discarded=self.wasted)
-        reply = Reply(spec, self._thinker, self._tts, self._send_event)
+        reply = Reply(spec, self._thinker, self._tts, self._send_event, self._admit)
         reply.times.possible_end = possible_end
         reply.done.add_done_callback(lambda _: self._replied(reply))
         reply.start()

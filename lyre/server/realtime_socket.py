@@ -122,7 +122,10 @@ def _open_session(websocket: WebSocket, state: ServerState, emit: Any) -> tuple[
         agent = AgentConfig(realtime=RealtimeConfig(max_buffer_s=config.stt_max_buffer_s,
                                                     pause_ms=AgentConfig().realtime.pause_ms),
                             model=websocket.query_params.get("model") or AgentConfig().model)
-        session = AgentSession(stt, state.tts, state.thinker, emit, agent, state.end_of_turn)
+        # A reply holds a stream slot like any speech stream, but is not refused when the streams already
+        # running fall behind: a turn left unanswered is worse than a late one. It queues instead.
+        session = AgentSession(stt, state.tts, state.thinker, emit, agent, state.end_of_turn,
+                               admit=state.admission.slot)
     return session.id, session
 
 
