@@ -5,6 +5,7 @@ directly)."""
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import numpy as np
@@ -154,3 +155,25 @@ def test_other_words_throw_the_held_reply_away_and_think_again() -> None:
     done = [e for e in events if e["type"] == "response.done"]
     assert len(done) == 1 and done[0]["response"]["lyre"]["speculative"] is False
     assert all(stream.closed for stream in session._tts.streams)  # type: ignore[attr-defined]
+
+
+def test_a_response_asked_for_right_after_a_commit_waits_for_its_transcript() -> None:
+    events: list[dict[str, Any]] = []
+    thinker = _Thinker()
+
+    async def run() -> None:
+        session = AgentSession(object(), _TTS(), thinker, events.append)  # type: ignore[arg-type]
+        item = Utterance(start=0)
+        session._heard({"type": "input_audio_buffer.committed", "item_id": item.id, "previous_item_id": None})
+        await session.receive(json.dumps({"type": "response.create"}))
+        await session.receive(json.dumps({"type": "response.create"}))  # one at a time, waiting or not
+        assert session.reply is None and not thinker.asked
+        session.transcribed(item, Transcript("Where is my order?", "en", 1.0, ()))
+        assert session.reply is not None
+        await session.reply.done
+        await session.close()
+
+    asyncio.run(run())
+    assert thinker.asked == ["Where is my order?"]
+    assert [e["error"]["code"] for e in events if e["type"] == "error"] == ["conversation_already_has_active_response"]
+    assert [e["response"]["status"] for e in events if e["type"] == "response.done"] == ["completed"]

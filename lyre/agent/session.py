@@ -101,6 +101,8 @@ class AgentSession:
         self._admit = admit
         self._speculation: _Speculation | None = None
         self._ear_errors = 0
+        self._untranscribed: set[str] = set()  # committed utterances whose final pass is still running
+        self._reply_when_transcribed = False  # a response.create waits for them
         self._tasks: set[asyncio.Task[Any]] = set()
         self.ear = RealtimeSession(transcriber, self._heard, config.realtime, listener=self)
         self._send("session.created", session=self._session_object())
@@ -215,10 +217,14 @@ class AgentSession:
                    content_index=event.get("content_index", 0), audio_end_ms=event["audio_end_ms"])
 
     def _create_response(self, event: dict[str, Any]) -> None:
-        if self.reply is not None and not self.reply.over:
-            raise RealtimeError(f"Conversation already has an active response in progress: {self.reply.id}",
+        if (self.reply is not None and not self.reply.over) or self._reply_when_transcribed:
+            raise RealtimeError("Conversation already has an active response in progress"
+                                + (f": {self.reply.id}" if self.reply is not None and not self.reply.over else ""),
                                 "conversation_already_has_active_response")
         self._drop_speculation()
+        if self._untranscribed:  # what the person just said must be in the prompt: answer once it is
+            self._reply_when_transcribed = True
+            return
         self._start_reply(held=False)
 
     def _cancel_response(self, event: dict[str, Any]) -> None:
@@ -246,6 +252,7 @@ class AgentSession:
         if kind == "input_audio_buffer.speech_started":
             self._barge_in()
         elif kind == "input_audio_buffer.committed":
+            self._untranscribed.add(event["item_id"])
             item = {"id": event["item_id"], "type": "message", "role": "user", "status": "completed",
                     "content": [{"type": "input_audio", "transcript": None}]}
             self._send(self.settings.names.item_added, item=item, previous_item_id=event.get("previous_item_id"))
@@ -269,13 +276,19 @@ class AgentSession:
             self._drop_speculation()
 
     def transcribed(self, item: Utterance, transcript: Transcript | None) -> None:
-        if transcript is None or not transcript.text.strip():
+        self._untranscribed.discard(item.id)
+        heard = transcript.text.strip() if transcript is not None else ""
+        if heard:
+            self.conversation.add({"id": item.id, "type": "message", "role": "user", "text": heard})
+        if self._reply_when_transcribed and not self._untranscribed:
+            self._reply_when_transcribed = False
+            self._drop_speculation()
+            self._start_reply(held=False)  # the client's response.create, waiting for this transcript
+            return
+        if not heard or not (self.settings.create_response and self.ear.settings.turn_detection):
             self._drop_speculation()
             return
-        self.conversation.add({"id": item.id, "type": "message", "role": "user", "text": transcript.text.strip()})
-        if not (self.settings.create_response and self.ear.settings.turn_detection):
-            self._drop_speculation()
-            return
+        assert transcript is not None
         speculation = self._speculation
         if speculation is not None and speculation.item is not item:
             speculation = None  # it speculates on a later utterance: not this one's business
