@@ -33,4 +33,5 @@ echo "== scheduling: benchmarks/scheduling.py --out $out" >&2
 run stt benchmarks/stt.py
 run chat benchmarks/chat.py --tokens 32 --server-requests 5
 run router benchmarks/router.py
+run agent benchmarks/agent.py --levels 1 2 4 --turns 2
 echo "wrote $out/" >&2

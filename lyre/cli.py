@@ -117,6 +117,14 @@ def _parser() -> argparse.ArgumentParser:
     llm.add_argument("--llm-max-batch", type=int, default=8, help="chat requests generating at once (default: 8)")
     llm.add_argument("--llm-max-seq-len", type=int, default=2048,
                      help="KV-cache positions per chat request, prompt and answer together (default: 2048)")
+    agent = serve.add_argument_group("voice agent (/v1/realtime conversations: needs --stt, TTS and a chat model)")
+    agent.add_argument("--llm-url", metavar="URL",
+                       help="the agent thinks with this OpenAI-compatible endpoint (e.g. http://host:8000/v1) "
+                            "instead of --llm")
+    agent.add_argument("--llm-api-key", help="the API key --llm-url wants, if any")
+    agent.add_argument("--llm-model", help="the model name to ask --llm-url for")
+    agent.add_argument("--no-smart-turn", action="store_true",
+                       help="confirm turns by silence alone, without the Smart Turn v3 model (from pipecat-ai)")
 
     chat = sub.add_parser("chat", help="answer a question with a chat model, streamed to stdout")
     chat.add_argument("question")
@@ -381,6 +389,10 @@ def _serve(args: argparse.Namespace) -> int:
         llm_name=args.llm_name,
         llm_max_batch=args.llm_max_batch,
         llm_max_seq_len=args.llm_max_seq_len,
+        llm_url=args.llm_url,
+        llm_api_key=args.llm_api_key,
+        llm_model=args.llm_model,
+        smart_turn=not args.no_smart_turn,
         stt_model=args.stt_model,
         stt_device=args.stt_device,
         stt_max_file_bytes=round(args.stt_max_file_mb * 2**20),

@@ -28,6 +28,8 @@ FORBIDDEN = {
     # The router talks HTTP to the servers: it shares the fleet's wire format (lyre.fleet) and nothing else.
     "router": ("torch", "lyre.engine", "lyre.codec", "lyre.tts", "lyre.stt", "lyre.llm", "lyre.server", "lyre.bench",
                "lyre.baseline", "snac"),
+    # The agent joins stt, llm and tts; it builds no tensors and knows no transport.
+    "agent": ("torch", "lyre.engine", "lyre.codec", "lyre.server", "lyre.bench", "lyre.baseline", "snac"),
     "stt": ("torch", "lyre.engine", "lyre.codec", "lyre.tts", "lyre.server", "lyre.bench", "lyre.baseline", "snac"),
 }
 

@@ -221,3 +221,29 @@ def test_partials_fit_the_window_to_the_audio_and_do_not_loop(stt: Transcriber) 
     # Short windows invite repetition loops; a partial never says much more than was spoken.
     for said, text in zip(SENTENCES, heard):
         assert len(normalise(text).split()) <= len(normalise(said).split()) + 3, text
+
+
+def test_a_final_pass_over_30_s_goes_on_in_full_windows_with_timestamps_past_them(stt: Transcriber) -> None:
+    # The first window is fitted to the audio only when the audio fits one window; longer audio is
+    # transcribed window after window, and its timestamps keep counting from the audio's start.
+    gap = np.zeros(16_000, np.float32)
+    parts = [speak(SENTENCES[i % len(SENTENCES)]) for i in range(12)]
+    audio = np.concatenate([np.concatenate([part, gap]) for part in parts])
+    assert audio.size > 30 * 16_000
+    transcript = asyncio.run(stt.transcribe(audio, TranscribeOptions(language="en", beam_size=1), session="t"))
+    ends = [segment.end for segment in transcript.segments]
+    assert ends == sorted(ends) and ends[-1] > 30.0 and ends[-1] <= transcript.duration + 0.01
+    heard = normalise(transcript.text)
+    assert "dinner" in heard and normalise(SENTENCES[11]).split()[-1] in heard  # the first and the last
+
+
+def test_a_short_final_pass_places_its_segment_over_the_speech(stt: Transcriber) -> None:
+    speech = speak(SENTENCES[9])
+    audio = np.concatenate([np.zeros(16_000, np.float32), speech, np.zeros(8_000, np.float32)])
+    transcript = asyncio.run(stt.transcribe(audio, TranscribeOptions(language="en", word_timestamps=True),
+                                            session="t"))
+    words = [w for segment in transcript.segments for w in segment.words]
+    # The speech runs from 1 s to 1 s + its length: the first word starts after the leading silence,
+    # and the last ends within the speech (a window fitted to the audio keeps Whisper's 20 ms frames).
+    assert 0.7 <= words[0].start <= 1.5
+    assert 1.0 + speech.size / 16_000 - 1.0 <= words[-1].end <= 1.0 + speech.size / 16_000 + 0.3

@@ -63,6 +63,22 @@ def test_a_short_pause_is_kept_and_a_long_one_splits() -> None:
                                                                                       "speech_stopped"]
 
 
+def test_a_pause_is_a_possible_end_that_speech_takes_back() -> None:
+    words = speak(SENTENCES[6])
+    audio = np.concatenate([_silence(0.5), words, _silence(0.8), words, _silence(1.5)])
+    vad = StreamingVAD(VADConfig(silence_duration_ms=1200), pause_ms=200)
+    events = [event for i in range(0, audio.size, 320) for event in vad.push(audio[i:i + 320])]
+    assert [e.kind for e in events] == ["speech_started", "speech_paused", "speech_resumed", "speech_paused",
+                                        "speech_stopped"]
+    _, last = _speech_bounds(words)
+    # A pause is placed where its silence began: after the last word, before the stop.
+    assert RATE // 2 + last <= events[1].sample <= RATE // 2 + last + 300 * 16
+    assert events[3].sample < events[4].sample - 1000 * 16
+    # No pause can come first when it is not shorter than the stop's silence.
+    plain = StreamingVAD(VADConfig(silence_duration_ms=500), pause_ms=500)
+    assert [e.kind for e in plain.push(audio)] == ["speech_started", "speech_stopped"] * 2
+
+
 def test_prefix_padding_stops_at_the_stream_start_and_origin_offsets_positions() -> None:
     audio = np.concatenate([speak(SENTENCES[6]), _silence(1.0)])
     vad = StreamingVAD(VADConfig(prefix_padding_ms=1000), origin=48_000)

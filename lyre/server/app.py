@@ -17,6 +17,7 @@ from fastapi.responses import HTMLResponse, JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from lyre.agent import LocalThinker, RemoteThinker, SmartTurn, Thinker, find_smart_turn
 from lyre.llm import Chat, ChatOptions, ChatServing
 from lyre.server import adapters_api, audio_speech, completions, realtime_socket, transcriptions, tts_socket
 from lyre.server.admission import Admission
@@ -70,6 +71,13 @@ async def _warm_up_chat(chat: Chat) -> None:
     await chat.stream([{"role": "user", "content": "Hi"}], ChatOptions(max_tokens=2, temperature=0)).text()
 
 
+def _thinker(config: ServerConfig, chat: Chat | None) -> Thinker | None:
+    """The voice agent's think step: --llm-url when given, else the in-process chat model, if any."""
+    if config.llm_url is not None:
+        return RemoteThinker(config.llm_url, config.llm_api_key, config.llm_model)
+    return LocalThinker(chat) if chat is not None else None
+
+
 async def _load_adapters(tts: Synthesizer, config: ServerConfig) -> None:
     """``--adapter NAME=PATH``: each registered and loaded before the server is ready."""
     if config.adapters and tts.adapters is None:
@@ -114,11 +122,22 @@ def create_app(config: ServerConfig, tts: Synthesizer | None = None) -> FastAPI:
             if config.llm is not None:
                 chat = await asyncio.to_thread(_load_chat, config)
                 models.push_async_callback(asyncio.to_thread, chat.close)
+            thinker = _thinker(config, chat)
+            if isinstance(thinker, RemoteThinker):
+                models.push_async_callback(thinker.aclose)
+            end_of_turn = None
+            if thinker is not None and stt is not None and loaded is not None and config.smart_turn:
+                if (found := find_smart_turn()) is None:
+                    log.warning("Smart Turn model not found (pipecat-ai is not installed): turns end on silence")
+                else:
+                    end_of_turn = await asyncio.to_thread(SmartTurn, found)
             state = ServerState(
                 config=config,
                 tts=loaded,
                 stt=stt,
                 chat=chat,
+                thinker=thinker,
+                end_of_turn=end_of_turn,
                 admission=Admission(config.max_streams, config.max_queue, config.queue_timeout_s),
                 metrics=Metrics(loaded.engine_stats if loaded else None, loaded.codec_stats if loaded else None,
                                 stt.stats if stt else None, chat.stats if chat else None,

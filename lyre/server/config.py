@@ -62,6 +62,10 @@ class ServerConfig:
     register: str | None = None  # redis://... : join this fleet (lyre.fleet_member); None: stand alone
     advertise: str | None = None  # the URL routers reach this server at; needed with register
     fleet_ttl_s: float = 3.0  # the fleet record expires this long after the last heartbeat
+    llm_url: str | None = None  # the voice agent thinks with this OpenAI-compatible endpoint instead of llm
+    llm_api_key: str | None = None
+    llm_model: str | None = None  # the model name to ask llm_url for
+    smart_turn: bool = True  # the agent's semantic end-of-turn model, where pipecat-ai ships it
 
     def __post_init__(self) -> None:
         if not (self.tts or self.stt or self.llm):
@@ -91,6 +95,8 @@ class ServerConfig:
             raise ValueError("admin_key must not be empty")
         if self.admin_key is not None and self.admin_key == self.api_key:
             raise ValueError("the admin key must differ from the API key")
+        if self.llm_url is not None and not self.llm_url.startswith(("http://", "https://")):
+            raise ValueError(f"llm_url must be an http:// or https:// URL, got {self.llm_url!r}")
         if self.api_key is not None and not self.api_key:
             raise ValueError("api_key must not be empty")
         self._check_fleet()

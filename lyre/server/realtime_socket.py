@@ -1,10 +1,15 @@
-"""``/v1/realtime``: live transcription over a WebSocket, in OpenAI's realtime transcription events.
+"""``/v1/realtime``: live transcription, or a voice agent, over a WebSocket, in OpenAI's realtime events.
 
     ws://HOST/v1/realtime?intent=transcription    (the API key as for the TTS socket, when one is set)
+    ws://HOST/v1/realtime?model=NAME              a conversation (lyre.agent), where the server has
+                                                  speech to text, text to speech and a think step
 
 A thin adapter: JSON text frames go to a ``RealtimeSession`` (lyre.stt.realtime,
-where the protocol lives), and its events come back through one writer task,
-in order. Beyond the session's own limits, the socket has these:
+where the protocol lives) or an ``AgentSession`` (lyre.agent), and its events
+come back through one writer task, in order. Without ``intent=transcription``
+the socket is a conversation when the server can hold one, and a
+transcription session otherwise (as before the agent existed). Beyond the
+session's own limits, the socket has these:
 
 - at most ``stt_max_sessions`` sockets at once: one more is accepted, told why
   in an ``error`` event, and closed with 1013 (try again later);
@@ -26,15 +31,16 @@ import asyncio
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Protocol
 
 from fastapi import APIRouter, FastAPI, WebSocket, WebSocketDisconnect, status
 from starlette.websockets import WebSocketDisconnected, WebSocketState
 
+from lyre.agent import AgentConfig, AgentSession
 from lyre.server.auth import refuse_socket
 from lyre.server.config import ServerConfig
 from lyre.server.state import STT_OFF, ServerState
-from lyre.stt import RealtimeConfig, RealtimeError, RealtimeSession, Transcriber, error_event
+from lyre.stt import RealtimeConfig, RealtimeError, RealtimeSession, error_event
 
 __all__ = ["REALTIME_PATH", "router"]
 
@@ -43,6 +49,19 @@ _MAX_UNSENT = 256  # events queued for the client: past this the socket stops re
 _LAST_SEND_S = 5.0  # how long a client may leave them unread; also for the last events and the close frame
 
 router = APIRouter()
+
+
+class _Session(Protocol):
+    """What the socket needs of either session."""
+
+    @property
+    def busy(self) -> bool: ...
+
+    async def receive(self, text: str) -> None: ...
+
+    def report(self, error: RealtimeError, client_event_id: str | None = None) -> None: ...
+
+    async def close(self) -> None: ...
 
 
 class _Sessions:
@@ -91,10 +110,30 @@ async def _write(websocket: WebSocket, outbox: asyncio.Queue[dict[str, Any] | No
             outbox.task_done()
 
 
-async def _serve(websocket: WebSocket, stt: Transcriber, config: ServerConfig) -> None:
+def _open_session(websocket: WebSocket, state: ServerState, emit: Any) -> tuple[str, _Session]:
+    """The session the handshake asks for: a conversation, unless it says transcription or the server has no agent."""
+    config, stt = state.config, state.stt
+    assert stt is not None
+    realtime = RealtimeConfig(max_buffer_s=config.stt_max_buffer_s)
+    wants_transcription = websocket.query_params.get("intent") == "transcription"
+    if wants_transcription or state.tts is None or state.thinker is None:
+        session: Any = RealtimeSession(stt, emit, realtime)
+    else:
+        agent = AgentConfig(realtime=RealtimeConfig(max_buffer_s=config.stt_max_buffer_s,
+                                                    pause_ms=AgentConfig().realtime.pause_ms),
+                            model=websocket.query_params.get("model") or AgentConfig().model)
+        # A reply holds a stream slot like any speech stream, but is not refused when the streams already
+        # running fall behind: a turn left unanswered is worse than a late one. It queues instead.
+        session = AgentSession(stt, state.tts, state.thinker, emit, agent, state.end_of_turn,
+                               admit=state.admission.slot)
+    return session.id, session
+
+
+async def _serve(websocket: WebSocket, state: ServerState) -> None:
+    config = state.config
     outbox: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
-    session = RealtimeSession(stt, outbox.put_nowait, RealtimeConfig(max_buffer_s=config.stt_max_buffer_s))
-    writer = asyncio.create_task(_write(websocket, outbox), name=f"lyre-realtime-{session.id}")
+    session_id, session = _open_session(websocket, state, outbox.put_nowait)
+    writer = asyncio.create_task(_write(websocket, outbox), name=f"lyre-realtime-{session_id}")
     close: tuple[int, str] | None = None  # None: the client closed, or left
     try:
         while True:
@@ -114,7 +153,7 @@ async def _serve(websocket: WebSocket, stt: Transcriber, config: ServerConfig) -
                 session.report(RealtimeError("binary frames are not supported; send JSON text events",
                                              "invalid_event"))
             else:
-                session.receive(text)
+                await session.receive(text)
             if outbox.qsize() >= _MAX_UNSENT and not await _drained(outbox):
                 close = (status.WS_1008_POLICY_VIOLATION, f"over {_MAX_UNSENT} events unread: session closed")
                 writer.cancel()  # the client reads nothing: what it has not read goes unsent
@@ -167,4 +206,4 @@ async def realtime_websocket(websocket: WebSocket) -> None:
                       status.WS_1013_TRY_AGAIN_LATER)
     else:
         with sessions.hold():
-            await _serve(websocket, state.stt, state.config)
+            await _serve(websocket, state)

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from starlette.exceptions import HTTPException
 
+from lyre.agent import EndOfTurn, Thinker
 from lyre.llm import Chat
 from lyre.server.admission import Admission
 from lyre.server.config import ServerConfig
@@ -28,6 +29,8 @@ class ServerState:
     metrics: Metrics
     stt: Transcriber | None = None  # None: started without speech to text
     chat: Chat | None = None  # None: started without a chat model
+    thinker: Thinker | None = None  # the voice agent's think step: the chat model's, or --llm-url's
+    end_of_turn: EndOfTurn | None = None  # the agent's semantic end-of-turn model (Smart Turn), if loaded
     chat_active: int = 0  # chat completions in flight (a draining server waits for them)
     ready: bool = False  # models loaded and warmed up
     draining: bool = False  # shutting down: admit nothing new

@@ -11,7 +11,7 @@ OpenAI Realtime transcription events and knows nothing of the transport.
 from lyre.stt.agreement import LocalAgreement
 from lyre.stt.audio import SAMPLE_RATE, AudioError, PcmResampler, decode_file
 from lyre.stt.model import demo_whisper, resolve_whisper
-from lyre.stt.realtime import RealtimeConfig, RealtimeSession
+from lyre.stt.realtime import RealtimeConfig, RealtimeSession, TurnListener
 from lyre.stt.realtime_events import DEFAULT_MODEL, RealtimeError, error_event
 from lyre.stt.transcriber import (
     MAX_PARTIAL_SECONDS,
@@ -43,6 +43,7 @@ __all__ = [
     "Segment",
     "SpeechEvent",
     "StreamingVAD",
+    "TurnListener",
     "TranscribeOptions",
     "Transcriber",
     "TranscriberBusy",

@@ -1,7 +1,7 @@
 """A realtime transcription session: OpenAI's transcription events in, transcription events out.
 
     session = RealtimeSession(transcriber, emit)     # emits transcription_session.created
-    session.receive(text)                            # one client event, as JSON text
+    await session.receive(text)                      # one client event, as JSON text
     await session.close()                            # when the socket closes: cancels its passes
 
 No transport here: ``emit`` takes each server event (a dict) and must not
@@ -44,29 +44,32 @@ as the prefix padding needs.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
-from lyre.stt.audio import SAMPLE_RATE, AudioError, PcmResampler
+from lyre.stt.audio import SAMPLE_RATE, AudioError
 from lyre.stt.realtime_buffer import AudioBuffer
 from lyre.stt.realtime_events import (
     RealtimeError,
     SessionSettings,
+    act_on,
     append_audio,
     error_event,
     new_id,
-    parse_event,
     read_update,
     session_object,
 )
+from lyre.stt.realtime_input import AudioIn
 from lyre.stt.transcriber import Transcriber
-from lyre.stt.utterances import Utterances
-from lyre.stt.vad import StreamingVAD, VADConfig
+from lyre.stt.whisper import Transcript
+from lyre.stt.utterances import Utterance, Utterances
+from lyre.stt.vad import SpeechEvent, StreamingVAD, VADConfig
 
-__all__ = ["RealtimeConfig", "RealtimeSession"]
+__all__ = ["RealtimeConfig", "RealtimeSession", "TurnListener"]
 
 _MIN_COMMIT_MS = 100  # OpenAI refuses to commit less ("buffer too small")
 
@@ -78,6 +81,7 @@ class RealtimeConfig:
     max_buffer_s: float = 60.0  # audio held for one utterance
     max_message_bytes: int = 1 << 20  # one client event: about 20 s of 24 kHz pcm16 in base64
     partial_every_s: float = 0.5  # new audio that earns another partial pass
+    pause_ms: int | None = None  # silence that marks a possible end of turn, for a listener; None: none
 
     def __post_init__(self) -> None:
         if not self.max_buffer_s > 0:
@@ -88,20 +92,42 @@ class RealtimeConfig:
             raise ValueError(f"partial_every_s must be > 0, got {self.partial_every_s}")
 
 
+class TurnListener(Protocol):
+    """What a voice agent hears of a session's turns, beside its events.
+
+    With server VAD and ``pause_ms`` set, a short silence in an utterance is a
+    possible end of turn: its final pass starts at once (``early``, reused by
+    the commit if no speech follows) and ``paused`` is called; speech before
+    the confirmed end calls ``resumed`` (the early pass is cancelled).
+    """
+
+    def paused(self, item: Utterance, sample: int, early: asyncio.Task[Transcript]) -> None:
+        """A silence began at stream position ``sample``; ``early`` is the final pass over the audio before it."""
+
+    def resumed(self, item: Utterance) -> None: ...
+
+    def transcribed(self, item: Utterance, transcript: Transcript | None) -> None:
+        """An utterance's final pass is over (None: it failed), after its completed or failed event."""
+
+
 class RealtimeSession:
     """One client's transcription session; see the module docstring."""
 
     def __init__(self, transcriber: Transcriber, emit: Callable[[dict[str, Any]], None],
-                 config: RealtimeConfig = RealtimeConfig()) -> None:
+                 config: RealtimeConfig = RealtimeConfig(), listener: TurnListener | None = None) -> None:
         self.id = new_id("sess")
         self.config = config
         self.settings = SessionSettings()
         self._stt = transcriber
         self._emit = emit
-        self._resampler = PcmResampler(self.settings.rate)
         self._buffer = AudioBuffer()
-        self._vad = self._detector(self.settings.turn_detection)
-        self._utterances = Utterances(transcriber, self.id, self._buffer, self._send, config.partial_every_s)
+        self._listener = listener
+        # A possible end of turn after this much silence (with a listener); a change applies from the next utterance.
+        self.pause_ms = config.pause_ms
+        self._early: asyncio.Task[Transcript] | None = None  # the open utterance's final pass, started at a pause
+        self._in = AudioIn(self.settings.rate, self._detector(self.settings.turn_detection))
+        self._utterances = Utterances(transcriber, self.id, self._buffer, self._send, config.partial_every_s,
+                                      None if listener is None else listener.transcribed)
         self._max_samples = int(config.max_buffer_s * SAMPLE_RATE)
         self._send("transcription_session.created", session=session_object(self.settings, self.id, "beta"))
 
@@ -110,19 +136,19 @@ class RealtimeSession:
         """A pass is running or queued: the client may be waiting for its events."""
         return self._utterances.busy
 
-    def receive(self, text: str) -> None:
-        """Act on one client event (JSON text); a problem with it is sent back as an ``error`` event."""
-        client_event_id = None
-        try:
-            event = parse_event(text, self.config.max_message_bytes)
-            client_event_id = event.get("event_id") if isinstance(event.get("event_id"), str) else None
-            handler = self._handlers.get(event["type"])
-            if handler is None:
-                raise RealtimeError(f"unknown event type {event['type']!r}; a transcription session takes "
-                                    f"{', '.join(self._handlers)}", "invalid_event", "type")
-            handler(self, event)
-        except RealtimeError as error:
-            self.report(error, client_event_id)
+    async def receive(self, text: str) -> None:
+        """Act on one client event (JSON text); a problem with it is sent back as an ``error`` event.
+
+        Returns once the event is acted on (an append: its audio resampled and scored by the VAD)."""
+        await act_on(text, self.config.max_message_bytes, self.handle, self.report)
+
+    def handle(self, event: dict[str, Any]) -> Awaitable[None] | None:
+        """Act on one parsed client event (RealtimeError if it cannot be): `receive` without the parsing."""
+        handler = self._handlers.get(event["type"])
+        if handler is None:
+            raise RealtimeError(f"unknown event type {event['type']!r}; a transcription session takes "
+                                f"{', '.join(self._handlers)}", "invalid_event", "type")
+        return handler(self, event)
 
     def report(self, error: RealtimeError, client_event_id: str | None = None) -> None:
         """Send an ``error`` event (also for the transport's own problems: binary frames, idle)."""
@@ -142,13 +168,13 @@ class RealtimeSession:
             self._flush_resampler(settings.rate)
         old, self.settings = self.settings, settings
         if settings.turn_detection != old.turn_detection:
-            self._vad = self._detector(settings.turn_detection)
+            self._in.vad = self._detector(settings.turn_detection)
         name = "transcription_session.updated" if shape == "beta" else "session.updated"
         self._send(name, session=session_object(settings, self.id, shape))
 
-    def _append(self, event: dict[str, Any]) -> None:
+    async def _append(self, event: dict[str, Any]) -> None:
         pcm = append_audio(event)
-        if self._vad is None:  # with manual commits only the client can empty the buffer
+        if self._in.vad is None:  # with manual commits only the client can empty the buffer
             seconds = (self._buffer.size + len(pcm) // 2 * SAMPLE_RATE // self.settings.rate) / SAMPLE_RATE
             if seconds > self.config.max_buffer_s:
                 raise RealtimeError(
@@ -156,7 +182,7 @@ class RealtimeSession:
                     f"{self.config.max_buffer_s:g} s; this append was dropped: commit or clear the buffer",
                     "input_audio_buffer_full", "audio")
         try:
-            self._take(self._resampler.push(pcm))
+            self._take(*await self._in.push(pcm))
         except AudioError as exc:
             raise RealtimeError(f"audio: {exc}", "invalid_audio", "audio") from None
 
@@ -171,19 +197,21 @@ class RealtimeSession:
                                 "input_audio_buffer_commit_empty")
         if item is None:
             self._utterances.begin(start)
-        elif self._vad is not None:
+        elif self._in.vad is not None:
             self._send("input_audio_buffer.speech_stopped", audio_end_ms=_ms(self._buffer.end), item_id=item.id)
+        self._drop_early()  # audio may have come after the pause: the pass must hear it
         self._utterances.commit(self._buffer.end, self.settings.options())
-        self._vad = self._detector(self.settings.turn_detection)  # what follows is a new utterance
+        self._in.vad = self._detector(self.settings.turn_detection)  # what follows is a new utterance
 
     def _clear(self, event: dict[str, Any]) -> None:
+        self._drop_early()
         self._utterances.discard()
-        self._resampler = PcmResampler(self.settings.rate)  # its tail is cleared audio too
+        self._in.restart(self.settings.rate)  # the resampler's tail is cleared audio too
         self._buffer.drop_before(self._buffer.end)
-        self._vad = self._detector(self.settings.turn_detection)
+        self._in.vad = self._detector(self.settings.turn_detection)
         self._send("input_audio_buffer.cleared")
 
-    _handlers: ClassVar[dict[str, Callable[[RealtimeSession, dict[str, Any]], None]]] = {
+    _handlers: ClassVar[dict[str, Callable[[RealtimeSession, dict[str, Any]], Awaitable[None] | None]]] = {
         "transcription_session.update": _update,
         "session.update": _update,
         "input_audio_buffer.append": _append,
@@ -193,32 +221,64 @@ class RealtimeSession:
 
     # -- audio and turns --
 
+    def utterance_audio(self) -> np.ndarray | None:
+        """The open utterance's audio so far (16 kHz float32), for an end-of-turn model; None if none is open."""
+        if (item := self._utterances.open) is None:
+            return None
+        return self._buffer.read(item.start, self._buffer.end)
+
+    def paused_item(self) -> Utterance | None:
+        """The open utterance while its VAD hears a pause (a possible end of turn), else None."""
+        vad = self._in.vad
+        return self._utterances.open if vad is not None and vad.paused else None
+
+    def end_turn(self) -> bool:
+        """End the open utterance here, as if the VAD had heard the silence out (a semantic end-of-turn
+        model has confirmed it); False if none is open or detection is off."""
+        if self._utterances.open is None or self._in.vad is None:
+            return False
+        self._speech_stopped(self._buffer.end)
+        self._in.vad = self._detector(self.settings.turn_detection)
+        return True
+
     def _detector(self, config: VADConfig | None) -> StreamingVAD | None:
-        return None if config is None else StreamingVAD(config, origin=self._buffer.end)
+        if config is None:
+            return None
+        return StreamingVAD(config, origin=self._buffer.end,
+                            pause_ms=self.pause_ms if self._listener is not None else None)
+
+    def _drop_early(self) -> None:
+        if self._early is not None:
+            self._early.cancel()
+            self._early = None
 
     def _flush_resampler(self, rate: int) -> None:
         """Take what the resampler holds, and go on with a new one for ``rate``."""
-        self._take(self._resampler.flush())
-        self._resampler = PcmResampler(rate)
+        self._take(*self._in.flush())
+        self._in.restart(rate)
 
-    def _take(self, audio: np.ndarray) -> None:
-        """Add 16 kHz audio to the buffer and follow it: detect speech, cut, start partial passes."""
+    def _take(self, audio: np.ndarray, events: list[SpeechEvent]) -> None:
+        """Add 16 kHz audio to the buffer and follow the VAD's events over it: cut, start partial passes."""
         if audio.size == 0:
             return
         self._buffer.append(audio)
-        if self._vad is None:
+        if (vad := self._in.vad) is None:
             if self._utterances.open is None:
                 self._utterances.begin(self._buffer.start)
         else:
-            for event in self._vad.push(audio):
+            for event in events:
                 self._cut(event.sample)
                 if event.kind == "speech_started":
                     self._speech_started(event.sample)
+                elif event.kind == "speech_paused":
+                    self._paused(event.sample)
+                elif event.kind == "speech_resumed":
+                    self._resumed()
                 else:
                     self._speech_stopped(event.sample)
             self._cut(self._buffer.end)
             if self._utterances.open is None:
-                self._buffer.drop_before(self._vad.earliest_start())
+                self._buffer.drop_before(vad.earliest_start())
         self._utterances.listen(self.settings.language)
 
     def _cut(self, until: int) -> None:
@@ -234,10 +294,22 @@ class RealtimeSession:
         item = self._utterances.begin(max(sample, self._buffer.start))
         self._send("input_audio_buffer.speech_started", audio_start_ms=_ms(item.start), item_id=item.id)
 
+    def _paused(self, sample: int) -> None:
+        if (item := self._utterances.open) is not None and self._listener is not None:
+            self._drop_early()
+            self._early = self._utterances.early_pass(sample, self.settings.options())
+            self._listener.paused(item, sample, self._early)
+
+    def _resumed(self) -> None:
+        self._drop_early()
+        if (item := self._utterances.open) is not None and self._listener is not None:
+            self._listener.resumed(item)
+
     def _speech_stopped(self, sample: int) -> None:
         if (item := self._utterances.open) is not None:
             self._send("input_audio_buffer.speech_stopped", audio_end_ms=_ms(sample), item_id=item.id)
-            self._utterances.commit(sample, self.settings.options())
+            early, self._early = self._early, None  # only silence since the pause: its pass is this one
+            self._utterances.commit(sample, self.settings.options(), early)
 
     def _send(self, kind: str, **fields: Any) -> None:
         self._emit({"type": kind, "event_id": new_id("event"), **fields})

@@ -31,7 +31,7 @@ import base64
 import binascii
 import json
 import secrets
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -39,8 +39,9 @@ from lyre.stt.whisper import TranscribeOptions
 from lyre.stt.vad import VADConfig
 
 __all__ = [
-    "DEFAULT_MODEL", "RATES", "RealtimeError", "SessionSettings", "append_audio", "error_event", "new_id",
-    "parse_event", "read_update", "session_object",
+    "DEFAULT_MODEL", "RATES", "RealtimeError", "SessionSettings", "act_on", "append_audio", "error_event", "expect_object",
+    "new_id", "parse_event", "read_input_rate", "read_transcription", "read_turn_detection", "read_update",
+    "session_object", "vad_object",
 ]
 
 DEFAULT_MODEL = "whisper-1"  # what clients name; lyre transcribes with whichever Whisper it serves
@@ -80,6 +81,20 @@ def new_id(prefix: str) -> str:
     return f"{prefix}_{secrets.token_hex(10)}"
 
 
+async def act_on(text: str, max_bytes: int, handle: Callable[[dict[str, Any]], Awaitable[None] | None],
+                 report: Callable[[RealtimeError, str | None], None]) -> None:
+    """Parse one client event and ``handle`` it; a RealtimeError on the way goes to ``report``, with the
+    client's ``event_id`` when it gave one."""
+    client_event_id = None
+    try:
+        event = parse_event(text, max_bytes)
+        client_event_id = event.get("event_id") if isinstance(event.get("event_id"), str) else None
+        if (work := handle(event)) is not None:
+            await work
+    except RealtimeError as error:
+        report(error, client_event_id)
+
+
 def parse_event(text: str, max_bytes: int) -> dict[str, Any]:
     """One client event from its JSON text: an object with a string ``type``."""
     if (size := len(text.encode())) > max_bytes:
@@ -109,7 +124,7 @@ def read_update(event: dict[str, Any], current: SessionSettings,
                 check_language: Callable[[str | None], None]) -> tuple[SessionSettings, Shape]:
     """The settings after ``event`` (either update), and which shape it came in."""
     shape: Shape = "beta" if event["type"] == "transcription_session.update" else "ga"
-    session = _object(event.get("session"), "session")
+    session = expect_object(event.get("session"), "session")
     if shape == "beta":
         settings = _read(current, session, "session", "input_audio_format", "input_audio_transcription",
                          check_language)
@@ -118,8 +133,8 @@ def read_update(event: dict[str, Any], current: SessionSettings,
         if kind != "transcription":
             raise RealtimeError(f"session.type {kind!r} is not supported: lyre serves transcription sessions "
                                 "only (session.type 'transcription')", param="session.type")
-        audio = _object(session.get("audio", {}), "session.audio")
-        parts = _object(audio.get("input", {}), "session.audio.input")
+        audio = expect_object(session.get("audio", {}), "session.audio")
+        parts = expect_object(audio.get("input", {}), "session.audio.input")
         settings = _read(current, parts, "session.audio.input", "format", "transcription", check_language)
     return settings, shape
 
@@ -128,10 +143,7 @@ def session_object(settings: SessionSettings, session_id: str, shape: Shape) -> 
     """The session as ``*.created`` and ``*.updated`` events carry it, in ``shape``."""
     transcription = {"model": settings.model, "language": settings.language, "prompt": settings.prompt or ""}
     vad = settings.turn_detection
-    turn_detection = None if vad is None else {
-        "type": "server_vad", "threshold": vad.threshold, "prefix_padding_ms": vad.prefix_padding_ms,
-        "silence_duration_ms": vad.silence_duration_ms,
-    }
+    turn_detection = None if vad is None else vad_object(vad)
     if shape == "beta":
         return {"id": session_id, "object": "realtime.transcription_session", "input_audio_format": "pcm16",
                 "input_audio_transcription": transcription, "turn_detection": turn_detection,
@@ -143,22 +155,28 @@ def session_object(settings: SessionSettings, session_id: str, shape: Shape) -> 
             "include": None}
 
 
+def vad_object(vad: VADConfig) -> dict[str, Any]:
+    """A ``server_vad`` turn detection object, as sessions report it."""
+    return {"type": "server_vad", "threshold": vad.threshold, "prefix_padding_ms": vad.prefix_padding_ms,
+            "silence_duration_ms": vad.silence_duration_ms}
+
+
 def _read(current: SessionSettings, parts: dict[str, Any], where: str, format_key: str, transcription_key: str,
           check_language: Callable[[str | None], None]) -> SessionSettings:
     """The three settings groups, named as one shape names them, under ``where``."""
     changes: dict[str, Any] = {}
     if format_key in parts:
-        changes["rate"] = _rate(parts[format_key], f"{where}.{format_key}")
+        changes["rate"] = read_input_rate(parts[format_key], f"{where}.{format_key}")
     # null transcription would mean "do not transcribe", which a transcription session cannot mean:
     # it is taken as no change.
     if (transcription := parts.get(transcription_key)) is not None:
-        changes.update(_transcription(transcription, f"{where}.{transcription_key}", check_language))
+        changes.update(read_transcription(transcription, f"{where}.{transcription_key}", check_language))
     if "turn_detection" in parts:
-        changes["turn_detection"] = _turn_detection(parts["turn_detection"], f"{where}.turn_detection")
+        changes["turn_detection"] = read_turn_detection(parts["turn_detection"], f"{where}.turn_detection")
     return replace(current, **changes)
 
 
-def _rate(value: object, param: str) -> int:
+def read_input_rate(value: object, param: str) -> int:
     """The sample rate of a pcm16 format: beta's ``"pcm16"`` or GA's ``{"type": "audio/pcm", "rate": R}``."""
     if value == "pcm16":
         return 24_000
@@ -176,8 +194,8 @@ def _rate(value: object, param: str) -> int:
     return int(rate)
 
 
-def _transcription(value: object, param: str, check_language: Callable[[str | None], None]) -> dict[str, Any]:
-    value = _object(value, param)
+def read_transcription(value: object, param: str, check_language: Callable[[str | None], None]) -> dict[str, Any]:
+    value = expect_object(value, param)
     model = value.get("model") or DEFAULT_MODEL
     language = value.get("language") or None
     prompt = value.get("prompt") or None
@@ -196,10 +214,10 @@ def _transcription(value: object, param: str, check_language: Callable[[str | No
     return {"model": model, "language": language, "prompt": prompt}
 
 
-def _turn_detection(value: object, param: str) -> VADConfig | None:
+def read_turn_detection(value: object, param: str) -> VADConfig | None:
     if value is None:
         return None
-    value = _object(value, param)
+    value = expect_object(value, param)
     kind = value.get("type", "server_vad")
     if kind != "server_vad":
         raise RealtimeError(f"{param}.type {kind!r} is not supported: use 'server_vad', or null to commit "
@@ -212,7 +230,7 @@ def _turn_detection(value: object, param: str) -> VADConfig | None:
         raise RealtimeError(f"{param}: {exc}", param=param) from None
 
 
-def _object(value: object, param: str) -> dict[str, Any]:
+def expect_object(value: object, param: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise RealtimeError(f"{param} must be an object, got {value!r}", "invalid_type", param)
     return value

@@ -41,7 +41,7 @@ from lyre.stt.model import resolve_whisper
 from lyre.stt.whisper import TranscribeOptions, Transcript, final_pass, partial_passes
 
 if TYPE_CHECKING:
-    from faster_whisper import WhisperModel
+    from faster_whisper import WhisperModel  # a lyre.stt.fitted.FittedWhisperModel once loaded
 
 __all__ = [
     "MAX_PARTIAL_SECONDS",
@@ -155,14 +155,14 @@ class Transcriber:
 
     @classmethod
     def load(cls, model: str | os.PathLike[str] | None = None, config: STTConfig | None = None) -> Transcriber:
-        from faster_whisper import WhisperModel  # with CTranslate2: loaded only by servers that transcribe
+        from lyre.stt.fitted import FittedWhisperModel  # with CTranslate2: loaded only by servers that transcribe
 
         config = config or STTConfig()
         folder = resolve_whisper(model)
         device, _, index = config.device.partition(":")
         compute = config.compute_type or ("float16" if device == "cuda" else "int8")
-        whisper = WhisperModel(str(folder), device=device, device_index=int(index or 0), compute_type=compute,
-                               cpu_threads=config.cpu_threads)
+        whisper = FittedWhisperModel(str(folder), device=device, device_index=int(index or 0),
+                                     compute_type=compute, cpu_threads=config.cpu_threads)
         return cls(whisper, config)
 
     # -- the public surface, called on an event loop --

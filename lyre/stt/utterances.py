@@ -4,6 +4,7 @@
     item = utterances.begin(start)          # speech started at stream position ``start``
     utterances.listen(language)             # after each append: a partial pass, if one is due
     item = utterances.commit(end, options)  # the utterance is the buffer's audio up to ``end``
+    item = utterances.commit(end, options, early)  # ... with its final pass already started (a voice agent's)
 
 While an utterance is open, a partial pass (greedy, on its audio so far) runs
 whenever the last one has finished and at least ``partial_every_s`` of new
@@ -13,13 +14,17 @@ flight is dropped and the final pass runs (``Transcriber.transcribe``, the
 REST endpoint's call); what it adds after the words already sent goes out as
 one more delta, then ``completed`` carries the final text whole, even where
 it disagrees with earlier deltas: clients take ``completed`` as the truth.
+
+Each partial's whole text is kept on the utterance (``hypothesis``, with the
+stream position its audio ended at), and ``on_final`` hears every final
+pass's outcome: a voice agent starts thinking on the best text there is.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,7 +35,7 @@ from lyre.stt.audio import SAMPLE_RATE
 from lyre.stt.realtime_buffer import AudioBuffer
 from lyre.stt.realtime_events import new_id
 from lyre.stt.transcriber import Transcriber, TranscriberBusy, TranscriberClosed
-from lyre.stt.whisper import TranscribeOptions
+from lyre.stt.whisper import TranscribeOptions, Transcript
 
 __all__ = ["Utterance", "Utterances"]
 
@@ -48,9 +53,11 @@ class Utterance:
     partial_at: int = field(init=False)  # stream position the last partial pass heard up to
     agreement: LocalAgreement = field(default_factory=LocalAgreement)
     spoken: bool = False  # a delta has gone out
+    hypothesis: str = ""  # the last partial pass's whole text
+    hypothesis_end: int = field(init=False)  # stream position that pass's audio ended at
 
     def __post_init__(self) -> None:
-        self.partial_at = self.start
+        self.partial_at = self.hypothesis_end = self.start
 
 
 class Utterances:
@@ -58,10 +65,13 @@ class Utterances:
 
     ``send(type, **fields)`` emits one server event. ``session`` keys the
     transcriber's fair queue, so one session waits behind others by one job.
+    ``on_final(item, transcript)`` is called after each final pass's events
+    (``transcript`` None: it failed).
     """
 
     def __init__(self, transcriber: Transcriber, session: str, buffer: AudioBuffer,
-                 send: Callable[..., None], partial_every_s: float) -> None:
+                 send: Callable[..., None], partial_every_s: float,
+                 on_final: Callable[[Utterance, Transcript | None], None] | None = None) -> None:
         self.open: Utterance | None = None
         self.previous_id: str | None = None  # the last committed utterance
         self._stt = transcriber
@@ -72,6 +82,7 @@ class Utterances:
         self._language: str | None = None  # the partial passes'
         self._partial: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        self._on_final = on_final
 
     @property
     def busy(self) -> bool:
@@ -91,8 +102,13 @@ class Utterances:
         item.partial_at = self._buffer.end
         self._partial = self._spawn(self._run_partial(item, self._buffer.read(item.start)))
 
-    def commit(self, end: int, options: TranscribeOptions) -> Utterance:
-        """Close the open utterance at ``end`` (dropping the buffer up to there) and start its final pass."""
+    def commit(self, end: int, options: TranscribeOptions,
+               early: Awaitable[Transcript] | None = None) -> Utterance:
+        """Close the open utterance at ``end`` (dropping the buffer up to there) and start its final pass.
+
+        ``early``: the final pass already running (`early_pass`), over the
+        utterance up to a point where the audio after it was silence.
+        """
         item = self.open
         assert item is not None
         audio = self._buffer.read(item.start, end)
@@ -100,8 +116,18 @@ class Utterances:
         self.discard()
         self._send("input_audio_buffer.committed", item_id=item.id, previous_item_id=self.previous_id)
         self.previous_id = item.id
-        self._spawn(self._final(item, audio, options))
+        self._spawn(self._final(item, audio, options, early))
         return item
+
+    def early_pass(self, end: int, options: TranscribeOptions) -> asyncio.Task[Transcript]:
+        """The open utterance's final pass over its audio up to ``end``, started before it is committed."""
+        item = self.open
+        assert item is not None
+        task = asyncio.ensure_future(self._stt.transcribe(self._buffer.read(item.start, end), options,
+                                                          session=self._session))
+        self._tasks.add(task)  # type: ignore[arg-type]  # cancelled with the rest on close
+        task.add_done_callback(self._tasks.discard)  # type: ignore[arg-type]
+        return task
 
     def discard(self) -> None:
         """Forget the open utterance, if any, and drop its partial pass."""
@@ -126,13 +152,16 @@ class Utterances:
         except Exception:
             log.exception("partial transcription of %s failed", item.id)
         self._partial = None  # (cancelled, this task never gets here: discard has cleared it)
+        if text is not None:
+            item.hypothesis, item.hypothesis_end = text, item.start + audio.size
         if text is not None and self.open is item and (words := item.agreement.update(text)):
             self._delta(item, " ".join(words))
         self.listen(self._language)
 
-    async def _final(self, item: Utterance, audio: np.ndarray, options: TranscribeOptions) -> None:
+    async def _final(self, item: Utterance, audio: np.ndarray, options: TranscribeOptions,
+                     early: Awaitable[Transcript] | None) -> None:
         try:
-            transcript = await self._stt.transcribe(audio, options, session=self._session)
+            transcript = await (early or self._stt.transcribe(audio, options, session=self._session))
         except (TranscriberBusy, TranscriberClosed) as exc:
             self._failed(item, "server_busy" if isinstance(exc, TranscriberBusy) else "server_closing", str(exc))
             return
@@ -144,6 +173,8 @@ class Utterances:
             self._delta(item, rest)
         self._send(f"{_TRANSCRIPTION}.completed", item_id=item.id, content_index=0, transcript=transcript.text,
                    usage={"type": "duration", "seconds": round(audio.size / SAMPLE_RATE, 3)})
+        if self._on_final is not None:
+            self._on_final(item, transcript)
 
     def _delta(self, item: Utterance, words: str) -> None:
         # Joined with a space before all but the first, the deltas read as one text.
@@ -154,6 +185,8 @@ class Utterances:
     def _failed(self, item: Utterance, code: str, message: str) -> None:
         self._send(f"{_TRANSCRIPTION}.failed", item_id=item.id, content_index=0,
                    error={"type": "server_error", "code": code, "message": message, "param": None})
+        if self._on_final is not None:
+            self._on_final(item, None)
 
     def _spawn(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         task = asyncio.create_task(work)

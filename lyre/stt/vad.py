@@ -15,6 +15,10 @@ breath before the first word. It stops once ``silence_duration_ms`` of
 windows have scored below ``threshold - 0.15`` (Silero's own hysteresis:
 windows in between neither end speech nor restart its clock), and that event
 is placed at the end of the silence, as OpenAI reports ``audio_end_ms``.
+
+With ``pause_ms`` (a voice agent's first stage of turn detection), a shorter
+run of silence first marks a possible end: ``speech_paused``, placed where the
+silence began; speech before the stop then brings ``speech_resumed``.
 """
 
 from __future__ import annotations
@@ -68,7 +72,7 @@ class VADConfig:
 
 @dataclass(frozen=True)
 class SpeechEvent:
-    kind: Literal["speech_started", "speech_stopped"]
+    kind: Literal["speech_started", "speech_paused", "speech_resumed", "speech_stopped"]
     sample: int  # position in the stream, in 16 kHz samples since it began
 
     @property
@@ -85,8 +89,13 @@ class StreamingVAD:
     the LSTM state and the window context are this stream's own.
     """
 
-    def __init__(self, config: VADConfig, origin: int = 0, model: SileroVADModel | None = None) -> None:
+    def __init__(self, config: VADConfig, origin: int = 0, model: SileroVADModel | None = None,
+                 pause_ms: int | None = None) -> None:
         self.config = config
+        # A pause no shorter than the stop's silence would never come first: no pauses then.
+        pause = None if pause_ms is None else pause_ms * SAMPLE_RATE // 1000
+        self._pause_samples = pause if pause is not None and pause < config.silence_samples else None
+        self.paused = False  # a speech_paused is out, with no speech since
         self.speaking = False
         self.position = origin  # stream position of the next window's first sample
         if model is None:
@@ -136,11 +145,18 @@ class StreamingVAD:
             return SpeechEvent("speech_started", max(start - self.config.prefix_samples, self._floor))
         if prob >= self.config.threshold:
             self._silence_from = None
+            if self.paused:
+                self.paused = False
+                return SpeechEvent("speech_resumed", start)
         elif prob < self._neg_threshold:
             if self._silence_from is None:
                 self._silence_from = start
             if end - self._silence_from >= self.config.silence_samples:
-                self.speaking = False
+                self.speaking = self.paused = False
                 self._floor = end
                 return SpeechEvent("speech_stopped", end)
+            if (self._pause_samples is not None and not self.paused
+                    and end - self._silence_from >= self._pause_samples):
+                self.paused = True
+                return SpeechEvent("speech_paused", self._silence_from)
         return None

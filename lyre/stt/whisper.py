@@ -22,8 +22,8 @@ if TYPE_CHECKING:  # faster-whisper (and CTranslate2) load with the first pass, 
 from lyre.stt.agreement import fold
 from lyre.stt.audio import SAMPLE_RATE
 
-__all__ = ["Segment", "TranscribeOptions", "Transcript", "Word", "final_pass", "partial_passes", "partial_window",
-           "MAX_PROMPT_CHARS"]
+__all__ = ["FULL_WINDOW_FRAMES", "MAX_PROMPT_CHARS", "SAMPLES_PER_FRAME", "Segment", "TranscribeOptions", "Transcript",
+           "Word", "final_pass", "partial_passes", "partial_window"]
 
 MAX_PROMPT_CHARS = 1000
 # The fallback ladder OpenAI's API uses when temperature is 0: retry hotter while the
@@ -31,8 +31,8 @@ MAX_PROMPT_CHARS = 1000
 _FALLBACK_TEMPERATURES = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
 _NO_SPEECH = 0.6  # Whisper's own no-speech threshold
 # Partial windows, in 10 ms feature frames (Whisper's full window: 3000, 30 s).
-_SAMPLES_PER_FRAME = SAMPLE_RATE // 100
-_FULL_WINDOW_FRAMES = 3000
+SAMPLES_PER_FRAME = SAMPLE_RATE // 100
+FULL_WINDOW_FRAMES = 3000
 _PARTIAL_MARGIN_FRAMES = 200  # with 1 s the last words were often lost (measured on the test sentences)
 _PARTIAL_BUCKET_FRAMES = 100
 _PARTIAL_TOKENS_BASE = 8
@@ -92,10 +92,16 @@ class Transcript:
 
 
 def final_pass(model: WhisperModel, audio: np.ndarray, options: TranscribeOptions) -> Transcript:
-    """faster-whisper's full transcribe of ``audio`` (float32, 16 kHz, any length)."""
+    """faster-whisper's full transcribe of ``audio`` (float32, 16 kHz, any length).
+
+    Loaded by `Transcriber.load`, the model is a `lyre.stt.fitted.FittedWhisperModel`: the
+    first window encodes the audio and 2 s of silence, not 30 s. With no language named, it is
+    detected here on that same fitted window (faster-whisper's own detection encodes 30 s).
+    """
     temperature = _FALLBACK_TEMPERATURES if options.temperature == 0 else options.temperature
+    language = options.language or _detect_language(model, audio)
     segments, info = model.transcribe(
-        audio, language=options.language, initial_prompt=options.prompt, temperature=temperature,
+        audio, language=language, initial_prompt=options.prompt, temperature=temperature,
         beam_size=options.beam_size, word_timestamps=options.word_timestamps,
         condition_on_previous_text=False,  # a long file's errors do not snowball
     )
@@ -109,10 +115,22 @@ def final_pass(model: WhisperModel, audio: np.ndarray, options: TranscribeOption
     return Transcript(text=text, language=info.language, duration=info.duration, segments=out)
 
 
+def _detect_language(model: WhisperModel, audio: np.ndarray) -> str | None:
+    """The language of the audio's first 30 s, from one encode of a fitted window (None: the model's own rule)."""
+    from faster_whisper.audio import pad_or_trim
+
+    if not model.model.is_multilingual:
+        return None  # an English-only model: transcribe takes English
+    audio = audio[:FULL_WINDOW_FRAMES * SAMPLES_PER_FRAME]
+    features = pad_or_trim(model.feature_extractor(audio)[..., :-1], partial_window(audio.size))
+    ranked = model.model.detect_language(model.encode(features))[0]  # [(token, probability)], most likely first
+    return ranked[0][0][2:-2]  # "<|en|>" -> "en"
+
+
 def partial_window(samples: int) -> int:
     """Encoder frames for a partial pass over ``samples`` of audio: the audio, 2 s of silence, rounded up."""
-    frames = math.ceil(samples / _SAMPLES_PER_FRAME) + _PARTIAL_MARGIN_FRAMES
-    return min(_FULL_WINDOW_FRAMES, math.ceil(frames / _PARTIAL_BUCKET_FRAMES) * _PARTIAL_BUCKET_FRAMES)
+    frames = math.ceil(samples / SAMPLES_PER_FRAME) + _PARTIAL_MARGIN_FRAMES
+    return min(FULL_WINDOW_FRAMES, math.ceil(frames / _PARTIAL_BUCKET_FRAMES) * _PARTIAL_BUCKET_FRAMES)
 
 
 def partial_passes(model: WhisperModel, audios: list[np.ndarray], languages: list[str | None]) -> list[str]:

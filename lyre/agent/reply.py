@@ -1,0 +1,295 @@
+"""One assistant reply: the think step's text spoken as it comes, as Realtime response events.
+
+    reply = Reply(ReplySpec(...), thinker, tts, emit)
+    reply.start()               # a task: think, speak, emit
+    reply.release()             # a held (speculative) reply: its events go out now, and from now on
+    reply.cancel()              # stops thinking and speaking; the engine slots are freed within a step
+    await reply.done            # the reply's end, whichever it was
+
+A held reply (started speculatively, before the turn is confirmed) emits
+nothing: its events, audio deltas included, wait in order until `release`, so
+a reply thrown away was never seen. Speculative replies send text to speech
+only once ``first_sentences`` sentences are written (or the reply ends), so a
+reply cancelled early costs little speech work. Text goes to the client as the
+audio transcript as it goes to speech; with tools, function calls come out as
+function_call items after the message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import re
+import time
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager, nullcontext
+from dataclasses import dataclass, field
+from typing import Any
+
+from lyre.agent.events import EventNames, new_id
+from lyre.agent.think import ThinkError, Thinker, ToolCallDelta
+from lyre.tts import SpeechOptions, Synthesizer
+
+__all__ = ["Reply", "ReplySpec", "ReplyTimes"]
+
+_SAMPLE_RATE = 24_000
+_SENTENCE_END = re.compile(r"[.!?\u3002\uff01\uff1f]+[\"')\]]*\s")  # a mark, closers, then a space
+
+
+@dataclass(frozen=True)
+class ReplySpec:
+    """What one reply needs: the messages to answer and how to speak."""
+
+    messages: list[dict[str, Any]]
+    voice: str | None
+    tools: list[dict[str, Any]]
+    names: EventNames
+    first_sentences: int = 0  # 0: speak from the first sentence (no gate)
+    held: bool = False
+    max_speech_tokens: int | None = None  # per speech segment; None: the pipeline's default
+    discarded: int = 0  # the session's speculative replies thrown away before this one
+
+
+@dataclass
+class ReplyTimes:
+    """perf_counter() marks of one reply, for the timeline and the benchmark."""
+
+    started: float = field(default_factory=time.perf_counter)
+    possible_end: float | None = None  # a speculative reply's possible end of turn
+    first_token: float | None = None
+    to_speech: float | None = None  # text first sent to speech
+    first_audio: float | None = None  # first audio made (held or not)
+    released: float | None = None
+
+    def report(self) -> dict[str, float | None]:
+        """Milliseconds from the possible end of turn (a speculative reply's), else from the reply's start."""
+        origin = self.possible_end or self.started
+
+        def ms(t: float | None) -> float | None:
+            return None if t is None else round(1000 * (t - origin), 1)
+        return {"started_ms": ms(self.started), "llm_first_token_ms": ms(self.first_token), "tts_start_ms": ms(self.to_speech),
+                "first_audio_ms": ms(self.first_audio), "released_ms": ms(self.released)}
+
+
+class Reply:
+    """One response; see the module docstring."""
+
+    def __init__(self, spec: ReplySpec, thinker: Thinker, tts: Synthesizer, emit: Callable[[dict[str, Any]], None],
+                 admit: Callable[[], AbstractAsyncContextManager[Any]] | None = None) -> None:
+        """``admit``: the server's admission of one speech stream, held while the reply speaks."""
+        self.id = new_id("resp")
+        self._admit = admit or nullcontext
+        self.item_id = new_id("item")
+        self.spec = spec
+        self._thinker = thinker
+        self._tts = tts
+        self.text = ""  # the reply's text so far (what was sent to speech)
+        self.calls: list[dict[str, Any]] = []  # function_call items, once complete
+        self.audio_samples = 0
+        self.status = "in_progress"
+        self.error: str | None = None
+        self.times = ReplyTimes()
+        self.held = spec.held
+        self._emit_now = emit
+        self._pending: list[dict[str, Any]] = []
+        self._audio_out_at: float | None = None  # perf_counter() when the client got its first audio
+        self._gate = _SentenceGate(spec.first_sentences)
+        self._speaking: Any = None  # the speech stream, while text may go to it
+        self._where: dict[str, Any] = {}
+        self._task: asyncio.Task[None] | None = None
+        self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    # -- control --
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name=f"lyre-reply-{self.id}")
+
+    def release(self) -> None:
+        """Let the held events out, in order, and send the rest as they come."""
+        if not self.held:
+            return
+        self.held = False
+        self.times.released = time.perf_counter()
+        pending, self._pending = self._pending, []
+        for event in pending:
+            self._out(event)
+        # The turn is confirmed: the reply will be heard, so the text held for the first sentences goes to
+        # speech now rather than when they are complete.
+        if self._speaking is not None and (text := self._gate.open()):
+            self._to_speech(self._speaking, text, self._where, self.spec.names)
+
+    def cancel(self) -> None:
+        """Stop the reply (a no-op once it is over); a released one ends with response.done, cancelled."""
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+
+    @property
+    def over(self) -> bool:
+        return self.done.done()
+
+    @property
+    def audio_ms(self) -> float:
+        return 1000 * self.audio_samples / _SAMPLE_RATE
+
+    def played_ms(self) -> float:
+        """How much of the audio the client can have played by now, at real time from its first delta."""
+        if self._audio_out_at is None:
+            return 0.0
+        return min(self.audio_ms, 1000 * (time.perf_counter() - self._audio_out_at))
+
+    # -- the work --
+
+    def _send(self, kind: str, **fields: Any) -> None:
+        event = {"type": kind, "event_id": new_id("event"), **fields}
+        if self.held:
+            self._pending.append(event)
+        else:
+            self._out(event)
+
+    def _out(self, event: dict[str, Any]) -> None:
+        if self._audio_out_at is None and event["type"] == self.spec.names.audio_delta:
+            self._audio_out_at = time.perf_counter()
+        self._emit_now(event)
+
+    async def _run(self) -> None:
+        names = self.spec.names
+        self._send("response.created", response=self._object())
+        message = {"id": self.item_id, "type": "message", "role": "assistant", "status": "in_progress",
+                   "content": []}
+        self._send("response.output_item.added", response_id=self.id, output_index=0, item=message)
+        self._send(names.item_added, item=message, previous_item_id=None)
+        part = {"type": names.audio_part, "transcript": ""}
+        where = {"response_id": self.id, "item_id": self.item_id, "output_index": 0, "content_index": 0}
+        self._send("response.content_part.added", **where, part=part)
+        try:
+            async with self._admit():
+                await self._speak(where)
+            self.status = "completed"
+        except asyncio.CancelledError:
+            self.status = "cancelled"
+        except ThinkError as exc:
+            self.status, self.error = "failed", str(exc)
+        except Exception as exc:  # speech failed (a bad voice, the engine full): the reply ends, the session goes on
+            self.status, self.error = "failed", f"{type(exc).__name__}: {exc}"
+        self._finish(where, message)
+
+    async def _speak(self, where: dict[str, Any]) -> None:
+        names, gate = self.spec.names, self._gate
+        stream = self._open_speech()
+        self._speaking, self._where = stream, where
+        audio = asyncio.create_task(self._audio(stream, where), name=f"lyre-reply-audio-{self.id}")
+        thinking = self._think()
+        try:
+            async for piece in thinking:
+                if isinstance(piece, ToolCallDelta):
+                    self._call_delta(piece)
+                    continue
+                if self.times.first_token is None:
+                    self.times.first_token = time.perf_counter()
+                if (ready := gate.push(piece)):
+                    self._to_speech(stream, ready, where, names)
+            if (rest := gate.open()):
+                self._to_speech(stream, rest, where, names)
+            self._speaking = None
+            stream.end()
+            await audio
+        finally:
+            self._speaking = None
+            await thinking.aclose()
+            if not audio.done():
+                audio.cancel()
+                await asyncio.wait({audio})
+            await stream.aclose()  # aborts its engine requests if speech stopped early
+
+    def _open_speech(self) -> Any:
+        options = None if self.spec.max_speech_tokens is None else SpeechOptions(max_tokens=self.spec.max_speech_tokens)
+        return self._tts.open(self.spec.voice, options, trim=True, streamed=True)
+
+    def _think(self) -> Any:
+        return self._thinker.reply(self.spec.messages, self.spec.tools)
+
+    def _to_speech(self, stream: Any, text: str, where: dict[str, Any], names: EventNames) -> None:
+        if self.times.to_speech is None:
+            self.times.to_speech = time.perf_counter()
+        stream.push(text)
+        self.text += text
+        self._send(names.transcript_delta, **where, delta=text)
+
+    async def _audio(self, stream: Any, where: dict[str, Any]) -> None:
+        async for chunk in stream:
+            if self.times.first_audio is None:
+                self.times.first_audio = time.perf_counter()
+            pcm = chunk.astype("<i2", copy=False).tobytes()
+            self.audio_samples += len(chunk)
+            self._send(self.spec.names.audio_delta, **where, delta=base64.b64encode(pcm).decode("ascii"))
+
+    def _call_delta(self, piece: ToolCallDelta) -> None:
+        while len(self.calls) <= piece.index:
+            self.calls.append({"type": "function_call", "id": new_id("item"), "call_id": "", "name": "",
+                               "arguments": "", "status": "in_progress"})
+        call = self.calls[piece.index]
+        call["call_id"] = piece.call_id or call["call_id"] or new_id("call")
+        call["name"] = piece.name or call["name"]
+        call["arguments"] += piece.arguments
+        if piece.arguments:
+            self._send("response.function_call_arguments.delta", response_id=self.id, item_id=call["id"],
+                       output_index=1 + piece.index, call_id=call["call_id"], delta=piece.arguments)
+
+    def _finish(self, where: dict[str, Any], message: dict[str, Any]) -> None:
+        names = self.spec.names
+        finished = "completed" if self.status == "completed" else "incomplete"
+        content = {"type": names.audio_part, "transcript": self.text}
+        if self.status == "completed":
+            self._send(names.audio_done, **where)
+            self._send(names.transcript_done, **where, transcript=self.text)
+            self._send("response.content_part.done", **where, part=content)
+        message.update(status=finished, content=[content])
+        self._send("response.output_item.done", response_id=self.id, output_index=0, item=message)
+        self._send("conversation.item.done", item=message)
+        for index, call in enumerate(self.calls, start=1):
+            call["status"] = "completed"
+            self._send("response.output_item.added", response_id=self.id, output_index=index, item=call)
+            self._send("response.function_call_arguments.done", response_id=self.id, item_id=call["id"],
+                       output_index=index, call_id=call["call_id"], name=call["name"], arguments=call["arguments"])
+            self._send("response.output_item.done", response_id=self.id, output_index=index, item=call)
+        self._send("response.done", response=self._object([message, *self.calls]))
+        if not self.done.done():
+            self.done.set_result(None)
+
+    def _object(self, output: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        details = None
+        if self.status == "failed":
+            details = {"type": "failed", "error": {"type": "server_error", "code": "reply_failed",
+                                                   "message": self.error}}
+        elif self.status == "cancelled":
+            details = {"type": "cancelled", "reason": "turn_detected"}
+        return {"id": self.id, "object": "realtime.response", "status": self.status, "status_details": details,
+                "output": output or [], "output_modalities": ["audio"],
+                "usage": {"total_tokens": 0, "input_tokens": 0, "output_tokens": 0,
+                          "output_token_details": {"audio_seconds": round(self.audio_samples / _SAMPLE_RATE, 3)}},
+                "metadata": None, "lyre": {"timing": self.times.report(), "speculative": self.spec.held,
+                         "discarded": self.spec.discarded}}
+
+
+class _SentenceGate:
+    """Holds a reply's text until ``first`` sentences are written (or it ends); then lets everything through."""
+
+    def __init__(self, first: int) -> None:
+        self._first = first
+        self._held = ""
+
+    def push(self, text: str) -> str:
+        if self._first <= 0:
+            return text
+        self._held += text
+        if len(_SENTENCE_END.findall(self._held)) < self._first:
+            return ""
+        self._first = 0
+        out, self._held = self._held, ""
+        return out
+
+    def open(self) -> str:
+        """Let everything through from now on: the text held so far."""
+        self._first = 0
+        out, self._held = self._held, ""
+        return out

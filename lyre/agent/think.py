@@ -1,0 +1,142 @@
+"""The think step: a chat model that answers the conversation so far, as a stream of text and tool calls.
+
+    thinker = LocalThinker(chat)                          # lyre's in-process chat model (--llm)
+    thinker = RemoteThinker(url, api_key, model)          # any OpenAI-compatible endpoint (--llm-url)
+    async for piece in thinker.reply(messages, tools):
+        ...  # str: the next text; ToolCallDelta: part of a function call
+
+Messages are OpenAI chat messages. A failure (unreachable endpoint, an error
+status, a stream that breaks off) raises `ThinkError` naming it, and closing
+the iterator early frees what the reply held (the engine slot, the connection).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import httpx
+
+from lyre.llm import Chat, ChatBusy, ChatOptions, ChatRequestError
+
+__all__ = ["LocalThinker", "RemoteThinker", "ThinkError", "Thinker", "ToolCallDelta"]
+
+_MAX_TOKENS = 200  # a spoken reply: a few sentences
+_TEMPERATURE = 0.7
+
+
+class ThinkError(RuntimeError):
+    """The chat model could not answer; the message says why."""
+
+
+@dataclass(frozen=True)
+class ToolCallDelta:
+    """Part of the ``index``-th function call of a reply: its id and name come first, arguments in pieces."""
+
+    index: int
+    call_id: str | None = None
+    name: str | None = None
+    arguments: str = ""
+
+
+class Thinker(Protocol):
+    @property
+    def supports_tools(self) -> bool: ...
+
+    def reply(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> AsyncIterator[str | ToolCallDelta]:
+        """The answer to ``messages``, streamed; ``tools``: OpenAI function tools it may call."""
+        ...
+
+
+class LocalThinker:
+    """lyre's own chat model, on its engine in this process (no tools: its template has none)."""
+
+    supports_tools = False
+
+    def __init__(self, chat: Chat, max_tokens: int = _MAX_TOKENS) -> None:
+        self._chat = chat
+        self._max_tokens = max_tokens
+
+    async def reply(self, messages: list[dict[str, Any]],
+                    tools: list[dict[str, Any]]) -> AsyncIterator[str | ToolCallDelta]:
+        plain = [{"role": m["role"], "content": m["content"]} for m in messages
+                 if m["role"] in ("system", "user", "assistant") and m.get("content")]
+        try:
+            stream = self._chat.stream(plain, ChatOptions(max_tokens=self._max_tokens, temperature=_TEMPERATURE))
+        except (ChatBusy, ChatRequestError) as exc:
+            raise ThinkError(f"chat model: {exc}") from None
+        try:
+            async for delta in stream:
+                yield delta
+        except RuntimeError as exc:
+            raise ThinkError(f"chat model: {exc}") from None
+        finally:
+            await stream.aclose()  # frees the engine slot at its next step
+
+
+class RemoteThinker:
+    """An OpenAI-compatible ``/chat/completions`` endpoint under ``url`` (e.g. ``http://host:8000/v1``), streamed."""
+
+    supports_tools = True
+
+    def __init__(self, url: str, api_key: str | None = None, model: str | None = None,
+                 max_tokens: int = _MAX_TOKENS, timeout_s: float = 30.0) -> None:
+        self.url = url.rstrip("/") + "/chat/completions"
+        self._model = model
+        self._max_tokens = max_tokens
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._client = httpx.AsyncClient(headers=headers, timeout=httpx.Timeout(timeout_s, connect=5.0))
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+    async def reply(self, messages: list[dict[str, Any]],
+                    tools: list[dict[str, Any]]) -> AsyncIterator[str | ToolCallDelta]:
+        body: dict[str, Any] = {"messages": messages, "stream": True, "max_tokens": self._max_tokens,
+                                "temperature": _TEMPERATURE}
+        if self._model:
+            body["model"] = self._model
+        if tools:
+            body["tools"] = [{"type": "function", "function": {k: t[k] for k in ("name", "description", "parameters")
+                                                                if k in t}} for t in tools]
+        try:
+            async with self._client.stream("POST", self.url, json=body) as answer:
+                if answer.status_code != 200:
+                    text = (await answer.aread()).decode(errors="replace")[:300]
+                    raise ThinkError(f"LLM at {self.url} answered {answer.status_code}: {text}")
+                async for line in answer.aiter_lines():
+                    if not line.startswith("data:"):
+                        continue
+                    data = line[5:].strip()
+                    if data == "[DONE]":
+                        return
+                    for piece in _pieces(data, self.url):
+                        yield piece
+            raise ThinkError(f"LLM at {self.url}: the stream ended without [DONE]")
+        except httpx.HTTPError as exc:
+            raise ThinkError(f"LLM at {self.url} unreachable or broke off: {type(exc).__name__}: {exc}") from None
+
+
+def _pieces(data: str, url: str) -> list[str | ToolCallDelta]:
+    """The text and tool-call parts of one streamed chunk."""
+    try:
+        chunk = json.loads(data)
+    except json.JSONDecodeError:
+        raise ThinkError(f"LLM at {url} sent a chunk that is not JSON: {data[:100]!r}") from None
+    if not isinstance(chunk, dict):
+        raise ThinkError(f"LLM at {url} sent a chunk that is not an object: {data[:100]!r}")
+    if (error := chunk.get("error")) is not None:
+        message = error.get("message", error) if isinstance(error, dict) else error
+        raise ThinkError(f"LLM at {url} failed mid-reply: {message}")
+    out: list[str | ToolCallDelta] = []
+    for choice in chunk.get("choices") or []:
+        delta = choice.get("delta") or {}
+        if delta.get("content"):
+            out.append(delta["content"])
+        for call in delta.get("tool_calls") or []:
+            function = call.get("function") or {}
+            out.append(ToolCallDelta(call.get("index", 0), call.get("id"), function.get("name"),
+                                     function.get("arguments") or ""))
+    return out

@@ -1,0 +1,324 @@
+"""The voice agent on ``/v1/realtime``: a real ``lyre serve --stt --llm demo`` (demo TTS, Whisper base, SmolLM2)
+driven over loopback by the ``openai`` SDK's realtime client and by a plain WebSocket client.
+
+User turns are espeak-ng sentences streamed at real time. The demo TTS has
+random weights: its audio is noise, so the tests check events, order, counts
+and text, never sound. Each spoken segment is capped (``max_speech_tokens``)
+to keep replies short on a CPU.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from openai import AsyncOpenAI
+from serving import Server, running_server
+from speech import SENTENCES, normalise, speak_pcm16
+from websockets.asyncio.client import ClientConnection, connect
+
+SHORT = 35  # audio tokens per spoken segment: 5 frames, about 0.4 s of noise
+CHUNK = 24 * 40 * 2  # 40 ms of 24 kHz pcm16
+GA = {"type": "realtime", "instructions": "Answer in one short sentence.", "max_speech_tokens": SHORT,
+      "audio": {"input": {"transcription": {"language": "en"}}, "output": {"voice": "tara"}}}
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[Server]:
+    with running_server("--stt", "--llm", "demo", "--llm-max-batch", "2", "--llm-max-seq-len", "1024",
+                        "--max-streams", "4") as running:
+        yield running
+
+
+class Talk:
+    """A plain WebSocket conversation whose events are all kept."""
+
+    def __init__(self, ws: ClientConnection) -> None:
+        self.ws = ws
+        self.events: list[dict[str, Any]] = []
+
+    async def send(self, event: dict[str, Any] | str) -> None:
+        await self.ws.send(event if isinstance(event, str) else json.dumps(event))
+
+    async def until(self, kind: str, timeout: float = 120.0, count: int = 1) -> dict[str, Any]:
+        """Read until the ``count``-th event of ``kind`` (counting those already read)."""
+        async with asyncio.timeout(timeout):
+            while len(self.of(kind)) < count:
+                self.events.append(json.loads(await self.ws.recv()))
+        return self.of(kind)[count - 1]
+
+    async def speak(self, pcm: bytes) -> None:
+        """Stream pcm16 at real time in 40 ms appends, reading what arrives meanwhile."""
+        for i in range(0, len(pcm), CHUNK):
+            await self.send({"type": "input_audio_buffer.append",
+                             "audio": base64.b64encode(pcm[i:i + CHUNK]).decode()})
+            await self._drain(0.04)
+
+    async def _drain(self, seconds: float) -> None:
+        try:
+            async with asyncio.timeout(seconds):
+                while True:
+                    self.events.append(json.loads(await self.ws.recv()))
+        except TimeoutError:
+            pass
+
+    def of(self, kind: str) -> list[dict[str, Any]]:
+        return [e for e in self.events if e["type"] == kind]
+
+    def kinds(self) -> list[str]:
+        return [e["type"] for e in self.events]
+
+
+def _silence(seconds: float) -> bytes:
+    return bytes(2 * int(24_000 * seconds))
+
+
+def _url(server: Server) -> str:
+    return f"{server.ws_url}/v1/realtime?model=lyre"
+
+
+def test_the_openai_sdk_holds_a_spoken_turn(server: Server) -> None:
+    async def run() -> list[Any]:
+        client = AsyncOpenAI(api_key="unused", base_url=f"{server.url}/v1")
+        events = []
+        async with client.realtime.connect(model="lyre") as conn:
+            await conn.session.update(session=GA)  # type: ignore[arg-type]
+            pcm = speak_pcm16(SENTENCES[3]) + _silence(1.0)
+            for i in range(0, len(pcm), CHUNK):
+                await conn.input_audio_buffer.append(audio=base64.b64encode(pcm[i:i + CHUNK]).decode())
+                await asyncio.sleep(0.04)
+            async with asyncio.timeout(120):
+                async for event in conn:
+                    events.append(event)
+                    if event.type == "response.done":
+                        break
+        return events
+
+    events = asyncio.run(run())
+    kinds = [e.type for e in events]
+    assert kinds[:2] == ["session.created", "session.updated"]
+    assert events[1].session.audio.output.voice == "tara"
+    # The turn, in the documented order.
+    order = ["input_audio_buffer.speech_started", "input_audio_buffer.speech_stopped", "input_audio_buffer.committed",
+             "conversation.item.input_audio_transcription.completed", "response.created",
+             "response.output_item.added", "response.output_audio_transcript.delta", "response.output_audio.delta",
+             "response.output_audio.done", "response.output_audio_transcript.done", "response.output_item.done",
+             "response.done"]
+    assert _in_order(kinds, order), kinds
+    heard = next(e for e in events if e.type == "conversation.item.input_audio_transcription.completed")
+    assert "pharmacy" in normalise(heard.transcript)
+    done = events[-1]
+    assert done.response.status == "completed"
+    deltas = "".join(e.delta for e in events if e.type == "response.output_audio_transcript.delta")
+    said = next(e for e in events if e.type == "response.output_audio_transcript.done").transcript
+    assert deltas == said and said.strip()
+    assert done.response.output[0].content[0].transcript == said
+    audio = b"".join(base64.b64decode(e.delta) for e in events if e.type == "response.output_audio.delta")
+    assert len(audio) > 0 and len(audio) % 2 == 0
+
+
+def _in_order(kinds: list[str], order: list[str]) -> bool:
+    """Every kind of ``order`` occurs, and each one's first occurrence comes after the one before's."""
+    firsts = [kinds.index(k) if k in kinds else -1 for k in order]
+    return -1 not in firsts and firsts == sorted(firsts)
+
+
+def test_a_typed_turn_with_manual_commits_in_the_beta_shape(server: Server) -> None:
+    async def run() -> Talk:
+        async with connect(_url(server), max_size=None) as ws:
+            talk = Talk(ws)
+            await talk.send({"type": "session.update", "session": {
+                "modalities": ["audio", "text"], "voice": "leo", "turn_detection": None, "speculative": False,
+                "max_speech_tokens": SHORT, "instructions": "Answer in one short sentence."}})
+            updated = await talk.until("session.updated")
+            assert updated["session"]["voice"] == "leo" and updated["session"]["turn_detection"] is None
+            await talk.send({"type": "conversation.item.create", "item": {
+                "type": "message", "role": "user", "content": [{"type": "input_text", "text": "Say hello."}]}})
+            await talk.send({"type": "response.create"})
+            await talk.until("response.done")
+            return talk
+
+    talk = asyncio.run(run())
+    assert talk.of("conversation.item.created")[0]["item"]["content"][0]["text"] == "Say hello."
+    assert talk.of("response.audio.delta") and not talk.of("response.output_audio.delta")  # beta names
+    done = talk.of("response.done")[0]["response"]
+    assert done["status"] == "completed" and done["lyre"]["speculative"] is False
+    said = talk.of("response.audio_transcript.done")[0]["transcript"]
+    assert said == "".join(e["delta"] for e in talk.of("response.audio_transcript.delta"))
+
+
+def test_speech_that_resumes_within_the_snooze_cancels_the_speculative_reply(server: Server) -> None:
+    async def run() -> Talk:
+        async with connect(_url(server), max_size=None) as ws:
+            talk = Talk(ws)
+            await talk.send({"type": "session.update", "session": {**GA, "smart_turn": False, "audio": {
+                "input": {"transcription": {"language": "en"},
+                          "turn_detection": {"type": "server_vad", "silence_duration_ms": 3000}}}}})
+            # 1.6 s of silence: past the possible end (200 ms) by time enough for a transcript and a held
+            # reply on a busy CPU, short of the confirmed end (3 s).
+            await talk.speak(speak_pcm16(SENTENCES[6]) + _silence(1.6) + speak_pcm16(SENTENCES[3]) + _silence(3.4))
+            await talk.until("response.done")
+            return talk
+
+    talk = asyncio.run(run())
+    assert len(talk.of("input_audio_buffer.committed")) == 1  # one turn: the pause did not end it
+    (heard,) = talk.of("conversation.item.input_audio_transcription.completed")
+    assert "works for me" in normalise(heard["transcript"]) and "pharmacy" in normalise(heard["transcript"])
+    (created,) = talk.of("response.created")  # the thrown-away reply was never seen
+    assert talk.kinds().index("response.created") > talk.kinds().index(
+        "conversation.item.input_audio_transcription.completed")
+    done = talk.of("response.done")[0]["response"]
+    assert done["status"] == "completed" and done["lyre"]["discarded"] >= 1
+    for name in ("lyre_engine_running", "lyre_chat_engine_running"):  # the thrown-away reply's slots too
+        assert _settles(server, name), name
+
+
+def test_the_end_of_turn_model_confirms_a_finished_sentence_before_the_silence_is_out(server: Server) -> None:
+    async def run() -> Talk:
+        async with connect(_url(server), max_size=None) as ws:
+            talk = Talk(ws)
+            await talk.send({"type": "session.update", "session": {**GA, "audio": {
+                "input": {"transcription": {"language": "en"},
+                          "turn_detection": {"type": "server_vad", "silence_duration_ms": 3000}}}}})
+            await talk.speak(speak_pcm16(SENTENCES[3]) + _silence(3.5))
+            await talk.until("response.done")
+            return talk
+
+    talk = asyncio.run(run())
+    speech_ms = 1000 * len(speak_pcm16(SENTENCES[3])) // 48_000
+    stopped = talk.of("input_audio_buffer.speech_stopped")[0]["audio_end_ms"]
+    assert stopped < speech_ms + 2000  # confirmed well before 3 s of silence
+    assert talk.of("response.done")[0]["response"]["status"] == "completed"
+
+
+def test_bad_input_is_named_and_the_session_goes_on(server: Server) -> None:
+    async def run() -> Talk:
+        async with connect(_url(server), max_size=None) as ws:
+            talk = Talk(ws)
+            bad = [
+                {"type": "session.update", "session": {"type": "realtime", "audio": {
+                    "output": {"format": {"type": "audio/pcmu"}}}}},
+                {"type": "session.update", "session": {"type": "realtime", "audio": {
+                    "input": {"format": {"type": "audio/pcm", "rate": 44_100}}}}},
+                {"type": "session.update", "session": {"first_sentences": 0}},
+                {"type": "response.cancel"},
+                {"type": "conversation.item.truncate", "item_id": "item_nope", "content_index": 0, "audio_end_ms": 5},
+                {"type": "conversation.item.create", "item": {"type": "message", "role": "user", "content": []}},
+                {"type": "output_audio_buffer.clear"},
+                {"type": "input_audio_buffer.append", "audio": "A" * (2 << 20)},
+                "not json",
+            ]
+            for event in bad:
+                await talk.send(event)
+                await talk.until("error", count=len(talk.of("error")) + 1)
+            await talk.send({"type": "session.update", "session": {"type": "realtime", "max_speech_tokens": SHORT,
+                                                                    "speculative": False}})
+            await talk.until("session.updated")
+            await talk.send({"type": "conversation.item.create", "item": {
+                "type": "message", "role": "user", "content": [{"type": "input_text", "text": "Hi!"}]}})
+            await talk.send({"type": "response.create"})
+            await talk.until("response.created")
+            await talk.send({"type": "response.create"})  # one at a time
+            await talk.until("error", count=len(bad) + 1)
+            await talk.until("response.done")
+            return talk
+
+    talk = asyncio.run(run())
+    errors = [e["error"] for e in talk.of("error")]
+    assert "session.audio.output.format" in errors[0]["param"] and "audio/pcm" in errors[0]["message"]
+    assert "44100" in errors[1]["message"]
+    assert errors[2]["param"] == "session.first_sentences"
+    assert errors[3]["code"] == "response_cancel_not_active"
+    assert errors[4]["code"] == "item_truncate_invalid_item_id"
+    assert errors[5]["param"] == "item.content"
+    assert "unknown event type 'output_audio_buffer.clear'" in errors[6]["message"]
+    assert errors[7]["code"] == "message_too_large"
+    assert errors[8]["code"] == "invalid_json"
+    assert errors[9]["code"] == "conversation_already_has_active_response"
+    assert talk.of("response.done")[0]["response"]["status"] == "completed"
+
+
+def test_speech_over_a_reply_cancels_it_and_frees_its_slots(server: Server) -> None:
+    async def run() -> Talk:
+        async with connect(_url(server), max_size=None) as ws:
+            talk = Talk(ws)
+            await talk.send({"type": "session.update", "session": {**GA, "max_speech_tokens": 1500, "audio": {
+                "input": {"transcription": {"language": "en"},
+                          "turn_detection": {"type": "server_vad", "create_response": False}}}}})
+            await talk.send({"type": "conversation.item.create", "item": {
+                "type": "message", "role": "user",
+                "content": [{"type": "input_text", "text": "Tell me a long story about a cat."}]}})
+            await talk.send({"type": "response.create"})
+            await talk.until("response.output_audio.delta")
+            await talk.speak(speak_pcm16(SENTENCES[6]) + _silence(1.0))
+            await talk.until("response.done")
+            await talk.until("conversation.item.input_audio_transcription.completed")
+            return talk
+
+    talk = asyncio.run(run())
+    first = talk.of("response.done")[0]["response"]
+    assert first["status"] == "cancelled"
+    assert talk.kinds().index("input_audio_buffer.speech_started") < talk.kinds().index("response.done")
+    assert len(talk.of("response.created")) == 1  # create_response off: the interruption got no reply
+    for name in ("lyre_engine_running", "lyre_chat_engine_running"):
+        assert _settles(server, name), name
+
+
+def _settles(server: Server, metric: str) -> bool:
+    """The gauge reaches 0 within a few seconds (the engine frees slots at its next step)."""
+    import time
+
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if server.metric(metric) == 0:
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def test_the_playground_talks_through_the_browser_microphone(server: Server, tmp_path: Any) -> None:
+    import wave
+
+    from selenium import webdriver
+    from selenium.webdriver.chrome.options import Options
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+    from test_playground import CHROMEDRIVER, CHROMIUM
+
+    # Chromium's fake microphone plays this file in a loop: one question, then silence.
+    wav = tmp_path / "question.wav"
+    with wave.open(str(wav), "wb") as out:
+        out.setnchannels(1)
+        out.setsampwidth(2)
+        out.setframerate(24_000)
+        out.writeframes(speak_pcm16(SENTENCES[3]) + _silence(6.0))
+    options = Options()
+    options.binary_location = CHROMIUM
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-sync",
+                 "--autoplay-policy=no-user-gesture-required", "--use-fake-ui-for-media-stream",
+                 "--use-fake-device-for-media-stream", f"--use-file-for-fake-audio-capture={wav}",
+                 f"--user-data-dir={tmp_path / 'profile'}"):
+        options.add_argument(flag)
+    browser = webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
+    try:
+        browser.get(f"{server.url}/")
+        wait = WebDriverWait(browser, 120)
+        wait.until(lambda d: d.execute_script("return document.getElementById('voice').options.length >= 8"))
+        browser.find_element(By.ID, "talk").click()
+        wait.until(lambda d: d.execute_script("return window.lyreTalk.turns.length >= 1"))
+        talk = browser.execute_script("return window.lyreTalk")
+        rows = [row.text for row in browser.find_elements(By.CSS_SELECTOR, "#turns tbody tr")]
+        browser.find_element(By.ID, "hangUp").click()
+    finally:
+        browser.quit()
+    assert talk["events"]["input_audio_buffer.speech_started"] >= 1
+    assert any("pharmacy" in normalise(t) for t in talk["transcripts"]), talk["transcripts"]
+    assert "pharmacy" in normalise(" ".join(talk["partials"]))  # the live view's text as it firmed up
+    # The file loops: the question asked again may cut the first reply short (barge-in), so either ending counts.
+    assert talk["audioBytes"] > 0 and talk["turns"][0]["status"] in ("completed", "cancelled")
+    assert rows and rows[0].split()[0] == "1"  # the turn is drawn on the timeline
