@@ -7,6 +7,7 @@ step costs. ``small`` runs one tiny step on the demo model on the CPU.
 
 from __future__ import annotations
 
+import copy
 import statistics
 import tempfile
 import time
@@ -51,7 +52,8 @@ def train_step_figures(small: bool, device: str, log: Callable[[str], None]) -> 
     torch.set_default_dtype(dtype)
     try:
         with torch.device(device):
-            base = LlamaForCausalLM(LlamaConfig(**{k: v for k, v in spec.items() if k != "torch_dtype"}))
+            # A deep copy: transformers edits the nested rope_scaling dict in place.
+            base = LlamaForCausalLM(LlamaConfig(**copy.deepcopy({k: v for k, v in spec.items() if k != "torch_dtype"})))
     finally:
         torch.set_default_dtype(previous)
     model = with_lora(base, config)

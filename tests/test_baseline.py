@@ -9,6 +9,7 @@ position, saved as a real Hugging Face folder beside the demo tokenizer.
 
 from __future__ import annotations
 
+import copy
 import asyncio
 import base64
 import json
@@ -48,7 +49,7 @@ def _write_audio_llama(folder: Path, demo: DemoPaths) -> None:
     k, or "other"); the output row of an audio token at position k is the
     one-hot of the class before it (k - 1, or 6 and "other" for k = 0).
     """
-    config = {**DEMO_LLAMA_CONFIG, "hidden_size": _HIDDEN, "intermediate_size": _HIDDEN, "num_hidden_layers": 1,
+    config = {**copy.deepcopy(DEMO_LLAMA_CONFIG), "hidden_size": _HIDDEN, "intermediate_size": _HIDDEN, "num_hidden_layers": 1,
               "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 8, "tie_word_embeddings": False}
     vocab = config["vocab_size"]
     embed = torch.zeros(vocab, _HIDDEN)
