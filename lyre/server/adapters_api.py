@@ -76,7 +76,7 @@ async def add_adapter(body: AdapterRequest, request: Request) -> dict[str, Any]:
         raise InvalidParam(str(exc), "path") from None
     except AdapterBusy as exc:
         raise HTTPException(429, str(exc), headers={"Retry-After": "1"}) from None
-    return next(entry for entry in adapters.listing() if entry["name"] == body.name)
+    return adapters.describe(body.name)
 
 
 @router.delete(ADMIN_PREFIX + "/{name}", responses=_ERRORS)
@@ -108,4 +108,4 @@ def _set_pin(request: Request, name: str, pinned: bool) -> dict[str, Any]:
     adapters = _admin(request)
     _known(adapters, name)
     adapters.pin(name, pinned)
-    return next(entry for entry in adapters.listing() if entry["name"] == name)
+    return adapters.describe(name)

@@ -13,7 +13,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from lyre.engine.adapters import AdapterBusy, AdapterInUse, AdapterLease, EngineAdapters, UnknownAdapter
+from lyre.engine.adapters import (AdapterBusy, AdapterEntry, AdapterInUse, AdapterLease, EngineAdapters,
+                                  UnknownAdapter)
 from lyre.engine.peft_folder import AdapterError
 from lyre.tts.voices import Voices
 
@@ -59,12 +60,19 @@ class AdapterVoices:
 
     def listing(self) -> list[dict[str, Any]]:
         """Every known adapter: where it is from, whether it is resident or pinned, its bytes, its last use."""
-        now = time.monotonic()
         with self._adapters.lock:
-            return [{"name": e.name, "path": str(e.path), "speaker": e.speaker, "resident": e.resident,
-                     "pinned": e.pinned, "bytes": e.nbytes, "streams": e.holders,
-                     "last_used_s_ago": round(now - e.last_used, 3)}
-                    for e in sorted(self._adapters.registry.entries.values(), key=lambda e: e.name)]
+            return [self._describe(e) for e in sorted(self._adapters.registry.entries.values(), key=lambda e: e.name)]
+
+    def describe(self, name: str) -> dict[str, Any]:
+        """One adapter as `listing` shows it (UnknownAdapter if there is none of that name)."""
+        with self._adapters.lock:
+            return self._describe(self._adapters.registry.get(name))
+
+    @staticmethod
+    def _describe(e: AdapterEntry) -> dict[str, Any]:
+        return {"name": e.name, "path": str(e.path), "speaker": e.speaker, "resident": e.resident,
+                "pinned": e.pinned, "bytes": e.nbytes, "streams": e.holders,
+                "last_used_s_ago": round(time.monotonic() - e.last_used, 3)}
 
     def stats(self) -> dict[str, float]:
         with self._adapters.lock:
