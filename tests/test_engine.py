@@ -10,6 +10,7 @@ import pytest
 import torch
 from transformers import LlamaForCausalLM
 
+from forcing import assert_rows_match, forced_run, request
 from lyre import orpheus
 from lyre.demo_model import DemoPaths
 from lyre.engine import (
@@ -25,6 +26,8 @@ from lyre.engine import (
 )
 from lyre.engine.llama import Llama
 from lyre.engine.loader import load_llama
+from lyre.engine.runner import ModelRunner
+from lyre.engine.sequence import Request
 from polling import eventually_async
 
 AUDIO = PeriodicConstraint(
@@ -65,7 +68,19 @@ def _speech(seed: int, max_tokens: int = 56, **kwargs: float) -> SamplingParams:
     return SamplingParams(seed=seed, max_tokens=max_tokens, stop_ids=(orpheus.STOP_TOKEN,), **kwargs)
 
 
-def test_requests_batched_together_give_the_tokens_each_gives_alone(make_engine: Callable[..., Engine]) -> None:
+def test_requests_batched_together_get_the_logits_each_gets_alone(model: Llama) -> None:
+    runner = ModelRunner(model, EngineConfig(max_batch=8, max_seq_len=1024), AUDIO.family)
+
+    def reqs() -> list[Request]:
+        return [request(p, i, _speech(i), i, constraint=AUDIO) for i, p in enumerate(PROMPTS)]
+
+    alone = [forced_run(runner, [req], 21)[0] for req in reqs()]  # three frames, two frame boundaries
+    together = forced_run(runner, reqs(), 21, feed=[a.fed for a in alone])
+    assert_rows_match(together, alone, atol=1e-4)  # prompts of four lengths, right-padded into one prefill
+    assert [t.drawn[:7] for t in together] == [a.drawn[:7] for a in alone]
+
+
+def test_requests_batched_together_make_each_its_whole_stream(make_engine: Callable[..., Engine]) -> None:
     engine = make_engine()
 
     async def main() -> tuple[list[list[int]], list[list[int]]]:
@@ -76,8 +91,9 @@ def test_requests_batched_together_give_the_tokens_each_gives_alone(make_engine:
         return alone, list(together)
 
     alone, together = asyncio.run(main())
-    assert together == alone
-    assert all(len(tokens) == 56 for tokens in alone)
+    # Draws agree batched and alone only while float error flips none (tests/forcing.py): the first frame.
+    assert [t[:7] for t in together] == [t[:7] for t in alone]
+    assert all(len(tokens) == 56 for tokens in alone + together)
     assert len({tuple(t) for t in alone}) == len(PROMPTS)  # different seeds and prompts differ
     assert engine.stats().tokens == 2 * 56 * len(PROMPTS)
 

@@ -50,7 +50,7 @@ def test_chunks_are_int16_pcm_of_whole_frames_without_trim(tts: TTS) -> None:
     assert 0 < stream.ttfa_s < 30
 
 
-def test_same_seed_gives_the_same_audio_alone_or_beside_other_requests(tts: TTS) -> None:
+def test_same_seed_gives_the_same_start_alone_or_beside_other_requests(tts: TTS) -> None:
     async def main() -> tuple[np.ndarray, list[np.ndarray]]:
         alone, _ = await tts.synthesize("Good morning.", "leo", _options(5), trim=False)
         busy = await asyncio.gather(*(tts.synthesize("Good morning.", "leo", _options(s), trim=False)
@@ -58,12 +58,15 @@ def test_same_seed_gives_the_same_audio_alone_or_beside_other_requests(tts: TTS)
         return alone, [pcm for pcm, _ in busy]
 
     alone, busy = asyncio.run(main())
-    # The tokens are identical; where the windows fall depends on timing (how far
-    # ahead of playback each stream is), and a window edge shifts the last bits of
-    # the frames beside it. So: nearly identical audio, and another seed is not.
-    assert len(alone) == len(busy[0])
-    assert _snr_db(alone, busy[0]) > 25
-    assert _snr_db(busy[0], busy[1]) < 5
+    # The same seed draws the same numbers in a batch, but batched logits equal the lone ones only within
+    # float error, so on some CPU a draw partway through may fall the other way and the two part from there
+    # (README, Sampling). The first frames come from the first few draws, which float error cannot flip in
+    # practice; where the windows fall depends on timing, and a window edge shifts the last bits of the
+    # frames beside it. So: a nearly identical start, and another seed's is not.
+    start = 3 * SAMPLES_PER_FRAME
+    assert min(len(alone), len(busy[0]), len(busy[1])) >= start
+    assert _snr_db(alone[:start], busy[0][:start]) > 25
+    assert _snr_db(busy[0][:start], busy[1][:start]) < 5
 
 
 def test_long_text_is_one_stream_of_segments_and_the_next_starts_before_the_last_plays(tts: TTS) -> None:
