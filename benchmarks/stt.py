@@ -17,9 +17,18 @@ The speech is the tests' sentences (tests/speech.py), spoken by espeak-ng.
    same audio) to the delta that holds it. A session keeps real time when
    every sentence's completed transcript arrives within --max-lag seconds of
    the end of its speech.
+5. With --final-windows, only this: the final pass's first window. Each
+   sentence (the tests' and more, by several espeak-ng voices and speeds),
+   as a file holds it and as a live turn does (300 ms before, 500 ms after),
+   through the final pass on the audio plus each --pads of silence and on
+   Whisper's 30 s: word error rate and time per pass, for each of --kernels
+   (CTranslate2's CPU kernels: CT2_FORCE_CPU_ISA, +MKL for the GEMM library
+   an Intel CPU gets), each in its own process since CTranslate2 reads them
+   when it loads.
 
     .venv/bin/python benchmarks/stt.py
     .venv/bin/python benchmarks/stt.py --levels 1 2 4 8 --turns 3 --json stt.json
+    .venv/bin/python benchmarks/stt.py --final-windows --kernels AVX2 AVX --json windows.json
 """
 
 from __future__ import annotations
@@ -31,6 +40,7 @@ import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Hashable
@@ -41,6 +51,7 @@ import numpy as np
 from websockets.asyncio.client import connect
 
 from lyre.stt import SAMPLE_RATE, PartialPolicy, STTConfig, TranscribeOptions, Transcriber
+from lyre.stt.whisper import FULL_WINDOW, FinalWindow, final_pass
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # the tests' speech and server runner
 from serving import running_server
@@ -307,6 +318,106 @@ def realtime_rows(long: list[str], ends: dict[str, tuple[float, ...]],
     return rows, held
 
 
+# -- 5: the final pass's first window --
+
+# More requests than the tests' 14 sentences, as plain (no numbers, no words Whisper may join or split).
+MORE_SENTENCES = (
+    "Could you move my reservation to Friday afternoon instead?",
+    "The package was left outside the front door in the rain.",
+    "Please read me the last message from my sister.",
+    "I forgot my password and cannot open my account.",
+    "Is there a quiet table near the window available tonight?",
+    "My train was delayed, so I will be about half an hour late.",
+    "Find me a good Italian restaurant close to the station.",
+    "The heating in the bedroom has stopped working again.",
+    "Would you like me to repeat the address slowly?",
+    "We are out of milk, bread and coffee.",
+    "Please add a reminder to water the plants on Thursday.",
+    "Which platform does the next train to the airport leave from?",
+)
+SPEAKERS = (("en-us", 150), ("en-gb", 175), ("en-us+f3", 130))  # espeak-ng voice, words a minute; the tests' first
+TURN_PADDING_S = (0.3, 0.5)  # what a server-VAD turn holds: prefix padding before the speech, the silence after
+
+
+def window_speech(speakers: int) -> list[tuple[str, str, np.ndarray]]:
+    """(shape, sentence, audio) for each sentence and speaker: as a file holds it, and as a live turn."""
+    before, after = (np.zeros(round(s * SAMPLE_RATE), np.float32) for s in TURN_PADDING_S)
+    out = []
+    for voice, wpm in SPEAKERS[:speakers]:
+        for sentence in SENTENCES + MORE_SENTENCES:
+            audio = np.asarray(speak(sentence, voice=voice, wpm=wpm))
+            out += [("file", sentence, audio), ("turn", sentence, np.concatenate([before, audio, after]))]
+    return out
+
+
+def window_worker(pads: list[float], speakers: int) -> None:
+    """Every utterance through every first window on this process's kernels; JSON rows on stdout."""
+    stt = Transcriber.load()
+    model = stt.model  # the passes run here, one at a time, not on the transcriber's worker thread
+    windows = [FinalWindow(pad) for pad in pads] + [FULL_WINDOW]
+    options = TranscribeOptions(language="en")
+    final_pass(model, np.asarray(speak(SENTENCES[0])), options)  # warm-up
+    rows = []
+    for shape, sentence, audio in window_speech(speakers):
+        for window in windows:  # taking turns, so drift in the machine's load hits every window alike
+            cpu, wall = time.process_time(), time.perf_counter()  # CPU time: every thread of this process
+            text = final_pass(model, audio, options, window).text
+            rows.append({"shape": shape, "sentence": sentence, "audio_s": audio.size / SAMPLE_RATE,
+                         "pad_s": window.pad_s, "frames": window.frames(audio.size), "text": text,
+                         "cpu_ms": 1000 * (time.process_time() - cpu), "wall_ms": 1000 * (time.perf_counter() - wall)})
+        _log(f"{len(rows)} passes")
+    stt.close()
+    json.dump(rows, sys.stdout)
+
+
+def kernel_env(kernels: str) -> dict[str, str]:
+    """CTranslate2's settings for ``AVX2``, ``AVX``, ``GENERIC`` (its own kernels), ``+MKL`` (Intel's GEMMs)."""
+    isa, _, gemm = kernels.partition("+")
+    return {"CT2_FORCE_CPU_ISA": isa, "CT2_USE_MKL": "1" if gemm == "MKL" else "0"}
+
+
+def final_windows(args: argparse.Namespace) -> None:
+    if args.from_json is not None:  # the table again from a run's figures, without measuring
+        figures = json.loads(args.from_json.read_text())
+    else:
+        figures = {}
+        for kernels in args.kernels:
+            _log(f"5. final windows on {kernels}")
+            worker = [sys.executable, __file__, "--final-windows-worker", "--speakers", str(args.speakers),
+                      "--pads", *map(str, args.pads)]
+            done = subprocess.run(worker, env={**os.environ, **kernel_env(kernels)}, stdout=subprocess.PIPE,
+                                  text=True, check=True)
+            figures[kernels] = json.loads(done.stdout)
+    first = next(iter(figures.values()))
+    pads = sorted({r["pad_s"] for r in first if r["pad_s"] is not None})
+    print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, Whisper base (demo), beam 5, "
+          f"language en; {len(first) // 2 // (len(pads) + 1)} utterances per shape; "
+          f"load average {os.getloadavg()[0]:.2f}")
+    print("\n| kernels | audio | first window | WER | CPU ms per pass | wall ms per pass | encoder frames (mean) |")
+    print("|---|---|---|---:|---:|---:|---:|")
+    for kernels, rows in figures.items():
+        for shape in ("file", "turn"):
+            for label, passes in _policies([r for r in rows if r["shape"] == shape], pads, args.full_under):
+                print(f"| {kernels} | {shape} | {label} "
+                      f"| {100 * wer([r['sentence'] for r in passes], [r['text'] for r in passes]):.1f}% "
+                      f"| {statistics.fmean(r['cpu_ms'] for r in passes):.0f} "
+                      f"| {statistics.fmean(r['wall_ms'] for r in passes):.0f} "
+                      f"| {statistics.fmean(r['frames'] for r in passes):.0f} |")
+    if args.json is not None:
+        args.json.write_text(json.dumps(figures, indent=1) + "\n")
+
+
+def _policies(rows: list[dict], pads: list[float], full_under: list[float]) -> list[tuple[str, list[dict]]]:
+    """(a window policy, the passes it runs) for each pad, the full window, and the full window only for
+    audio under each of ``full_under`` seconds (else the shortest pad), chosen from the same passes."""
+    by_pad = {pad: [r for r in rows if r["pad_s"] == pad] for pad in [*pads, None]}  # each in utterance order
+    out = [(str(FinalWindow(pad)), passes) for pad, passes in by_pad.items()]
+    for under in full_under:
+        mixed = [full if full["audio_s"] < under else fitted for fitted, full in zip(by_pad[pads[0]], by_pad[None])]
+        out.append((f"30 s under {under:g} s, else audio + {pads[0]:g} s", mixed))
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", type=Path, default=None, help="a CTranslate2 Whisper folder (default: the demo)")
@@ -322,7 +433,21 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=90.0, help="seconds a session waits for its transcripts")
     parser.add_argument("--serve-args", nargs=argparse.REMAINDER, default=[], help="more `lyre serve` arguments")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    parser.add_argument("--final-windows", action="store_true", help="measure only the final pass's first window (5)")
+    parser.add_argument("--final-windows-worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--pads", type=float, nargs="+", default=[2.0, 5.0, 10.0],
+                        help="seconds of silence after the audio in a fitted first window (5)")
+    parser.add_argument("--speakers", type=int, default=len(SPEAKERS), help="espeak-ng voices and speeds (5)")
+    parser.add_argument("--kernels", nargs="+", default=["AVX2", "AVX"],
+                        help="CTranslate2 CPU kernels to measure on (5): AVX2, AVX, GENERIC, optionally +MKL")
+    parser.add_argument("--full-under", type=float, nargs="*", default=[4.0],
+                        help="also the policy: the full window for audio under this many seconds (5)")
+    parser.add_argument("--from-json", type=Path, default=None, help="(5) print the table of an earlier --json")
     args = parser.parse_args()
+    if args.final_windows_worker:
+        return window_worker(args.pads, args.speakers)
+    if args.final_windows:
+        return final_windows(args)
 
     stt = Transcriber.load(args.model, STTConfig(device=args.device))
     asyncio.run(stt.transcribe(speak(SENTENCES[0]), TranscribeOptions(language="en"), session="warm-up"))

@@ -1,6 +1,7 @@
 """Spoken test sentences, synthesised by espeak-ng, and word error rate.
 
     audio = speak(SENTENCES[0])                  # float32, 16 kHz mono
+    other = speak(SENTENCES[0], voice="en-gb", wpm=175)  # another speaker, faster
     pcm = speak_pcm16(SENTENCES[0])              # little-endian pcm16, 24 kHz mono
     print(wer(SENTENCES, hypotheses))            # 0.0 .. 1.0
 
@@ -23,8 +24,10 @@ import av
 import jiwer
 import numpy as np
 
-__all__ = ["ESPEAK_RATE", "SENTENCES", "WORDS_PER_MINUTE", "normalise", "speak", "speak_pcm16", "speak_wav", "wer"]
+__all__ = ["ESPEAK_RATE", "SENTENCES", "VOICE", "WORDS_PER_MINUTE", "normalise", "speak", "speak_pcm16", "speak_wav",
+           "wer"]
 
+VOICE = "en-us"
 WORDS_PER_MINUTE = 150
 ESPEAK_RATE = 22_050  # what espeak-ng writes
 
@@ -69,11 +72,11 @@ def wer(references: Sequence[str], hypotheses: Sequence[str]) -> float:
 
 
 @functools.cache
-def _espeak(text: str) -> np.ndarray:
+def _espeak(text: str, voice: str = VOICE, wpm: int = WORDS_PER_MINUTE) -> np.ndarray:
     """espeak-ng's int16 samples at ESPEAK_RATE, shape (samples,)."""
     if shutil.which("espeak-ng") is None:
         raise RuntimeError("the speech-to-text tests need espeak-ng on PATH (Debian: apt-get install espeak-ng)")
-    out = subprocess.run(["espeak-ng", "-v", "en-us", "-s", str(WORDS_PER_MINUTE), "--stdout", text],
+    out = subprocess.run(["espeak-ng", "-v", voice, "-s", str(wpm), "--stdout", text],
                          capture_output=True, check=True).stdout
     # Written to a pipe, the RIFF sizes are placeholders: read the format, then every byte after "data".
     fmt = out.index(b"fmt ") + 8
@@ -98,9 +101,10 @@ def _resample(samples: np.ndarray, rate: int) -> np.ndarray:
 
 
 @functools.cache
-def speak(text: str, rate: int = 16_000) -> np.ndarray:
-    """``text`` spoken by espeak-ng (en-us, 150 wpm), float32 mono at ``rate``; read-only."""
-    audio = _resample(_espeak(text), rate)
+def speak(text: str, rate: int = 16_000, voice: str = VOICE, wpm: int = WORDS_PER_MINUTE) -> np.ndarray:
+    """``text`` spoken by espeak-ng (``voice``, as ``espeak-ng --voices`` names them, at ``wpm`` words a
+    minute), float32 mono at ``rate``; read-only."""
+    audio = _resample(_espeak(text, voice, wpm), rate)
     audio.flags.writeable = False
     return audio
 

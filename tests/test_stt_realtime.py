@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from speech import SENTENCES, normalise, speak_pcm16
+from speech import SENTENCES, normalise, speak_pcm16, wer
 
 from lyre.stt import STTConfig, Transcriber
 from lyre.stt.realtime import RealtimeConfig, RealtimeSession
@@ -26,6 +26,9 @@ TRANSCRIPTION = "conversation.item.input_audio_transcription"
 MANUAL = {"type": "transcription_session.update",
           "session": {"input_audio_transcription": {"language": "en"}, "turn_detection": None}}
 ENGLISH = {"type": "transcription_session.update", "session": {"input_audio_transcription": {"language": "en"}}}
+# Whisper base's int8 kernels differ by CPU, and so do a few of the words it hears in espeak's speech: a
+# transcript is held to a word error rate, or to words it hears right on every kernel set tried.
+MAX_WER = 0.2
 
 
 @pytest.fixture(scope="module")
@@ -123,8 +126,6 @@ def test_manual_commits_transcribe_everything_since_the_last_one(stt: Transcribe
     async def run() -> Client:
         client = Client(stt)
         assert (await client.send(MANUAL))["session"]["turn_detection"] is None
-        # (Whisper base hears SENTENCES[4] after this silence as "the light's invocation", on a fitted window
-        # as on 30 s with other paddings: one sentence's luck, the test set's WER is no worse.)
         for text in (SENTENCES[6], SENTENCES[2]):
             await client.append(SILENCE_24K[:9600] + speak_pcm16(text))
             assert (await client.send({"type": "input_audio_buffer.commit"}))["type"] == "input_audio_buffer.committed"
@@ -138,8 +139,7 @@ def test_manual_commits_transcribe_everything_since_the_last_one(stt: Transcribe
     assert (first["previous_item_id"], second["previous_item_id"]) == (None, first["item_id"])
     done = client.of(f"{TRANSCRIPTION}.completed")
     assert [d["item_id"] for d in done] == [first["item_id"], second["item_id"]]
-    assert "works for me" in normalise(done[0]["transcript"])
-    assert "appointment with the dentist" in normalise(done[1]["transcript"])
+    assert wer([SENTENCES[6], SENTENCES[2]], [d["transcript"] for d in done]) <= MAX_WER, done
 
 
 def test_bad_events_are_refused_by_name_and_the_session_goes_on(stt: Transcriber) -> None:

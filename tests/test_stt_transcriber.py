@@ -2,6 +2,11 @@
 
 Every pass costs one to three seconds on a small CPU, so the model is loaded
 once for the module and other transcribers share it.
+
+CTranslate2's int8 kernels differ by CPU (AVX2 or AVX-512, oneDNN or MKL), and
+Whisper base hears some espeak sentences differently on each ("Turn off the
+lights in the kitchen" is "the light's invocation" on some): a transcript is
+held to a word error rate, not to its exact words.
 """
 
 from __future__ import annotations
@@ -25,10 +30,13 @@ from lyre.stt import (
     TranscriberClosed,
     Transcript,
 )
-from lyre.stt.whisper import partial_window
+from lyre.stt.whisper import FULL_WINDOW_FRAMES, FinalWindow, partial_window
 
 MAX_WER = 0.15
 EN = TranscribeOptions(language="en")
+# The end of a live turn: its first window is the utterance and 2 s, a quarter of the CPU of a file's 30 s. The
+# tests that make many final passes make them on it; tests/test_transcriptions.py hears files on 30 s windows.
+LIVE = TranscribeOptions(language="en", live=True)
 ONE_AT_A_TIME = STTConfig(partial_policy=PartialPolicy(max_batch=1))  # queue order without batching
 SHORT = SENTENCES[6]  # about 2.2 s: a cheap job for the queue tests
 
@@ -64,14 +72,15 @@ async def _until(condition: Callable[[], bool], timeout_s: float = 10.0) -> None
 
 @pytest.fixture(scope="module")
 def detected(stt: Transcriber) -> Transcript:
-    """One final pass with the language left to the model and word timestamps on."""
-    options = TranscribeOptions(word_timestamps=True)
+    """One final pass of a live turn with the language left to the model (detected on the fitted window) and
+    word timestamps on."""
+    options = TranscribeOptions(word_timestamps=True, live=True)
     return asyncio.run(stt.transcribe(speak(SENTENCES[5]), options, session="detect"))
 
 
 def test_word_error_rate_over_the_sentences(stt: Transcriber) -> None:
     async def run() -> list[Transcript]:
-        return await asyncio.gather(*(stt.transcribe(speak(s), EN, session=i) for i, s in enumerate(SENTENCES)))
+        return await asyncio.gather(*(stt.transcribe(speak(s), LIVE, session=i) for i, s in enumerate(SENTENCES)))
 
     transcripts = asyncio.run(run())
     rate = wer(SENTENCES, [t.text for t in transcripts])
@@ -87,12 +96,12 @@ def test_word_error_rate_over_the_sentences(stt: Transcriber) -> None:
 
 def test_language_is_detected(detected: Transcript) -> None:
     assert detected.language == "en"
-    assert normalise(detected.text) == normalise(SENTENCES[5])
+    assert wer([SENTENCES[5]], [detected.text]) <= MAX_WER, detected.text
 
 
 def test_word_timestamps_are_ordered_and_within_the_audio(detected: Transcript) -> None:
     words = [w for segment in detected.segments for w in segment.words]
-    assert len(words) == len(SENTENCES[5].split())
+    assert "".join(w.word for w in words).split() == detected.text.split()  # a timestamp for every word heard
     assert all(0.0 <= w.start <= w.end <= detected.duration + 0.01 for w in words)
     assert all(a.end <= b.start + 0.01 for a, b in itertools.pairwise(words))
     assert words[-1].end > 0.6 * detected.duration  # the words span the speech, not a corner of it
@@ -104,9 +113,10 @@ def test_partial_of_a_prefix_reads_like_a_prefix(stt: Transcriber) -> None:
     heard = normalise(asyncio.run(stt.partial(audio, "en", session="prefix"))).split()
     said = normalise(sentence).split()
     print(f"\npartial at 2.5 s of {len(audio) / SAMPLE_RATE:.1f}: {' '.join(heard)!r}")
-    # The last word may be cut off mid-way; those before it are the sentence's first words.
+    # The last word may be cut off mid-way; those before it are the sentence's first words (one may be
+    # misheard: the kernels differ by CPU).
     assert 4 <= len(heard) < len(said)
-    assert heard[:-1] == said[: len(heard) - 1]
+    assert wer([" ".join(said[: len(heard) - 1])], [" ".join(heard[:-1])]) <= 0.2, heard
 
 
 def test_partial_of_silence_is_empty(stt: Transcriber) -> None:
@@ -174,7 +184,7 @@ def test_a_full_queue_is_busy_and_close_fails_what_is_queued(share: Callable[[ST
         for future in queued:
             with pytest.raises(TranscriberClosed):
                 await future
-        assert normalise(await running) == normalise(SHORT)
+        assert "works for me" in normalise(await running)  # the running job finished, with its text
         with pytest.raises(TranscriberClosed):
             await small.transcribe(audio, EN, session="late")
 
@@ -195,8 +205,11 @@ def test_partials_are_batched_and_agree_with_single_passes(stt: Transcriber,
     assert (stats.partials, stats.partial_batches, stats.mean_partial_batch) == (4, 1, 4.0)
     single = share(ONE_AT_A_TIME)
     singles = asyncio.run(run(single))
-    assert batched == singles
-    assert wer(SENTENCES[:4], batched) <= MAX_WER
+    # A batch of four pads each input to the longest and sums in another order than a batch of one, so
+    # the two may differ by a word where the int8 kernels round differently; not by more.
+    print(f"\nbatched: {batched}\nsingles: {singles}")
+    assert wer(singles, batched) <= 0.1
+    assert wer(SENTENCES[:4], batched) <= MAX_WER and wer(SENTENCES[:4], singles) <= MAX_WER
 
 
 def test_unknown_language_is_named(stt: Transcriber) -> None:
@@ -237,7 +250,8 @@ def test_a_final_pass_over_30_s_goes_on_in_full_windows_with_timestamps_past_the
     assert "dinner" in heard and normalise(SENTENCES[11]).split()[-1] in heard  # the first and the last
 
 
-def test_a_short_final_pass_places_its_segment_over_the_speech(stt: Transcriber) -> None:
+def test_a_short_final_pass_places_its_segment_over_the_speech(share: Callable[[STTConfig], Transcriber]) -> None:
+    stt = share(STTConfig(file_window=FinalWindow(pad_s=2.0)))  # a fitted window: its timestamps are at risk
     speech = speak(SENTENCES[9])
     audio = np.concatenate([np.zeros(16_000, np.float32), speech, np.zeros(8_000, np.float32)])
     transcript = asyncio.run(stt.transcribe(audio, TranscribeOptions(language="en", word_timestamps=True),
@@ -247,3 +261,26 @@ def test_a_short_final_pass_places_its_segment_over_the_speech(stt: Transcriber)
     # and the last ends within the speech (a window fitted to the audio keeps Whisper's 20 ms frames).
     assert 0.7 <= words[0].start <= 1.5
     assert 1.0 + speech.size / 16_000 - 1.0 <= words[-1].end <= 1.0 + speech.size / 16_000 + 0.3
+
+
+def test_a_final_pass_encodes_the_first_window_of_its_path(share: Callable[[STTConfig], Transcriber],
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    stt = share(STTConfig(file_window=FinalWindow(pad_s=1.0), live_window=FinalWindow(pad_s=3.0)))
+    frames: list[int] = []
+    encode = stt.model.encode
+
+    def spy(features: np.ndarray) -> object:
+        frames.append(features.shape[-1])  # features: (80, frames) or (batch, 80, frames)
+        return encode(features)
+
+    monkeypatch.setattr(stt.model, "encode", spy)
+    audio = speak(SHORT)  # 2.21 s: 221 frames
+
+    async def run() -> None:
+        await stt.transcribe(audio, TranscribeOptions(language="en", beam_size=1), session="file")
+        await stt.transcribe(audio, TranscribeOptions(beam_size=1, live=True), session="live")
+
+    asyncio.run(run())
+    # 221 frames and the pad, rounded up to a second; the live pass detects its language on the same window.
+    assert frames == [400, 600, 600]
+    assert STTConfig().file_window.frames(audio.size) == FULL_WINDOW_FRAMES  # files keep Whisper's 30 s

@@ -24,14 +24,16 @@ from lyre.stt.transcriber import (
     TranscriptionFailed,
 )
 from lyre.stt.vad import SpeechEvent, StreamingVAD, VADConfig
-from lyre.stt.whisper import MAX_PROMPT_CHARS, Segment, TranscribeOptions, Transcript, Word
+from lyre.stt.whisper import FULL_WINDOW, MAX_PROMPT_CHARS, FinalWindow, Segment, TranscribeOptions, Transcript, Word
 
 __all__ = [
     "DEFAULT_MODEL",
+    "FULL_WINDOW",
     "MAX_PROMPT_CHARS",
     "MAX_PARTIAL_SECONDS",
     "SAMPLE_RATE",
     "AudioError",
+    "FinalWindow",
     "LocalAgreement",
     "PartialPolicy",
     "PcmResampler",

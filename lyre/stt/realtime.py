@@ -28,8 +28,9 @@ commit also ends a detected utterance early). Switching detection on or off
 leaves an open utterance open, for the next commit or detected end.
 
 Deltas come from partial passes while the utterance is open, and from the
-final pass, the REST endpoint's call with the same options (so both give the
-same text for the same audio); they are never retracted, and
+final pass, the REST endpoint's call with the same options but on the live
+window (`STTConfig.live_window`: the utterance and 2 s, not 30 s, so the two
+may differ by a word); they are never retracted, and
 ``completed.transcript`` is the final text even where it disagrees with
 them (lyre.stt.utterances tells how). A final pass that cannot run (the
 transcriber's queue full, the server stopping) is reported with

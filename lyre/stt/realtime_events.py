@@ -73,8 +73,8 @@ class SessionSettings:
     turn_detection: VADConfig | None = field(default_factory=VADConfig)  # None: the client commits
 
     def options(self) -> TranscribeOptions:
-        """The final pass's options: what the REST endpoint uses for the same language and prompt."""
-        return TranscribeOptions(language=self.language, prompt=self.prompt)
+        """The final pass's options: the REST endpoint's for the same language and prompt, on the live window."""
+        return TranscribeOptions(language=self.language, prompt=self.prompt, live=True)
 
 
 def new_id(prefix: str) -> str:

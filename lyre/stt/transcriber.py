@@ -38,10 +38,10 @@ from lyre.batching import BatchLimits
 from lyre.loops import settle_futures
 from lyre.stt.audio import SAMPLE_RATE
 from lyre.stt.model import resolve_whisper
-from lyre.stt.whisper import TranscribeOptions, Transcript, final_pass, partial_passes
+from lyre.stt.whisper import FULL_WINDOW, FinalWindow, TranscribeOptions, Transcript, final_pass, partial_passes
 
 if TYPE_CHECKING:
-    from faster_whisper import WhisperModel  # a lyre.stt.fitted.FittedWhisperModel once loaded
+    from lyre.stt.fitted import FittedWhisperModel
 
 __all__ = [
     "MAX_PARTIAL_SECONDS",
@@ -94,6 +94,12 @@ class STTConfig:
     cpu_threads: int = 0  # 0: every core
     max_pending: int = 64  # jobs queued at once; more raise TranscriberBusy
     partial_policy: PartialPolicy | None = None  # None: PartialPolicy.for_device(device)
+    # The final pass's first window, per path (docs/benchmarks.md, "Speech to text: the final pass's window"):
+    # on espeak speech the utterance and 2 s heard as well as 30 s for a quarter of the CPU, but a measurement
+    # on other speech found it 2.4 points worse on files. Files, which nobody waits on, keep Whisper's 30 s; the
+    # end of a live turn (TranscribeOptions.live) takes the fitted window, its completed transcript ~0.9 s sooner.
+    file_window: FinalWindow = FULL_WINDOW
+    live_window: FinalWindow = FinalWindow(pad_s=2.0)
 
     def __post_init__(self) -> None:
         if self.device != "cpu" and not self.device.startswith("cuda"):
@@ -138,7 +144,7 @@ class _Job:
 class Transcriber:
     """One Whisper model behind a worker thread; see the module docstring."""
 
-    def __init__(self, model: WhisperModel, config: STTConfig) -> None:
+    def __init__(self, model: FittedWhisperModel, config: STTConfig) -> None:
         self.model = model
         self.config = config
         self.policy = config.partial_policy or PartialPolicy.for_device(config.device)
@@ -182,6 +188,10 @@ class Transcriber:
         self.check_language(language)
         audio = audio[-int(MAX_PARTIAL_SECONDS * SAMPLE_RATE):]
         return await self._submit(_Job(session, audio, *self._future(), language=language))
+
+    def final_window(self, options: TranscribeOptions) -> FinalWindow:
+        """The first window a final pass with ``options`` encodes: the live path's or the files'."""
+        return self.config.live_window if options.live else self.config.file_window
 
     def stats(self) -> STTStats:
         with self._cond:
@@ -244,7 +254,8 @@ class Transcriber:
                     results: list[object] = partial_passes(self.model, [j.audio for j in batch],
                                                            [j.language for j in batch])
                 else:
-                    results = [final_pass(self.model, batch[0].audio, batch[0].options)]
+                    job = batch[0]
+                    results = [final_pass(self.model, job.audio, job.options, self.final_window(job.options))]
             except Exception as error:  # noqa: BLE001 -- each caller gets the model's failure
                 # Wrapped: a ValueError from inside the model is not the caller's bad input.
                 failure = TranscriptionFailed(f"the speech-to-text model failed: {error}")

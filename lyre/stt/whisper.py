@@ -19,11 +19,13 @@ import numpy as np
 if TYPE_CHECKING:  # faster-whisper (and CTranslate2) load with the first pass, not with the server
     from faster_whisper import WhisperModel
 
+    from lyre.stt.fitted import FittedWhisperModel
+
 from lyre.stt.agreement import fold
 from lyre.stt.audio import SAMPLE_RATE
 
-__all__ = ["FULL_WINDOW_FRAMES", "MAX_PROMPT_CHARS", "SAMPLES_PER_FRAME", "Segment", "TranscribeOptions", "Transcript",
-           "Word", "final_pass", "partial_passes", "partial_window"]
+__all__ = ["FULL_WINDOW", "FULL_WINDOW_FRAMES", "MAX_PROMPT_CHARS", "SAMPLES_PER_FRAME", "FinalWindow", "Segment",
+           "TranscribeOptions", "Transcript", "Word", "final_pass", "partial_passes", "partial_window"]
 
 MAX_PROMPT_CHARS = 1000
 # The fallback ladder OpenAI's API uses when temperature is 0: retry hotter while the
@@ -34,7 +36,7 @@ _NO_SPEECH = 0.6  # Whisper's own no-speech threshold
 SAMPLES_PER_FRAME = SAMPLE_RATE // 100
 FULL_WINDOW_FRAMES = 3000
 _PARTIAL_MARGIN_FRAMES = 200  # with 1 s the last words were often lost (measured on the test sentences)
-_PARTIAL_BUCKET_FRAMES = 100
+_WINDOW_BUCKET_FRAMES = 100
 _PARTIAL_TOKENS_BASE = 8
 _PARTIAL_TOKENS_PER_S = 6  # speech runs at about 4 tokens a second
 _PARTIAL_NO_REPEAT = 4
@@ -50,6 +52,9 @@ class TranscribeOptions:
     temperature: float = 0.0  # 0: start at 0 and fall back hotter on degenerate output
     word_timestamps: bool = False
     beam_size: int = 5
+    # Not the API's: the end of a live turn (a realtime utterance), which someone waits on, rather than a
+    # file. The transcriber gives it STTConfig.live_window, and a file STTConfig.file_window.
+    live: bool = False
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.temperature <= 1.0:
@@ -58,6 +63,35 @@ class TranscribeOptions:
             raise ValueError(f"prompt must be at most {MAX_PROMPT_CHARS} characters, got {len(self.prompt)}")
         if self.beam_size < 1:
             raise ValueError(f"beam_size must be >= 1, got {self.beam_size}")
+
+
+@dataclass(frozen=True)
+class FinalWindow:
+    """What a final pass's first window encodes: the audio and ``pad_s`` of silence after it, rounded up to
+    a second (at most Whisper's 30 s), or Whisper's whole 30 s window when ``pad_s`` is None.
+
+    The encoder's cost grows with the window, so a fitted window is cheaper for short audio; but Whisper
+    was trained on 30 s windows, and benchmarks/stt.py --final-windows measures what a fitted one costs in
+    word error rate.
+    """
+
+    pad_s: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.pad_s is not None and not 0.0 <= self.pad_s <= 30.0:
+            raise ValueError(f"pad_s must be between 0 and 30 seconds (or None: the full window), got {self.pad_s}")
+
+    def frames(self, samples: int) -> int:
+        """Feature frames (10 ms each) of the first window for ``samples`` of audio at 16 kHz."""
+        if self.pad_s is None:
+            return FULL_WINDOW_FRAMES
+        return _fitted_frames(samples, round(self.pad_s * 100))
+
+    def __str__(self) -> str:
+        return "30 s" if self.pad_s is None else f"audio + {self.pad_s:g} s"
+
+
+FULL_WINDOW = FinalWindow()
 
 
 @dataclass(frozen=True)
@@ -91,46 +125,54 @@ class Transcript:
 
 
 
-def final_pass(model: WhisperModel, audio: np.ndarray, options: TranscribeOptions) -> Transcript:
-    """faster-whisper's full transcribe of ``audio`` (float32, 16 kHz, any length).
+def final_pass(model: FittedWhisperModel, audio: np.ndarray, options: TranscribeOptions,
+               window: FinalWindow = FULL_WINDOW) -> Transcript:
+    """faster-whisper's full transcribe of ``audio`` (float32, 16 kHz, any length), its first window ``window``.
 
-    Loaded by `Transcriber.load`, the model is a `lyre.stt.fitted.FittedWhisperModel`: the
-    first window encodes the audio and 2 s of silence, not 30 s. With no language named, it is
-    detected here on that same fitted window (faster-whisper's own detection encodes 30 s).
+    With no language named, it is detected here on that same window (faster-whisper's own detection
+    encodes 30 s apart from the first window's encode).
     """
     temperature = _FALLBACK_TEMPERATURES if options.temperature == 0 else options.temperature
-    language = options.language or _detect_language(model, audio)
-    segments, info = model.transcribe(
-        audio, language=language, initial_prompt=options.prompt, temperature=temperature,
-        beam_size=options.beam_size, word_timestamps=options.word_timestamps,
-        condition_on_previous_text=False,  # a long file's errors do not snowball
-    )
-    out = tuple(
-        Segment(id=s.id, start=s.start, end=s.end, text=s.text, tokens=tuple(s.tokens), temperature=s.temperature,
-                avg_logprob=s.avg_logprob, compression_ratio=s.compression_ratio, no_speech_prob=s.no_speech_prob,
-                words=tuple(Word(w.start, w.end, w.word, w.probability) for w in s.words or ()))
-        for s in segments  # a generator: the model runs here
-    )
+    language = options.language or _detect_language(model, audio, window)
+    with model.first_window(window):
+        segments, info = model.transcribe(
+            audio, language=language, initial_prompt=options.prompt, temperature=temperature,
+            beam_size=options.beam_size, word_timestamps=options.word_timestamps,
+            condition_on_previous_text=False,  # a long file's errors do not snowball
+        )
+        out = tuple(
+            Segment(id=s.id, start=s.start, end=s.end, text=s.text, tokens=tuple(s.tokens), temperature=s.temperature,
+                    avg_logprob=s.avg_logprob, compression_ratio=s.compression_ratio, no_speech_prob=s.no_speech_prob,
+                    words=tuple(Word(w.start, w.end, w.word, w.probability) for w in s.words or ()))
+            for s in segments  # a generator: the model runs here
+        )
     text = "".join(s.text for s in out).strip()
     return Transcript(text=text, language=info.language, duration=info.duration, segments=out)
 
 
-def _detect_language(model: WhisperModel, audio: np.ndarray) -> str | None:
-    """The language of the audio's first 30 s, from one encode of a fitted window (None: the model's own rule)."""
+def _detect_language(model: WhisperModel, audio: np.ndarray, window: FinalWindow) -> str | None:
+    """The language of the audio's first 30 s, from one encode of the first window (None: the model's own rule)."""
     from faster_whisper.audio import pad_or_trim
 
     if not model.model.is_multilingual:
         return None  # an English-only model: transcribe takes English
     audio = audio[:FULL_WINDOW_FRAMES * SAMPLES_PER_FRAME]
-    features = pad_or_trim(model.feature_extractor(audio)[..., :-1], partial_window(audio.size))
+    features = pad_or_trim(model.feature_extractor(audio)[..., :-1], window.frames(audio.size))
     ranked = model.model.detect_language(model.encode(features))[0]  # [(token, probability)], most likely first
     return ranked[0][0][2:-2]  # "<|en|>" -> "en"
 
 
 def partial_window(samples: int) -> int:
     """Encoder frames for a partial pass over ``samples`` of audio: the audio, 2 s of silence, rounded up."""
-    frames = math.ceil(samples / SAMPLES_PER_FRAME) + _PARTIAL_MARGIN_FRAMES
-    return min(FULL_WINDOW_FRAMES, math.ceil(frames / _PARTIAL_BUCKET_FRAMES) * _PARTIAL_BUCKET_FRAMES)
+    return _fitted_frames(samples, _PARTIAL_MARGIN_FRAMES)
+
+
+def _fitted_frames(samples: int, pad_frames: int) -> int:
+    """``samples`` of audio and ``pad_frames`` of silence in feature frames, rounded up to a second, at most 30 s.
+
+    Rounded so that utterances of about the same length share an input shape."""
+    frames = math.ceil(samples / SAMPLES_PER_FRAME) + pad_frames
+    return min(FULL_WINDOW_FRAMES, math.ceil(frames / _WINDOW_BUCKET_FRAMES) * _WINDOW_BUCKET_FRAMES)
 
 
 def partial_passes(model: WhisperModel, audios: list[np.ndarray], languages: list[str | None]) -> list[str]:
