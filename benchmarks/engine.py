@@ -32,7 +32,7 @@ from pathlib import Path
 
 import torch
 
-from lyre.demo_model import demo_model
+from lyre.model_choice import choose_model
 from lyre.engine import Engine, EngineConfig, RequestStream, SamplingParams
 from lyre.engine.loader import load_llama
 from lyre.engine.runner import ModelRunner
@@ -154,7 +154,7 @@ def main() -> None:
     parser.add_argument("--flex", action="store_true", help="also time compiled FlexAttention decode")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
-    folder = args.model or demo_model().model
+    folder = choose_model(args.model).local()  # None: the demo, said on stderr
     backends = ["gather", "sdpa"] + (["flex"] if args.flex else [])
     contexts = bench_context(folder, args.contexts, 32, backends)
 

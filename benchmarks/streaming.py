@@ -1,4 +1,4 @@
-"""Streaming-audio figures on this machine, on the demo model (or --model/--codec).
+"""Streaming-audio figures on this machine, on the demo model (or --model, with the codec it needs, or --codec).
 
 1. Codec work: emitted audio seconds per codec CPU second, for the reference
    scheme (decode the last 4 frames after every frame, keep one) and for
@@ -19,12 +19,11 @@ import argparse
 import asyncio
 import statistics
 import time
-from pathlib import Path
 
 import numpy as np
 
 from lyre.codec import CodecWindow, SnacDecoder, load_snac
-from lyre.demo_model import or_demo
+from lyre.model_choice import choose_weights
 from lyre.orpheus import SAMPLE_RATE, SAMPLES_PER_FRAME, TOKENS_PER_SECOND
 from lyre.tts import TTS, ServingConfig, SpeechOptions, TTSConfig, WindowPolicy
 from lyre.tts.windows import WindowPlanner
@@ -89,20 +88,21 @@ async def load_level(tts: TTS, n: int, tokens: int) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", type=Path)
-    parser.add_argument("--codec", type=Path)
+    parser.add_argument("--model", help="Orpheus folder or hub id (default: the demo model, random weights)")
+    parser.add_argument("--codec", help="SNAC 24 kHz folder or hub id, or demo (default: the codec the model needs)")
     parser.add_argument("--levels", type=int, nargs="+", default=[1, 2, 4, 6, 8])
     parser.add_argument("--tokens", type=int, default=280, help="max tokens per stream (7 per frame)")
     parser.add_argument("--first-frames", type=int, default=1, help="frames in each stream's first chunk")
     args = parser.parse_args()
-    model, codec = or_demo(args.model, args.codec)
+    codec = choose_weights(args.model, args.codec).codec.local()  # says on stderr what it took, and from where
 
     print("1. codec work: emitted audio s per codec CPU s")
     for label, value in codec_efficiency(SnacDecoder(load_snac(codec))).items():
         print(f"   {label:<40}{value:8.2f}")
 
     config = TTSConfig(window=WindowPolicy(first_new=args.first_frames))
-    tts = TTS.load(model, codec, ServingConfig(max_streams=max(max(args.levels), 4), max_seq_len=1024), config)
+    serving = ServingConfig(max_streams=max(max(args.levels), 4), max_seq_len=1024)
+    tts = TTS.load(args.model, args.codec, serving, config)
     try:
         asyncio.run(_one(tts, 0, 21))  # warm-up
         alone = [asyncio.run(_one(tts, s, 70))[0] for s in range(5)]

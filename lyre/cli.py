@@ -12,18 +12,14 @@ import wave
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from lyre.model_choice import add_device_arg, add_model_args, resolve_device_args
+
 if TYPE_CHECKING:
     from lyre.llm import Chat, ChatOptions
     from lyre.server import ServerConfig
     from lyre.tts import TTS, SpeechOptions
 
 __all__ = ["main"]
-
-
-def _add_model_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", help="Orpheus model folder or hub id (default: the built-in demo model)")
-    p.add_argument("--codec", help="SNAC 24 kHz folder or hub id (default: the demo model's codec)")
-    p.add_argument("--device", default="cpu", help="cpu or cuda[:N] (default: cpu)")
 
 
 def _add_sampling_args(p: argparse.ArgumentParser) -> None:
@@ -45,11 +41,11 @@ def _parser() -> argparse.ArgumentParser:
     say.add_argument("--voice", help="a voice of the model, or an OpenAI voice name (default: the model's first)")
     say.add_argument("-o", "--output", default="out.wav", help="WAV path, or - for raw 24 kHz s16le PCM on stdout")
     say.add_argument("--no-trim", action="store_true", help="keep the generated leading silence")
-    _add_model_args(say)
+    add_model_args(say)
     _add_sampling_args(say)
 
     serve = sub.add_parser("serve", help="run the HTTP and WebSocket server")
-    _add_model_args(serve)
+    add_model_args(serve)
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument("--max-streams", type=int, default=8,
@@ -78,6 +74,9 @@ def _parser() -> argparse.ArgumentParser:
     voices.add_argument("--admin-key", default=os.environ.get("LYRE_ADMIN_KEY"),
                         help="turn on the adapter admin routes (/v1/adapters) for this key "
                              "(default: $LYRE_ADMIN_KEY; none: off)")
+    voices.add_argument("--adapter-root", metavar="DIR", default=os.environ.get("LYRE_ADAPTER_ROOT"),
+                        help="POST /v1/adapters loads folders only from inside DIR, paths relative to it "
+                             "(default: $LYRE_ADAPTER_ROOT; none: any folder the server can read)")
     serve.add_argument("--engine", choices=("lyre", "naive"), default="lyre",
                        help="lyre's pipeline, or the naive baseline (transformers generate per request; "
                             "needs transformers) to compare against (default: lyre)")
@@ -101,7 +100,7 @@ def _parser() -> argparse.ArgumentParser:
                      help="load no TTS model: serve speech to text alone (implies --stt), or with --llm chat alone")
     stt.add_argument("--stt-model", metavar="PATH_OR_HUB_ID",
                      help="CTranslate2 Whisper folder or hub id (default: the built-in Whisper base)")
-    stt.add_argument("--stt-device", help="cpu or cuda[:N] for Whisper (default: --device)")
+    stt.add_argument("--stt-device", help="auto, cpu or cuda[:N] for Whisper (default: --device's)")
     stt.add_argument("--stt-max-file-mb", type=float, default=25.0,
                      help="largest audio file accepted, in MiB (default: 25, OpenAI's limit)")
     stt.add_argument("--stt-max-sessions", type=int, default=8,
@@ -134,7 +133,7 @@ def _parser() -> argparse.ArgumentParser:
     chat.add_argument("--max-tokens", type=int, default=512)
     chat.add_argument("--temperature", type=float, default=0.0, help="0 is greedy (default: 0)")
     chat.add_argument("--seed", type=int, default=None)
-    chat.add_argument("--device", default="cpu", help="cpu or cuda[:N] (default: cpu)")
+    add_device_arg(chat)
 
     demo = sub.add_parser("demo-model", help="write the tiny random demo model (Orpheus + SNAC folders) to DIR")
     demo.add_argument("dir", type=Path)
@@ -164,6 +163,17 @@ def _add_route_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     route.add_argument("--admin-key", default=os.environ.get("LYRE_ROUTER_ADMIN_KEY"),
                        help="turn on the hot-voice admin API for this key (default: $LYRE_ROUTER_ADMIN_KEY; "
                             "none: off)")
+    route.add_argument("--api-key", default=os.environ.get("LYRE_ROUTER_API_KEY"),
+                       help="require this key on every request and socket, before anything else is read, in the "
+                            "forms a server takes (default: $LYRE_ROUTER_API_KEY; none: open)")
+    route.add_argument("--max-inflight", type=int, default=1024,
+                       help="requests and sockets open through the router at once; more get 503 (default: 1024)")
+    route.add_argument("--max-body-bytes", type=int, default=1024 * 1024,
+                       help="largest body read to find its voice (a speech request); others stream through "
+                            "(default: 1 MiB)")
+    route.add_argument("--first-message-timeout", type=float, default=10.0,
+                       help="seconds a TTS socket that names no voice or session has to send its first message "
+                            "(default: 10)")
     route.add_argument("--log-level", default="info")
 
 
@@ -174,13 +184,18 @@ def _route(args: argparse.Namespace) -> int:
     from lyre.router.status import fleet_status
 
     config = RouterConfig(redis=args.redis, host=args.host, port=args.port, load_factor=args.load_factor,
-                          vnodes=args.vnodes, poll_s=args.poll, admin_key=args.admin_key or None)
+                          vnodes=args.vnodes, poll_s=args.poll, admin_key=args.admin_key or None,
+                          api_key=args.api_key or None, max_inflight=args.max_inflight,
+                          max_body_bytes=args.max_body_bytes, first_message_timeout_s=args.first_message_timeout)
     if args.action == "status":
         print(fleet_status(config.redis, config.vnodes))
         return 0
     import uvicorn
 
-    uvicorn.run(create_router_app(config), host=config.host, port=config.port, log_level=args.log_level)
+    # proxy_headers off: the router adds its peer to X-Forwarded-For itself, so it must see the peer, not a
+    # client named by a header uvicorn would otherwise trust from loopback.
+    uvicorn.run(create_router_app(config), host=config.host, port=config.port, log_level=args.log_level,
+                proxy_headers=False)
     return 0
 
 
@@ -245,7 +260,7 @@ def _add_train_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     train.add_argument("data", type=Path, help="the dataset folder")
     train.add_argument("--out", type=Path, required=True, help="the adapter folder to write (ADAPTER_DIR)")
     train.add_argument("--voice", required=True, help="the speaker name the voice's prompts carry")
-    _add_model_args(train)
+    add_model_args(train)
     run = train.add_argument_group("training")
     run.add_argument("--lr", type=float, default=2e-4, help="peak learning rate (default: 2e-4)")
     run.add_argument("--epochs", type=int, default=5, help="passes over the clips (default: 5)")
@@ -354,8 +369,6 @@ async def _speak(tts: TTS, args: argparse.Namespace, options: SpeechOptions) -> 
 
 
 def _serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
     from lyre.server import ServerConfig, create_app
     from lyre.tts import parse_alias
 
@@ -382,6 +395,7 @@ def _serve(args: argparse.Namespace) -> int:
         max_adapters=args.max_adapters,
         lora_rank=args.lora_rank,
         admin_key=args.admin_key or None,
+        adapter_root=args.adapter_root or None,
         engine=args.engine,
         tts=not args.no_tts,
         stt=args.stt or (args.no_tts and not args.llm),
@@ -402,7 +416,7 @@ def _serve(args: argparse.Namespace) -> int:
         fleet_ttl_s=args.fleet_ttl,
     )
     if config.tts:
-        _check_voices(config)
+        _check_model(config)
     # uvicorn turns SIGINT/SIGTERM into a graceful shutdown: the app stops
     # admitting at once (and its fleet record says draining), lets streams in
     # flight finish (or ends them), then leaves the fleet and exits.
@@ -450,15 +464,13 @@ async def _answer(chat: Chat, messages: list[dict[str, str]], options: ChatOptio
     return 0
 
 
-def _check_voices(config: ServerConfig) -> None:
-    """Refuse an alias to a voice the model lacks (or a bad voices.json) before loading any weights."""
-    from lyre.demo_model import or_demo
-    from lyre.model_folder import resolve
+def _check_model(config: ServerConfig) -> None:
+    """Refuse a model or codec that cannot be had, an alias to a voice the model lacks or a bad voices.json,
+    before the server starts or loads any weights. The server's load then finds the same folders."""
+    from lyre.model_choice import choose_weights
     from lyre.tts import load_voices
-    from lyre.tts.sampling import MODEL_FILES
 
-    model, _ = or_demo(config.model, config.codec)
-    load_voices(resolve(model, required=MODEL_FILES), dict(config.voice_aliases))
+    load_voices(choose_weights(config.model, config.codec).model.local(), dict(config.voice_aliases))
 
 
 def _demo_model(args: argparse.Namespace) -> int:
@@ -517,6 +529,7 @@ def main(argv: list[str] | None = None) -> int:
     handlers = {"say": _say, "serve": _serve, "chat": _chat, "demo-model": _demo_model, "bench": _bench,
                 "train-voice": _train_voice, "route": _route}
     try:
+        resolve_device_args(args)  # "auto" made concrete once, before any config is built from the arguments
         return handlers[args.command](args)
     except ValueError as exc:  # bad input: say what was wrong, no traceback
         print(f"lyre: error: {exc}", file=sys.stderr)

@@ -16,7 +16,6 @@ import importlib.resources
 import json
 import os
 import shutil
-import sys
 import tempfile
 import warnings
 from dataclasses import dataclass
@@ -47,7 +46,6 @@ __all__ = [
     "demo_snac",
     "write_demo_model",
     "demo_model",
-    "or_demo",
 ]
 
 # Orpheus's tokenizer holds <custom_token_0> .. <custom_token_28682>: ids
@@ -126,9 +124,6 @@ _DEMO_VERSION = "demo-v1"  # bump when the demo's contents change
 _CACHE_ENV = "LYRE_CACHE_DIR"
 _DEFAULT_CACHE = Path("~/.cache/lyre")
 
-# Demo folders already announced on stderr by this process.
-_announced: set[Path] = set()
-
 
 @dataclass(frozen=True)
 class DemoPaths:
@@ -195,6 +190,7 @@ def demo_model(cache_dir: Path | None = None) -> DemoPaths:
 
     The cache is ``cache_dir``, else ``$LYRE_CACHE_DIR``, else ``~/.cache/lyre``.
     Safe to call from several processes at once: one writes, the rest wait.
+    Silent: `lyre.model_choice` says why the demo is used, which only it knows.
     """
     cache = Path(cache_dir or os.environ.get(_CACHE_ENV) or _DEFAULT_CACHE).expanduser()
     root = cache / _DEMO_VERSION
@@ -204,13 +200,6 @@ def demo_model(cache_dir: Path | None = None) -> DemoPaths:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
         if not (paths.model.is_dir() and paths.codec.is_dir()):
             write_demo_model(root)
-    if root not in _announced:
-        _announced.add(root)
-        print(
-            f"lyre: no model named; using the built-in demo model at {root} "
-            "(random weights: it makes noise, not speech)",
-            file=sys.stderr,
-        )
     return paths
 
 
@@ -306,13 +295,3 @@ def _legacy_weight_norm_names(state: dict[str, torch.Tensor]) -> dict[str, torch
 
 def _write_json(path: Path, data: dict) -> None:
     path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-
-
-def or_demo(model: str | os.PathLike[str] | None, codec: str | os.PathLike[str] | None,
-            ) -> tuple[str | os.PathLike[str], str | os.PathLike[str]]:
-    """The model and codec as named; the demo's for whichever is None."""
-    if model is not None and codec is not None:
-        return model, codec
-    demo = demo_model()
-    return (demo.model if model is None else model), (demo.codec if codec is None else codec)
-

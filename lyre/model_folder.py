@@ -22,8 +22,10 @@ if TYPE_CHECKING:  # safe_open(framework="pt") imports torch when weights are re
     import torch
 
 __all__ = [
+    "HubUnavailable",
     "ModelFolderError",
     "resolve",
+    "looks_like_hub_id",
     "load_config",
     "iter_safetensors",
     "load_tokenizer",
@@ -60,27 +62,37 @@ class ModelFolderError(ValueError):
     """A model folder or hub id that cannot be used; the message says which and why."""
 
 
-def resolve(name: str | os.PathLike[str], required: Sequence[str] = ()) -> Path:
+class HubUnavailable(ModelFolderError):
+    """A hub id that could not be fetched; ``reason`` says why, so a caller can word its own advice."""
+
+    def __init__(self, message: str, repo_id: str, reason: str) -> None:
+        super().__init__(message)
+        self.repo_id = repo_id
+        self.reason = reason
+
+
+def resolve(name: str | os.PathLike[str], required: Sequence[str] = (), kind: str = "model") -> Path:
     """Return the local folder for ``name``, fetching it from the hub if it is a hub id.
 
     ``name`` is an existing local directory (used as is) or a hub id such as
     ``canopylabs/orpheus-3b-0.1-ft``. Every file in ``required`` (relative to
-    the folder) must exist. Raises ``ModelFolderError`` otherwise.
+    the folder) must exist. Raises ``ModelFolderError`` otherwise (``HubUnavailable``
+    for a hub id that cannot be fetched); ``kind`` ("model", "codec") names the folder in messages.
     """
     text = os.fspath(name)
     path = Path(text).expanduser()
     if path.is_dir():
         folder = path
     elif path.exists():
-        raise ModelFolderError(f"model path '{text}' is a file, not a folder")
-    elif _looks_like_hub_id(text):
+        raise ModelFolderError(f"{kind} path '{text}' is a file, not a folder")
+    elif looks_like_hub_id(text):
         folder = _fetch_from_hub(text)
     else:
-        raise ModelFolderError(f"model folder '{text}' does not exist")
+        raise ModelFolderError(f"{kind} folder '{text}' does not exist")
     missing = [f for f in required if not (folder / f).is_file()]
     if missing:
         raise ModelFolderError(
-            f"model folder '{folder}' (from '{text}') lacks {', '.join(missing)}"
+            f"{kind} folder '{folder}' (from '{text}') lacks {', '.join(missing)}"
         )
     return folder
 
@@ -125,7 +137,8 @@ def load_tokenizer(folder: Path) -> Tokenizer:
         raise ModelFolderError(f"'{path}' is not a valid tokenizer: {error}") from None
 
 
-def _looks_like_hub_id(text: str) -> bool:
+def looks_like_hub_id(text: str) -> bool:
+    """Whether ``text`` reads as a hub id (``owner/name``) rather than a path."""
     return not text.startswith(("/", ".", "~")) and _HUB_ID.fullmatch(text) is not None
 
 
@@ -143,9 +156,10 @@ def _fetch_from_hub(repo_id: str) -> Path:
             repo_id, allow_patterns=HUB_ALLOW_PATTERNS, local_files_only=_offline()
         )
     except (OSError, ValueError) as error:  # every hub error derives from one of these
-        raise ModelFolderError(
-            f"could not fetch '{repo_id}' from the Hugging Face hub "
-            f"({_hub_failure_reason(error)}); {_HOW_TO_PASS_A_FOLDER}"
+        reason = _hub_failure_reason(error)
+        raise HubUnavailable(
+            f"could not fetch '{repo_id}' from the Hugging Face hub ({reason}); {_HOW_TO_PASS_A_FOLDER}",
+            repo_id, reason,
         ) from error
     return Path(folder)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import subprocess
@@ -11,6 +12,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import IO
 
 import httpx
 
@@ -20,6 +22,14 @@ class Server:
     url: str
     ws_url: str
     process: subprocess.Popen[bytes]
+    log: IO[bytes] | None = None  # its stdout and stderr together
+
+    def output(self) -> str:
+        """What the server has written to stdout and stderr so far."""
+        assert self.log is not None
+        # pread, not seek and read: the child writes through the same file offset.
+        fd = self.log.fileno()
+        return os.pread(fd, os.fstat(fd).st_size, 0).decode(errors="replace")
 
     def rss_kb(self) -> int:
         with open(f"/proc/{self.process.pid}/status") as f:
@@ -65,7 +75,7 @@ def running_server(*args: str, timeout_s: float = 180.0) -> Iterator[Server]:
             if time.monotonic() > deadline:
                 raise RuntimeError("lyre serve did not become ready in time")
             time.sleep(0.25)
-        yield Server(url=url, ws_url=f"ws://127.0.0.1:{port}", process=process)
+        yield Server(url=url, ws_url=f"ws://127.0.0.1:{port}", process=process, log=log)
     finally:
         process.send_signal(signal.SIGTERM)
         try:

@@ -248,6 +248,10 @@ def test_server_config_names_the_engine() -> None:
 def test_lyre_serve_engine_naive(audio_llama: Path, demo: DemoPaths) -> None:
     with running_server("--engine", "naive", "--model", str(audio_llama), "--codec", str(demo.codec)) as server:
         assert httpx.get(f"{server.url}/ready", timeout=10).status_code == 200
+        facts = httpx.get(f"{server.url}/health", timeout=10).json()["summary"]["tts"]  # what the baseline runs
+        assert (facts["pipeline"], facts["attention"], facts["kv_slots"], facts["device"], facts["dtype"]) == (
+            "naive", "transformers", None, "cpu", "float32")
+        assert (facts["model"]["name"], facts["codec"]["origin"]) == (str(audio_llama), "named")
         body = {"model": "orpheus", "input": "Hello there.", "voice": "tara", "response_format": "pcm",
                 "max_tokens": 70, "seed": 5}
         reply = httpx.post(f"{server.url}/v1/audio/speech", json=body, timeout=60)

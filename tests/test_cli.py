@@ -48,6 +48,7 @@ def test_say_to_stdout_writes_raw_pcm_and_the_default_model_warns(tmp_path: Path
         (["say", "Hello.", "--model", "/no/such/folder"], b"/no/such/folder"),
         (["serve", "--voice-alias", "alloy=bogus"], b"'alloy' points at 'bogus', which this model does not have"),
         (["serve", "--voice-alias", "alloy"], b"expected NAME=VOICE"),
+        (["serve", "--device", "gpu"], b"--device: device must be auto, cpu or cuda[:N], got 'gpu'"),
     ],
 )
 def test_bad_input_is_a_clear_error_not_a_traceback(args: list[str], message: bytes) -> None:

@@ -119,7 +119,8 @@ def test_voices_models_health_ready_and_metrics(server: Server) -> None:
     assert [m["id"] for m in httpx.get(f"{server.url}/v1/models").json()["data"]] == ["orpheus"]
     chat = httpx.post(f"{server.url}/v1/chat/completions", json={"messages": [{"role": "user", "content": "Hi"}]})
     assert chat.status_code == 404 and "--llm" in chat.json()["error"]["message"]  # no chat model served
-    assert httpx.get(f"{server.url}/health").json() == {"status": "ok"}
+    health = httpx.get(f"{server.url}/health").json()
+    assert health["status"] == "ok" and health["summary"]["max_streams"] == 4  # the start-up summary's facts
     assert httpx.get(f"{server.url}/ready").status_code == 200
     httpx.post(f"{server.url}/v1/audio/speech", json={"input": "Count me.", **SHORT}, timeout=60)
     for name in ("lyre_time_to_first_audio_seconds_count", "lyre_tokens_generated_total", "lyre_engine_steps_total",

@@ -42,12 +42,13 @@ from transformers import LlamaForCausalLM
 
 from lyre import orpheus
 from lyre.codec import SnacDecoder, load_snac
-from lyre.demo_model import or_demo
 from lyre.engine import EngineStats, FinishReason, SamplingParams
-from lyre.model_folder import load_tokenizer, resolve
+from lyre.model_choice import ModelChoice, choose_weights
+from lyre.model_folder import load_tokenizer
 from lyre.orpheus import FrameAssembler, InvalidAudioToken, TextTokenizer
+from lyre.tts.facts import TTSFacts
 from lyre.tts.options import SpeechOptions, checked
-from lyre.tts.sampling import MODEL_FILES, request_sampling
+from lyre.tts.sampling import request_sampling
 from lyre.tts.stream import to_int16
 from lyre.tts.synthesizer import TTSConfig
 from lyre.tts.text import TextError, normalize
@@ -202,12 +203,14 @@ class NaiveTTS:
     """Text to speech the naive way: a transformers generate and a sliding-window decode per request."""
 
     def __init__(self, engine: NaiveEngine, tokenizer: TextTokenizer, codec: NaiveCodec, voices: Voices,
-                 config: TTSConfig | None = None) -> None:
+                 config: TTSConfig | None = None, source: ModelChoice | None = None) -> None:
+        """``source``: where the model and codec came from, for the start-up summary (None: not known)."""
         self.engine = engine
         self.tokenizer = tokenizer
         self.codec = codec
         self.voices = voices
         self.config = config or TTSConfig()
+        self.source = source
         self.adapters = None  # serves no cloned voices
         self._ids = itertools.count()
 
@@ -216,20 +219,22 @@ class NaiveTTS:
              config: TTSConfig | None = None, valid_audio_only: bool | None = None) -> NaiveTTS:
         """Load model and codec folders (or hub ids); the demo model when none is named.
 
+        The codec is chosen as `TTS.load` chooses it (`lyre.model_choice`).
         float32 on CPU; bfloat16 on CUDA, as users load it there.
         ``valid_audio_only`` masks sampling to valid audio ids; None: only for
         the demo model (see the module docstring).
         """
+        source = choose_weights(model, codec)
         if valid_audio_only is None:
-            valid_audio_only = model is None
-        model, codec = or_demo(model, codec)
-        folder = resolve(model, required=MODEL_FILES)
+            valid_audio_only = source.model.random
+        folder = source.model.local()
         dtype = torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32
         llama = LlamaForCausalLM.from_pretrained(folder, dtype=dtype).to(device).eval()
-        decoder = SnacDecoder(load_snac(codec, device=device))
+        decoder = SnacDecoder(load_snac(source.codec.local(), device=device))
         config = config or TTSConfig()
         voices = load_voices(folder, dict(config.voice_aliases))
-        return cls(NaiveEngine(llama, valid_audio_only), load_tokenizer(folder), NaiveCodec(decoder), voices, config)
+        return cls(NaiveEngine(llama, valid_audio_only), load_tokenizer(folder), NaiveCodec(decoder), voices, config,
+                   source)
 
     @property
     def max_tokens_limit(self) -> int:
@@ -262,6 +267,18 @@ class NaiveTTS:
 
     def codec_stats(self) -> Any:
         return self.codec.stats()
+
+    def facts(self) -> TTSFacts:
+        """What it runs with: transformers' generate per request, no KV-cache slots, no levers."""
+        decoder = self.codec.decoder
+        return TTSFacts(
+            pipeline="naive", model=self.source.model if self.source else None,
+            codec=self.source.codec if self.source else None, device=str(self.engine.device),
+            dtype=str(self.engine.model.dtype).removeprefix("torch."), attention="transformers", cuda_graphs=False,
+            fp8=False, layers=self.engine.model.config.num_hidden_layers, kv_slots=None, kv_positions=None,
+            kv_bytes=None, scheduler="none (a thread per request)", codec_device=str(decoder.device),
+            codec_dtype=decoder.dtype, codec_graphs=decoder.cuda_graphs, max_adapters=0, lora_rank=None,
+            adapters=(), cuda_available=torch.cuda.is_available())
 
     def close(self) -> None:
         self.engine.shutdown()

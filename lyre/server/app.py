@@ -4,29 +4,29 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 import time
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from importlib.resources import files
 from typing import Any
-from urllib.parse import parse_qsl
 
 import numpy as np
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import HTMLResponse, JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from starlette.types import ASGIApp, Receive, Scope, Send
 
 from lyre.agent import LocalThinker, RemoteThinker, SmartTurn, Thinker, find_smart_turn
+from lyre.api_keys import RequireKey
 from lyre.llm import Chat, ChatOptions, ChatServing
 from lyre.server import adapters_api, audio_speech, completions, realtime_socket, transcriptions, tts_socket
 from lyre.server.admission import Admission
-from lyre.server.auth import authorized
 from lyre.server.config import ServerConfig
 from lyre.server.errors import document_errors, error_doc, error_response, install_error_handlers
 from lyre.server.metrics import Metrics
 from lyre.server.registration import join_fleet
 from lyre.server.state import ServerState
+from lyre.server.summary import build_summary, summary_json, summary_text
 from lyre.stt import DEFAULT_MODEL as STT_DEFAULT_MODEL
 from lyre.stt import SAMPLE_RATE, STTConfig, TranscribeOptions, Transcriber
 from lyre.tts import TTS, SpeechOptions, Synthesizer, TTSConfig
@@ -151,9 +151,12 @@ def create_app(config: ServerConfig, tts: Synthesizer | None = None) -> FastAPI:
                 await _warm_up_stt(stt)
             if chat is not None:
                 await _warm_up_chat(chat)
+            # One screen, once: what runs and what it costs, where the operator looks as it starts
+            # (printed before /ready says so, so whoever waits for /ready finds it written).
+            header = f"lyre: ready in {time.perf_counter() - start:.1f} s"
+            print(summary_text(build_summary(state), header), file=sys.stderr, flush=True)
             state.ready = True
             app.state.fleet_member = member = await join_fleet(state)
-            log.info("lyre ready in %.1f s", time.perf_counter() - start)
             try:
                 yield
             finally:
@@ -171,7 +174,8 @@ def create_app(config: ServerConfig, tts: Synthesizer | None = None) -> FastAPI:
     app = FastAPI(title="lyre", version="0.1.0", lifespan=lifespan)
     install_error_handlers(app)
     document_errors(app)
-    app.add_middleware(_ApiKey, api_key=config.api_key)
+    app.add_middleware(RequireKey, api_key=config.api_key, open_paths=_OPEN_PATHS,
+                       admin_prefix=adapters_api.ADMIN_PREFIX, refuse=_refuse)
     app.include_router(adapters_api.router)
     app.include_router(audio_speech.router)
     app.include_router(tts_socket.router)
@@ -180,15 +184,18 @@ def create_app(config: ServerConfig, tts: Synthesizer | None = None) -> FastAPI:
     app.include_router(completions.router)
 
     @app.get("/health")
-    async def health() -> dict[str, str]:
-        """Alive (the process answers)."""
-        return {"status": "ok"}
-
-    @app.get("/ready", responses={503: {"description": "Loading, warming up or shutting down"}})
-    async def ready(request: Request) -> JSONResponse:
-        """Model loaded and warmed up; 503 until then and while shutting down."""
+    async def health(request: Request) -> dict[str, Any]:
+        """Alive (the process answers); ``summary``: what it serves and how (the start-up summary's facts),
+        null until the models are loaded."""
         state: ServerState | None = getattr(request.app.state, "lyre", None)
-        ok = state is not None and state.ready
+        return {"status": "ok", "summary": summary_json(build_summary(state)) if state is not None else None}
+
+    @app.get("/ready", responses={503: {"description": "Loading, warming up, shutting down, or an engine failed"}})
+    async def ready(request: Request) -> JSONResponse:
+        """Model loaded and warmed up; 503 until then, while shutting down, and once an engine has failed."""
+        state: ServerState | None = getattr(request.app.state, "lyre", None)
+        ok = (state is not None and state.ready and (state.tts is None or state.tts.engine_stats().failure is None)
+              and (state.chat is None or state.chat.stats().failure is None))
         return JSONResponse({"ready": ok}, status_code=200 if ok else 503)
 
     @app.get("/v1/audio/voices", responses={404: error_doc("Text to speech is not served by this server")})
@@ -224,27 +231,6 @@ def create_app(config: ServerConfig, tts: Synthesizer | None = None) -> FastAPI:
     return app
 
 
-class _ApiKey:
-    """401 for HTTP requests without the key (the WebSocket checks its own handshake).
-
-    Plain ASGI rather than BaseHTTPMiddleware, which would sit between a
-    streaming response and the client's disconnect.
-    """
-
-    def __init__(self, app: ASGIApp, api_key: str | None) -> None:
-        self.app = app
-        self.api_key = api_key
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if (scope["type"] != "http" or self.api_key is None or scope["path"] in _OPEN_PATHS
-                or scope["path"].startswith(adapters_api.ADMIN_PREFIX)):  # admin routes check the admin key
-            await self.app(scope, receive, send)
-            return
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-        query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
-        if authorized(self.api_key, headers, query):
-            await self.app(scope, receive, send)
-            return
-        response = error_response(401, "missing or wrong API key (send Authorization: Bearer KEY)",
-                                  "authentication_error", headers={"WWW-Authenticate": "Bearer"})
-        await response(scope, receive, send)
+def _refuse() -> Response:
+    return error_response(401, "missing or wrong API key (send Authorization: Bearer KEY)", "authentication_error",
+                          headers={"WWW-Authenticate": "Bearer"})

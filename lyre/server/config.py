@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
+from lyre.device import resolve_device
 from lyre.tts import ServingConfig
 
 __all__ = ["ENGINES", "ServerConfig"]
@@ -18,9 +20,9 @@ class ServerConfig:
 
     host: str = "127.0.0.1"
     port: int = 8000
-    model: str | None = None  # folder or hub id; None: the built-in demo model
-    codec: str | None = None
-    device: str = "cpu"
+    model: str | None = None  # folder or hub id; None (or "demo"): the built-in demo model
+    codec: str | None = None  # folder or hub id; None: the codec the model needs ("demo": the demo's random one)
+    device: str = "auto"  # cpu, cuda[:N], or auto (resolved at construction: the first CUDA device, else the CPU)
     max_streams: int = 8  # streams at once, each holding a KV-cache slot (HTTP speech requests, WebSocket contexts)
     compute_batch: int | None = None  # streams advanced per engine step; None: all of them
     scheduler: str = "deadline"  # "deadline": playback deadlines first, streams far ahead parked; or "fcfs"
@@ -38,6 +40,7 @@ class ServerConfig:
     lora_rank: int = 16  # the rank each adapter slot holds (lower ranks are padded; at most 64)
     adapters: tuple[tuple[str, str], ...] = ()  # (name, folder) loaded at start (--adapter NAME=PATH)
     admin_key: str | None = None  # the adapter admin routes answer only to this key; None: they are off
+    adapter_root: str | None = None  # POST /v1/adapters reads folders only inside this one; None: any folder
     max_input_chars: int = 4096
     api_key: str | None = None
     # (alias, voice) pairs over the default OpenAI-name aliases and voices.json's (--voice-alias NAME=VOICE).
@@ -50,7 +53,7 @@ class ServerConfig:
     tts: bool = True  # serve text to speech (the Orpheus pipeline)
     stt: bool = False  # serve speech to text (Whisper)
     stt_model: str | None = None  # Whisper folder or hub id; None: the demo, Whisper base
-    stt_device: str | None = None  # None: the same as device
+    stt_device: str | None = None  # None: the same as device; auto is resolved as device is
     stt_max_file_bytes: int = 25 * 1024 * 1024  # OpenAI's upload limit
     stt_max_sessions: int = 8  # realtime transcription sockets open at once
     stt_idle_timeout_s: float = 30.0  # a realtime session with no client event and no pass running for this long is closed
@@ -68,6 +71,13 @@ class ServerConfig:
     smart_turn: bool = True  # the agent's semantic end-of-turn model, where pipecat-ai ships it
 
     def __post_init__(self) -> None:
+        # Devices are resolved once, here: every check below and every model loaded sees a concrete one.
+        for name in ("device", "stt_device"):
+            if (value := getattr(self, name)) is not None:
+                try:
+                    object.__setattr__(self, name, resolve_device(value))
+                except ValueError as exc:
+                    raise ValueError(f"{name}: {exc}") from None
         if not (self.tts or self.stt or self.llm):
             raise ValueError("serve at least one of text to speech (tts), speech to text (stt) and chat (llm)")
         for name in ("max_streams", "max_seq_len", "max_input_chars", "ws_max_contexts", "ws_max_message_bytes",
@@ -84,8 +94,6 @@ class ServerConfig:
             raise ValueError(f"port must be in 1..65535, got {self.port}")
         if self.engine not in ENGINES:
             raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {self.engine!r}")
-        if self.stt_device is not None and self.stt_device != "cpu" and not self.stt_device.startswith("cuda"):
-            raise ValueError(f"stt_device must be cpu or cuda[:N], got {self.stt_device!r}")
         for name in ("cuda_graphs", "codec_graphs"):
             if getattr(self, name) and not self.device.startswith("cuda"):
                 raise ValueError(f"{name.replace('_', '-')} needs a CUDA device (--device cuda), got {self.device!r}")
@@ -95,6 +103,8 @@ class ServerConfig:
             raise ValueError("admin_key must not be empty")
         if self.admin_key is not None and self.admin_key == self.api_key:
             raise ValueError("the admin key must differ from the API key")
+        if self.adapter_root is not None and not os.path.isdir(os.path.expanduser(self.adapter_root)):
+            raise ValueError(f"adapter_root: {self.adapter_root!r} is not a folder")
         if self.llm_url is not None and not self.llm_url.startswith(("http://", "https://")):
             raise ValueError(f"llm_url must be an http:// or https:// URL, got {self.llm_url!r}")
         if self.api_key is not None and not self.api_key:

@@ -22,18 +22,15 @@ import torch
 
 from lyre.codec.encoder import SnacEncoder
 from lyre.codec.snac import load_snac
-from lyre.demo_model import or_demo
 from lyre.engine.peft_folder import VOICE_FILE
-from lyre.model_folder import load_tokenizer, resolve
+from lyre.model_choice import CODEC_FILES, choose_weights
+from lyre.model_folder import load_tokenizer
 from lyre.train.checkpoint import publish_folder, remove_checkpoints
 from lyre.train.dataset import read_dataset
 from lyre.train.prepare import DataConfig, PreparedDataset, prepare_dataset
 from lyre.train.trainer import TrainConfig, Trainer, TrainError, TrainResult, with_lora
 
 __all__ = ["VoiceJob", "prepare_voice_data", "train_voice", "work_folder"]
-
-_MODEL_FILES = ("config.json", "tokenizer.json")
-_CODEC_FILES = ("config.json", "pytorch_model.bin")
 
 
 @dataclass(frozen=True)
@@ -45,7 +42,7 @@ class VoiceJob:
     data_config: DataConfig
     train_config: TrainConfig = TrainConfig()
     model: str | None = None  # folder or hub id; None: the demo model
-    codec: str | None = None
+    codec: str | None = None  # folder or hub id; None: the codec the model needs (lyre.model_choice)
     overwrite: bool = False
 
 
@@ -69,12 +66,11 @@ def prepare_voice_data(job: VoiceJob, encoder: Callable[[], SnacEncoder] | None 
 
     ``encoder`` makes the encoder when one is needed (default: the job's codec, loaded on first use).
     """
-    model, codec = or_demo(job.model, job.codec)
-    model_folder = resolve(model, required=_MODEL_FILES)
-    codec_folder = resolve(codec, required=_CODEC_FILES)
+    source = choose_weights(job.model, job.codec)
+    model_folder, codec_folder = source.model.local(), source.codec.local()
     listing = read_dataset(job.data)
     tokenizer = load_tokenizer(model_folder)
-    identity = _digest(*(codec_folder / f for f in _CODEC_FILES), model_folder / "tokenizer.json")
+    identity = _digest(*(codec_folder / f for f in CODEC_FILES), model_folder / "tokenizer.json")
     loaded: list[SnacEncoder] = []
 
     def load_encoder() -> SnacEncoder:

@@ -11,6 +11,7 @@ Servers type against `Synthesizer`, which the naive baseline implements too.
 
 from lyre.tts.adapter_voices import AdapterBusy, AdapterError, AdapterInUse, AdapterVoices, UnknownAdapter
 from lyre.tts.clock import PlaybackClock
+from lyre.tts.facts import TTSFacts
 from lyre.tts.intake import IdleStream
 from lyre.tts.options import PipelineBusy, ServingConfig, SpeechOptions
 from lyre.tts.sampling import AUDIO_CONSTRAINT, speech_sampling
@@ -39,6 +40,7 @@ __all__ = [
     "SpeechStream",
     "Synthesizer",
     "TTSConfig",
+    "TTSFacts",
     "TextError",
     "TrimConfig",
     "Voices",

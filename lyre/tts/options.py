@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from lyre.device import resolve_device
 from lyre.engine import ATTENTION_BACKENDS, SCHEDULERS, EngineConfig, SamplingParams
 from lyre.tts.sampling import speech_sampling
 
@@ -52,7 +53,7 @@ def checked(options: SpeechOptions | None, max_tokens_limit: int) -> SamplingPar
 class ServingConfig:
     """How the pipeline runs: where, how many streams, which levers. Validated once."""
 
-    device: str = "cpu"
+    device: str = "cpu"  # or cuda[:N], or "auto" (resolved here: the first CUDA device, else the CPU)
     max_streams: int = 8  # streams resident at once (KV-cache slots)
     compute_batch: int | None = None  # streams advanced per engine step; None: all resident
     max_seq_len: int = 2048
@@ -67,6 +68,8 @@ class ServingConfig:
     lora_rank: int = 16  # the rank every adapter slot holds (adapters of lower rank are padded), at most 64
 
     def __post_init__(self) -> None:
+        # Resolved once, here, so the engine and the codec see a concrete device (and bf16 follows CUDA).
+        object.__setattr__(self, "device", resolve_device(self.device))
         if self.attention not in (None, *ATTENTION_BACKENDS):
             raise ValueError(f"attention must be one of {', '.join(ATTENTION_BACKENDS)}, got {self.attention!r}")
         if self.scheduler not in SCHEDULERS:

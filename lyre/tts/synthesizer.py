@@ -1,6 +1,6 @@
 """Text to speech for many concurrent streams: one engine, one codec service, and the interface servers use.
 
-    tts = TTS.load()                       # the demo model when none is named
+    tts = TTS.load()                       # the demo model when none is named (random weights: noise)
     async for chunk in tts.stream("Hello there.", voice="tara"):
         play(chunk)                        # int16 PCM, 24 kHz mono
 """
@@ -16,14 +16,15 @@ import numpy as np
 
 from lyre import orpheus
 from lyre.codec import BatchPolicy, CodecService, SnacDecoder, load_snac
-from lyre.demo_model import or_demo
 from lyre.engine import Engine, EngineStats, SamplingParams
-from lyre.model_folder import load_tokenizer, resolve
+from lyre.model_choice import ModelChoice, choose_weights
+from lyre.model_folder import load_tokenizer
 from lyre.orpheus import TextTokenizer
 from lyre.tts.adapter_voices import AdapterVoices
+from lyre.tts.facts import TTSFacts, pipeline_facts
 from lyre.tts.intake import TextIntake
 from lyre.tts.options import ServingConfig, SpeechOptions, checked
-from lyre.tts.sampling import AUDIO_CONSTRAINT, MODEL_FILES, request_sampling
+from lyre.tts.sampling import AUDIO_CONSTRAINT, request_sampling
 from lyre.tts.segments import split_segments
 from lyre.tts.stream import SpeechStream
 from lyre.tts.text import DEFAULT_SEGMENT_CHARS, MAX_INPUT_CHARS, normalize
@@ -84,6 +85,9 @@ class Synthesizer(Protocol):
 
     def codec_stats(self) -> Any: ...
 
+    def facts(self) -> TTSFacts:
+        """What it runs with, as loaded: model and codec (and where from), device, dtype, levers."""
+
     def close(self) -> None: ...
 
 
@@ -91,13 +95,16 @@ class TTS:
     """Text to speech on lyre's engine and the shared codec service."""
 
     def __init__(self, engine: Engine, tokenizer: TextTokenizer, codec: CodecService, voices: Voices,
-                 config: TTSConfig | None = None, playback_rate: float = 1.0) -> None:
+                 config: TTSConfig | None = None, playback_rate: float = 1.0, source: ModelChoice | None = None,
+                 ) -> None:
+        """``source``: where the model and codec came from, for the start-up summary (None: not known)."""
         self.engine = engine
         self.tokenizer = tokenizer
         self.codec = codec
         self.voices = voices
         self.config = config or TTSConfig()
         self.playback_rate = playback_rate
+        self.source = source
         # Cloned voices (LoRA adapters), when the engine has adapter slots.
         self.adapters = AdapterVoices(engine.adapters, voices) if engine.adapters is not None else None
         self._ids = itertools.count()
@@ -106,17 +113,22 @@ class TTS:
     def load(cls, model: str | Path | None = None, codec: str | Path | None = None,
              serving: ServingConfig | None = None, config: TTSConfig | None = None,
              codec_policy: BatchPolicy | None = None) -> TTS:
-        """Load model and codec folders (or hub ids); the demo model when none is named."""
-        model, codec = or_demo(model, codec)
+        """Load model and codec folders (or hub ids); the demo model when none is named.
+
+        A model named without a codec gets the codec it needs (`lyre.model_choice`); ``"demo"``
+        names the built-in demo model or codec (random weights). Raises ValueError naming
+        what could not be had.
+        """
+        source = choose_weights(model, codec)
         serving, config = serving or ServingConfig(), config or TTSConfig()
-        folder = resolve(model, required=MODEL_FILES)
+        folder = source.model.local()
         voices = load_voices(folder, dict(config.voice_aliases))
         tokenizer = load_tokenizer(folder)
-        decoder = SnacDecoder(load_snac(codec, device=serving.device, dtype=serving.codec_dtype),
+        decoder = SnacDecoder(load_snac(source.codec.local(), device=serving.device, dtype=serving.codec_dtype),
                               cuda_graphs=serving.codec_graphs)
         engine = Engine.from_folder(folder, serving.engine_config(), AUDIO_CONSTRAINT.family)
         service = CodecService(decoder, codec_policy or BatchPolicy.for_device(serving.device))
-        return cls(engine, tokenizer, service, voices, config, serving.playback_rate)
+        return cls(engine, tokenizer, service, voices, config, serving.playback_rate, source)
 
     @property
     def max_tokens_limit(self) -> int:
@@ -193,6 +205,9 @@ class TTS:
 
     def codec_stats(self) -> Any:
         return self.codec.stats()
+
+    def facts(self) -> TTSFacts:
+        return pipeline_facts(self)
 
     def close(self) -> None:
         self.engine.shutdown()
