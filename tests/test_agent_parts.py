@@ -1,6 +1,6 @@
-"""The voice agent's small parts, without a server: the sentence gate, what was heard, settings, and a
+"""The voice agent's small parts, without a server: the sentence gate, what was heard, settings, a
 speculative reply released or thrown away (with stand-ins for the models: the turn's events are called
-directly)."""
+directly), the conversation's trimming and a reply's tool calls."""
 
 from __future__ import annotations
 
@@ -12,27 +12,31 @@ import numpy as np
 import pytest
 
 from lyre.agent import AgentSession
-from lyre.agent.events import BETA, GA, AgentSettings, input_update, read_agent_update
-from lyre.agent.reply import _SentenceGate
+from lyre.agent.calls import MAX_CALLS
+from lyre.agent.conversation import MAX_ITEMS, Conversation
 from lyre.agent.conversation import heard_text as _heard_text
-from lyre.agent.session import _same_words
+from lyre.agent.events import BETA, GA, AgentSettings, input_update, read_agent_update
+from lyre.agent.gate import SentenceGate
+from lyre.agent.reply import Reply, ReplySpec
+from lyre.agent.speculation import same_words
+from lyre.agent.think import ThinkError, ToolCallDelta, _pieces
 from lyre.stt import RealtimeError, Transcript
 from lyre.stt.utterances import Utterance
 
 
 def test_the_gate_holds_text_until_the_first_sentences_are_written() -> None:
-    gate = _SentenceGate(2)
+    gate = SentenceGate(2)
     assert gate.push("Sure. It opens at 9") == ""  # one sentence so far
     assert gate.push(" tonight. And") == "Sure. It opens at 9 tonight. And"
     # Once open, the gate lets everything through as it comes.
-    opened = _SentenceGate(2)
+    opened = SentenceGate(2)
     assert [opened.push(p) for p in ("Yes! ", "It does. ", "Bye")] == ["", "Yes! It does. ", "Bye"]
-    assert _SentenceGate(2).push("No sentence end yet") == ""
-    ended = _SentenceGate(2)
+    assert SentenceGate(2).push("No sentence end yet") == ""
+    ended = SentenceGate(2)
     ended.push("Only one.")
     assert ended.open() == "Only one."  # the end of the reply (or its release) sends what is held
     assert ended.push(" More") == " More"
-    assert _SentenceGate(0).push("straight through") == "straight through"
+    assert SentenceGate(0).push("straight through") == "straight through"
 
 
 def test_what_was_heard_is_cut_to_a_whole_word() -> None:
@@ -43,8 +47,8 @@ def test_what_was_heard_is_cut_to_a_whole_word() -> None:
 
 
 def test_transcripts_compare_by_their_words() -> None:
-    assert _same_words("What time does it close?", "what time does it close")
-    assert not _same_words("What time does it close?", "What time does it open?")
+    assert same_words("What time does it close?", "what time does it close")
+    assert not same_words("What time does it close?", "What time does it open?")
 
 
 def test_updates_read_both_shapes_and_name_bad_fields() -> None:
@@ -177,3 +181,97 @@ def test_a_response_asked_for_right_after_a_commit_waits_for_its_transcript() ->
     assert thinker.asked == ["Where is my order?"]
     assert [e["error"]["code"] for e in events if e["type"] == "error"] == ["conversation_already_has_active_response"]
     assert [e["response"]["status"] for e in events if e["type"] == "response.done"] == ["completed"]
+
+
+def test_trimming_the_conversation_never_orphans_a_tool_output() -> None:
+    conversation = Conversation()
+
+    def check(turn: int) -> None:
+        messages = conversation.messages("Be brief.")
+        called = {call["id"] for m in messages for call in m.get("tool_calls") or []}
+        answered = [m["tool_call_id"] for m in messages if m["role"] == "tool"]
+        assert set(answered) <= called, f"turn {turn}: an output whose call was trimmed"
+        assert len(conversation.items) <= MAX_ITEMS
+
+    for turn in range(3 * MAX_ITEMS):  # the cut falls at every place of the turn in time
+        conversation.add({"id": f"u{turn}", "type": "message", "role": "user", "text": "Weather?"})
+        check(turn)
+        conversation.add_reply(f"a{turn}", "", 0, 0, [
+            {"id": f"c{turn}_{i}", "call_id": f"call_{turn}_{i}", "name": "get_weather", "arguments": "{}"}
+            for i in range(2)])  # two calls from one reply, then both outputs
+        check(turn)
+        for i in range(2):
+            conversation.add({"id": f"o{turn}_{i}", "type": "function_call_output", "call_id": f"call_{turn}_{i}",
+                              "output": "sunny"})
+            check(turn)
+
+
+def test_truncating_an_assistant_item_without_audio_keeps_its_text() -> None:
+    conversation = Conversation()
+    conversation.add({"id": "item_a", "type": "message", "role": "assistant", "text": "Closes at nine."})
+    conversation.truncate("item_a", 0, 0)
+    assert conversation.items[0]["text"] == "Closes at nine."
+    with pytest.raises(RealtimeError) as refused:
+        conversation.truncate("item_a", 0, 500)
+    assert refused.value.param == "audio_end_ms"
+
+
+class _Scripted:
+    """A think step that answers with the same pieces every time."""
+
+    supports_tools = True
+
+    def __init__(self, *pieces: str | ToolCallDelta) -> None:
+        self.pieces = pieces
+
+    async def reply(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Any:
+        for piece in self.pieces:
+            await asyncio.sleep(0)
+            yield piece
+
+
+def _reply(thinker: _Scripted, tools: list[dict[str, Any]]) -> tuple[Reply, list[dict[str, Any]]]:
+    events: list[dict[str, Any]] = []
+
+    async def run() -> Reply:
+        reply = Reply(ReplySpec(messages=[{"role": "user", "content": "Hi"}], voice="tara", tools=tools, names=GA),
+                      thinker, _TTS(), events.append)  # type: ignore[arg-type]
+        reply.start()
+        async with asyncio.timeout(10):
+            await reply.done
+        return reply
+
+    return asyncio.run(run()), events
+
+
+@pytest.mark.parametrize("index", [MAX_CALLS, 100_000, 2**62, -1])
+def test_a_tool_call_index_out_of_bounds_fails_the_reply_without_allocating(index: int) -> None:
+    reply, events = _reply(_Scripted("Sure. ", ToolCallDelta(index, "call_x", "get_weather", "{}")),
+                           [{"type": "function", "name": "get_weather"}])
+    assert reply.status == "failed" and f"index {index}" in str(reply.error) and not reply.calls
+    assert events[-1]["type"] == "response.done" and events[-1]["response"]["status"] == "failed"
+
+
+def test_a_call_of_a_tool_that_was_not_declared_is_an_error_event_not_a_call() -> None:
+    reply, events = _reply(_Scripted(ToolCallDelta(0, "call_a", "launch_rockets", "{}"),
+                                     ToolCallDelta(1, "call_b", "get_weather", '{"city": '),
+                                     ToolCallDelta(1, arguments='"Paris"}')),
+                           [{"type": "function", "name": "get_weather"}])
+    assert reply.status == "completed" and [call["name"] for call in reply.calls] == ["get_weather"]
+    (error,) = [e["error"] for e in events if e["type"] == "error"]
+    assert error["code"] == "unknown_tool" and "launch_rockets" in error["message"]
+    deltas = [e for e in events if e["type"] == "response.function_call_arguments.delta"]
+    assert "".join(e["delta"] for e in deltas) == '{"city": "Paris"}' == reply.calls[0]["arguments"]
+    assert {e["output_index"] for e in deltas} == {1}  # its place in response.done's output, after the message
+    # With no tools declared at all, any call is refused.
+    reply, events = _reply(_Scripted(ToolCallDelta(0, "call_a", "get_weather", "{}")), [])
+    assert not reply.calls and [e["error"]["code"] for e in events if e["type"] == "error"] == ["unknown_tool"]
+
+
+@pytest.mark.parametrize("call", [{"index": "0", "function": {"name": "f"}}, {"index": True},
+                                  {"index": 0, "function": {"name": 7}}, {"index": 0, "function": "f"},
+                                  {"index": 0, "id": ["x"]}])
+def test_a_malformed_tool_call_from_the_endpoint_is_a_think_error(call: dict[str, Any]) -> None:
+    data = json.dumps({"choices": [{"index": 0, "delta": {"tool_calls": [call]}}]})
+    with pytest.raises(ThinkError, match=r"tool[ _]call"):
+        _pieces(data, "http://llm/v1")

@@ -4,7 +4,8 @@ Items are plain dicts: ``{"id", "type": "message", "role", "text"}`` (an
 assistant message also keeps ``full_text`` and ``audio_ms``, what it said and
 how long), ``{"type": "function_call", "call_id", "name", "arguments"}`` and
 ``{"type": "function_call_output", "call_id", "output"}``. The oldest fall out
-past ``MAX_ITEMS``.
+past ``MAX_ITEMS``, a tool's output with its call: a chat endpoint refuses a
+tool message that answers no call it can see.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ MAX_ITEMS = 64
 
 
 class Conversation:
+    """One session's items, oldest first."""
+
     def __init__(self) -> None:
         self.items: list[dict[str, Any]] = []
 
@@ -28,7 +31,13 @@ class Conversation:
 
     def add(self, item: dict[str, Any]) -> None:
         self.items.append(item)
-        del self.items[:-MAX_ITEMS]
+        if len(self.items) > MAX_ITEMS:
+            del self.items[:-MAX_ITEMS]
+            # An output whose call fell out would be an orphan tool message: an OpenAI-compatible endpoint
+            # answers 400 to it, on this turn and every later one. It goes with its call.
+            calls = {item["call_id"] for item in self.items if item["type"] == "function_call"}
+            self.items[:] = [item for item in self.items
+                             if item["type"] != "function_call_output" or item["call_id"] in calls]
 
     def find(self, item_id: object) -> dict[str, Any] | None:
         return next((item for item in self.items if item["id"] == item_id), None)
@@ -48,15 +57,20 @@ class Conversation:
 
     def cut(self, item_id: str, heard_ms: float) -> None:
         """Keep of an assistant item only what was heard in its first ``heard_ms``."""
-        if (item := self.find(item_id)) is not None and item.get("role") == "assistant":
+        item = self.find(item_id)
+        # An assistant item the client made has no audio ("full_text" and "audio_ms" are a spoken reply's).
+        if item is not None and item.get("role") == "assistant" and "full_text" in item:
             item["text"] = heard_text(item["full_text"], heard_ms, item["audio_ms"])
 
-    def truncate(self, item_id: object, end_ms: object) -> None:
+    def truncate(self, item_id: object, content_index: object, end_ms: object) -> None:
         """``conversation.item.truncate``: checked, then `cut` (RealtimeError naming what is wrong)."""
         item = self.find(item_id)
         if item is None or item.get("role") != "assistant":
             raise RealtimeError(f"item_id {item_id!r} names no assistant item of this conversation",
                                 "item_truncate_invalid_item_id", "item_id")
+        if type(content_index) is not int or content_index != 0:
+            raise RealtimeError(f"content_index must be 0 (an assistant item has one content part), got "
+                                f"{content_index!r}", param="content_index")
         if isinstance(end_ms, bool) or not isinstance(end_ms, int) or end_ms < 0:
             raise RealtimeError(f"audio_end_ms must be a whole number of milliseconds, got {end_ms!r}",
                                 "invalid_type", "audio_end_ms")

@@ -122,19 +122,22 @@ def read_agent_update(event: dict[str, Any], current: AgentSettings, supports_to
 
 
 def input_update(event: dict[str, Any]) -> dict[str, Any] | None:
-    """The transcription session's update within a conversation ``session.update``, if it has input settings."""
+    """The transcription session's update within a conversation ``session.update``, if it has input settings
+    (with the client's ``event_id``, so an error about them names the client's event)."""
     session = event.get("session")
     if not isinstance(session, dict):
         return None
+    named = {"event_id": event["event_id"]} if isinstance(event.get("event_id"), str) else {}
     if "type" not in session:  # beta: the input fields sit at the top
         keys = [k for k in ("input_audio_format", "input_audio_transcription", "turn_detection") if k in session]
         if not keys:
             return None
-        return {"type": "transcription_session.update", "session": {k: session[k] for k in keys}}
+        return {"type": "transcription_session.update", **named, "session": {k: session[k] for k in keys}}
     audio = session.get("audio")
     if not isinstance(audio, dict) or "input" not in audio:
         return None
-    return {"type": "session.update", "session": {"type": "transcription", "audio": {"input": audio["input"]}}}
+    return {"type": "session.update", **named,
+            "session": {"type": "transcription", "audio": {"input": audio["input"]}}}
 
 
 def session_object(settings: AgentSettings, heard: dict[str, Any], session_id: str, model: str) -> dict[str, Any]:

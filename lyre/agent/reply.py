@@ -19,21 +19,25 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import re
+import logging
 import time
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
+from lyre.agent.calls import ToolCalls
 from lyre.agent.events import EventNames, new_id
+from lyre.agent.gate import SentenceGate
 from lyre.agent.think import ThinkError, Thinker, ToolCallDelta
+from lyre.stt import RealtimeError, error_event
 from lyre.tts import SpeechOptions, Synthesizer
 
 __all__ = ["Reply", "ReplySpec", "ReplyTimes"]
 
+log = logging.getLogger("lyre.agent")
+
 _SAMPLE_RATE = 24_000
-_SENTENCE_END = re.compile(r"[.!?\u3002\uff01\uff1f]+[\"')\]]*\s")  # a mark, closers, then a space
 
 
 @dataclass(frozen=True)
@@ -84,7 +88,7 @@ class Reply:
         self._thinker = thinker
         self._tts = tts
         self.text = ""  # the reply's text so far (what was sent to speech)
-        self.calls: list[dict[str, Any]] = []  # function_call items, once complete
+        self.calls: list[dict[str, Any]] = []  # function_call items of the session's tools, once over
         self.audio_samples = 0
         self.status = "in_progress"
         self.error: str | None = None
@@ -93,9 +97,14 @@ class Reply:
         self._emit_now = emit
         self._pending: list[dict[str, Any]] = []
         self._audio_out_at: float | None = None  # perf_counter() when the client got its first audio
-        self._gate = _SentenceGate(spec.first_sentences)
+        self._gate = SentenceGate(spec.first_sentences)
         self._speaking: Any = None  # the speech stream, while text may go to it
-        self._where: dict[str, Any] = {}
+        self._where: dict[str, Any] = {"response_id": self.id, "item_id": self.item_id, "output_index": 0,
+                                       "content_index": 0}
+        self._message: dict[str, Any] = {"id": self.item_id, "type": "message", "role": "assistant",
+                                         "status": "in_progress", "content": []}
+        self._opened = False  # response.created is out (or held)
+        self._calls = ToolCalls(spec.tools)
         self._task: asyncio.Task[None] | None = None
         self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
@@ -103,6 +112,8 @@ class Reply:
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name=f"lyre-reply-{self.id}")
+        # Whatever ends the task ends the reply: one cancelled before its first step never runs `_run` at all.
+        self._task.add_done_callback(self._ended)
 
     def release(self) -> None:
         """Let the held events out, in order, and send the rest as they come."""
@@ -116,7 +127,7 @@ class Reply:
         # The turn is confirmed: the reply will be heard, so the text held for the first sentences goes to
         # speech now rather than when they are complete.
         if self._speaking is not None and (text := self._gate.open()):
-            self._to_speech(self._speaking, text, self._where, self.spec.names)
+            self._to_speech(self._speaking, text)
 
     def cancel(self) -> None:
         """Stop the reply (a no-op once it is over); a released one ends with response.done, cancelled."""
@@ -140,7 +151,9 @@ class Reply:
     # -- the work --
 
     def _send(self, kind: str, **fields: Any) -> None:
-        event = {"type": kind, "event_id": new_id("event"), **fields}
+        self._put({"type": kind, "event_id": new_id("event"), **fields})
+
+    def _put(self, event: dict[str, Any]) -> None:
         if self.held:
             self._pending.append(event)
         else:
@@ -152,18 +165,10 @@ class Reply:
         self._emit_now(event)
 
     async def _run(self) -> None:
-        names = self.spec.names
-        self._send("response.created", response=self._object())
-        message = {"id": self.item_id, "type": "message", "role": "assistant", "status": "in_progress",
-                   "content": []}
-        self._send("response.output_item.added", response_id=self.id, output_index=0, item=message)
-        self._send(names.item_added, item=message, previous_item_id=None)
-        part = {"type": names.audio_part, "transcript": ""}
-        where = {"response_id": self.id, "item_id": self.item_id, "output_index": 0, "content_index": 0}
-        self._send("response.content_part.added", **where, part=part)
+        self._open()
         try:
             async with self._admit():
-                await self._speak(where)
+                await self._speak()
             self.status = "completed"
         except asyncio.CancelledError:
             self.status = "cancelled"
@@ -171,13 +176,41 @@ class Reply:
             self.status, self.error = "failed", str(exc)
         except Exception as exc:  # speech failed (a bad voice, the engine full): the reply ends, the session goes on
             self.status, self.error = "failed", f"{type(exc).__name__}: {exc}"
-        self._finish(where, message)
+        self._finish()
 
-    async def _speak(self, where: dict[str, Any]) -> None:
-        names, gate = self.spec.names, self._gate
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        """The task is over: if `_run` did not finish the reply (cancelled before it ran, or a bug), finish it."""
+        if self.over:
+            return
+        try:
+            if task.cancelled():
+                self.status = "cancelled"
+            else:
+                exc = task.exception()
+                log.error("reply %s ended without finishing", self.id, exc_info=exc)
+                self.status, self.error = "failed", f"{type(exc).__name__}: {exc}" if exc else "ended early"
+            if not self._opened:  # the client asked for it: it opens and closes like any other
+                self._open()
+            self._finish()
+        finally:
+            if not self.done.done():  # whatever happened above, the session must not wait for ever
+                self.done.set_result(None)
+
+    def _open(self) -> None:
+        names = self.spec.names
+        self._opened = True
+        self._send("response.created", response=self._object())
+        # Copies: the message changes as the reply ends, perhaps before these events are written out.
+        self._send("response.output_item.added", response_id=self.id, output_index=0, item=dict(self._message))
+        self._send(names.item_added, item=dict(self._message), previous_item_id=None)
+        part = {"type": names.audio_part, "transcript": ""}
+        self._send("response.content_part.added", **self._where, part=part)
+
+    async def _speak(self) -> None:
+        gate = self._gate
         stream = self._open_speech()
-        self._speaking, self._where = stream, where
-        audio = asyncio.create_task(self._audio(stream, where), name=f"lyre-reply-audio-{self.id}")
+        self._speaking = stream
+        audio = asyncio.create_task(self._audio(stream), name=f"lyre-reply-audio-{self.id}")
         thinking = self._think()
         try:
             async for piece in thinking:
@@ -187,9 +220,9 @@ class Reply:
                 if self.times.first_token is None:
                     self.times.first_token = time.perf_counter()
                 if (ready := gate.push(piece)):
-                    self._to_speech(stream, ready, where, names)
+                    self._to_speech(stream, ready)
             if (rest := gate.open()):
-                self._to_speech(stream, rest, where, names)
+                self._to_speech(stream, rest)
             self._speaking = None
             stream.end()
             await audio
@@ -208,35 +241,29 @@ class Reply:
     def _think(self) -> Any:
         return self._thinker.reply(self.spec.messages, self.spec.tools)
 
-    def _to_speech(self, stream: Any, text: str, where: dict[str, Any], names: EventNames) -> None:
+    def _to_speech(self, stream: Any, text: str) -> None:
         if self.times.to_speech is None:
             self.times.to_speech = time.perf_counter()
         stream.push(text)
         self.text += text
-        self._send(names.transcript_delta, **where, delta=text)
+        self._send(self.spec.names.transcript_delta, **self._where, delta=text)
 
-    async def _audio(self, stream: Any, where: dict[str, Any]) -> None:
+    async def _audio(self, stream: Any) -> None:
         async for chunk in stream:
             if self.times.first_audio is None:
                 self.times.first_audio = time.perf_counter()
             pcm = chunk.astype("<i2", copy=False).tobytes()
             self.audio_samples += len(chunk)
-            self._send(self.spec.names.audio_delta, **where, delta=base64.b64encode(pcm).decode("ascii"))
+            self._send(self.spec.names.audio_delta, **self._where, delta=base64.b64encode(pcm).decode("ascii"))
 
     def _call_delta(self, piece: ToolCallDelta) -> None:
-        while len(self.calls) <= piece.index:
-            self.calls.append({"type": "function_call", "id": new_id("item"), "call_id": "", "name": "",
-                               "arguments": "", "status": "in_progress"})
-        call = self.calls[piece.index]
-        call["call_id"] = piece.call_id or call["call_id"] or new_id("call")
-        call["name"] = piece.name or call["name"]
-        call["arguments"] += piece.arguments
-        if piece.arguments:
+        if (streamed := self._calls.push(piece)) is not None:
+            call, position, delta = streamed
             self._send("response.function_call_arguments.delta", response_id=self.id, item_id=call["id"],
-                       output_index=1 + piece.index, call_id=call["call_id"], delta=piece.arguments)
+                       output_index=1 + position, call_id=call["call_id"], delta=delta)
 
-    def _finish(self, where: dict[str, Any], message: dict[str, Any]) -> None:
-        names = self.spec.names
+    def _finish(self) -> None:
+        names, where, message = self.spec.names, self._where, self._message
         finished = "completed" if self.status == "completed" else "incomplete"
         content = {"type": names.audio_part, "transcript": self.text}
         if self.status == "completed":
@@ -246,8 +273,12 @@ class Reply:
         message.update(status=finished, content=[content])
         self._send("response.output_item.done", response_id=self.id, output_index=0, item=message)
         self._send("conversation.item.done", item=message)
+        self.calls, unknown = self._calls.finished()
+        for name in unknown:  # not the client's to run: told, never called
+            self._put(error_event(RealtimeError(f"response {self.id}: the model called {name!r}, not one of the "
+                                                "session's tools; the call was dropped", "unknown_tool",
+                                                kind="server_error")))
         for index, call in enumerate(self.calls, start=1):
-            call["status"] = "completed"
             self._send("response.output_item.added", response_id=self.id, output_index=index, item=call)
             self._send("response.function_call_arguments.done", response_id=self.id, item_id=call["id"],
                        output_index=index, call_id=call["call_id"], name=call["name"], arguments=call["arguments"])
@@ -270,26 +301,3 @@ class Reply:
                 "metadata": None, "lyre": {"timing": self.times.report(), "speculative": self.spec.held,
                          "discarded": self.spec.discarded}}
 
-
-class _SentenceGate:
-    """Holds a reply's text until ``first`` sentences are written (or it ends); then lets everything through."""
-
-    def __init__(self, first: int) -> None:
-        self._first = first
-        self._held = ""
-
-    def push(self, text: str) -> str:
-        if self._first <= 0:
-            return text
-        self._held += text
-        if len(_SENTENCE_END.findall(self._held)) < self._first:
-            return ""
-        self._first = 0
-        out, self._held = self._held, ""
-        return out
-
-    def open(self) -> str:
-        """Let everything through from now on: the text held so far."""
-        self._first = 0
-        out, self._held = self._held, ""
-        return out

@@ -131,12 +131,40 @@ def _pieces(data: str, url: str) -> list[str | ToolCallDelta]:
         message = error.get("message", error) if isinstance(error, dict) else error
         raise ThinkError(f"LLM at {url} failed mid-reply: {message}")
     out: list[str | ToolCallDelta] = []
-    for choice in chunk.get("choices") or []:
-        delta = choice.get("delta") or {}
-        if delta.get("content"):
-            out.append(delta["content"])
-        for call in delta.get("tool_calls") or []:
-            function = call.get("function") or {}
-            out.append(ToolCallDelta(call.get("index", 0), call.get("id"), function.get("name"),
-                                     function.get("arguments") or ""))
+    for choice in _list(chunk.get("choices"), "choices", url):
+        delta = _object(choice.get("delta"), "choices[].delta", url)
+        if (content := delta.get("content")) is not None and not isinstance(content, str):
+            raise ThinkError(f"LLM at {url} sent content that is not text: {content!r:.100}")
+        if content:
+            out.append(content)
+        out.extend(_tool_call(call, url) for call in _list(delta.get("tool_calls"), "tool_calls", url))
     return out
+
+
+def _tool_call(call: dict[str, Any], url: str) -> ToolCallDelta:
+    """One streamed piece of a tool call, its fields checked (the reply bounds the index)."""
+    function = _object(call.get("function"), "tool_calls[].function", url)
+    index, call_id, name, arguments = (call.get("index", 0), call.get("id"), function.get("name"),
+                                       function.get("arguments") or "")
+    if isinstance(index, bool) or not isinstance(index, int):
+        raise ThinkError(f"LLM at {url} sent a tool call whose index is {index!r:.100}, not a whole number")
+    if not all(isinstance(v, str) for v in (call_id or "", name or "", arguments)):
+        raise ThinkError(f"LLM at {url} sent a tool call whose id, name or arguments are not strings: {call!r:.200}")
+    return ToolCallDelta(index, call_id or None, name or None, arguments)
+
+
+def _list(value: object, where: str, url: str) -> list[dict[str, Any]]:
+    """A list of objects in a chunk (absent or null: none)."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise ThinkError(f"LLM at {url} sent {where} that is not a list: {value!r:.100}")
+    return [_object(item, where, url) for item in value]
+
+
+def _object(value: object, where: str, url: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ThinkError(f"LLM at {url} sent {where} that is not an object: {value!r:.100}")
+    return value
