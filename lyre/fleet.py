@@ -31,8 +31,9 @@ _PREFIX = "lyre:fleet:"
 MEMBERS_KEY = _PREFIX + "servers"
 HOT_KEY = _PREFIX + "hot"
 EVENTS_CHANNEL = _PREFIX + "events"
-# What a server may serve; a router sends each API only to servers that serve it.
-SERVICES = ("tts", "stt", "chat")
+# What a server may serve; a router sends each API only to servers that serve it. "agent": it can hold a
+# /v1/realtime conversation (text to speech, speech to text and a think step: its own chat model or --llm-url's).
+SERVICES = ("tts", "stt", "chat", "agent")
 _SCHEMA = 1  # bumped when a field changes meaning; readers refuse records of another schema
 
 
@@ -70,13 +71,18 @@ class ServerRecord:
 
     @classmethod
     def from_json(cls, text: str | bytes) -> ServerRecord:
-        """The record in ``text``; ValueError when it is not one (another schema, a missing field)."""
+        """The record in ``text``; ValueError when it is not one (another schema, a missing field).
+
+        A service this reader does not know (a newer server's) is left out rather than the record refused:
+        the server is still routed everything this reader knows it serves.
+        """
         try:
             data = json.loads(text)
             if data.get("schema") != _SCHEMA:
                 raise ValueError(f"record schema {data.get('schema')!r}, expected {_SCHEMA}")
+            services = tuple(s for s in map(str, data["services"]) if s in SERVICES)
             return cls(url=str(data["url"]), capacity=int(data["capacity"]), load=int(data["load"]),
-                       adapters=tuple(map(str, data["adapters"])), services=tuple(map(str, data["services"])),
+                       adapters=tuple(map(str, data["adapters"])), services=services,
                        draining=bool(data["draining"]), ttl_s=float(data["ttl_s"]),
                        heartbeat_at=float(data["heartbeat_at"]))
         except (KeyError, TypeError, AttributeError) as exc:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 from collections import Counter
 
@@ -9,7 +10,8 @@ import pytest
 
 from lyre.fleet import ServerRecord
 from lyre.router import RouterConfig
-from lyre.router.identity import IdentityError, identity_of, voice_in_message
+from lyre.router.headers import request_headers, response_headers
+from lyre.router.identity import IdentityError, identity_of, service_of, voice_in_message
 from lyre.router.ring import Ring, placement_keys
 from lyre.server import ServerConfig
 
@@ -161,3 +163,43 @@ def test_bad_fleet_settings_are_refused_naming_the_setting() -> None:
         RouterConfig(redis="localhost")
     with pytest.raises(ValueError, match="load factor"):
         RouterConfig(redis="redis://localhost", load_factor=1.0)
+
+
+def test_a_realtime_socket_is_a_conversation_unless_it_asks_for_transcription() -> None:
+    assert service_of("/v1/realtime", {}) == "agent"
+    assert service_of("/v1/realtime", {"model": "gpt-realtime"}) == "agent"
+    assert service_of("/v1/realtime", {"intent": "transcription"}) == "stt"
+    assert service_of("/v1/audio/transcriptions", {}) == "stt" and service_of("/v1/models", {}) is None
+    listener = ServerRecord(url="http://10.0.0.1:8000", capacity=8, services=("stt",))
+    talker = ServerRecord(url="http://10.0.0.2:8000", capacity=8, services=("tts", "stt", "agent"))
+    ring = Ring([listener, talker])
+    assert {ring.route(k, {}, service="agent").server for k in IDS[:100]} == {talker.url}  # type: ignore[union-attr]
+    assert {ring.route(k, {}, service="stt").server for k in IDS[:100]} == {listener.url, talker.url}  # type: ignore[union-attr]
+    assert Ring([listener]).route("any:x", {}, service="agent") is None
+
+
+def test_a_service_the_reader_does_not_know_is_left_out_not_the_whole_record() -> None:
+    newer = json.loads(ServerRecord(url="http://a:1", capacity=4, services=("tts", "agent")).to_json())
+    newer["services"].append("video")
+    assert ServerRecord.from_json(json.dumps(newer)).services == ("tts", "agent")
+
+
+def test_hop_by_hop_headers_stay_behind_and_the_client_joins_x_forwarded_for() -> None:
+    sent = [("host", "router"), ("connection", "keep-alive, X-Trace"), ("x-trace", "1"), ("keep-alive", "5"),
+            ("te", "trailers"), ("upgrade", "h2c"), ("content-length", "12"), ("x-forwarded-for", "10.1.1.1"),
+            ("authorization", "Bearer k"), ("x-lyre-session", "s")]
+    out = request_headers(sent, "10.2.2.2")
+    assert out == [("authorization", "Bearer k"), ("x-lyre-session", "s"), ("x-forwarded-for", "10.1.1.1, 10.2.2.2")]
+    assert ("content-length", "12") in request_headers(sent, None, keep_length=True)
+    assert ("x-forwarded-for", "10.1.1.1") in request_headers(sent, None)
+    back = response_headers([("Connection", "x-up"), ("X-Up", "1"), ("Set-Cookie", "a=1"), ("Set-Cookie", "b=2"),
+                             ("Date", "today"), ("Transfer-Encoding", "chunked"), ("Content-Type", "audio/pcm")])
+    assert back == [("Set-Cookie", "a=1"), ("Set-Cookie", "b=2"), ("Content-Type", "audio/pcm")]
+
+
+def test_the_routers_own_limits_are_checked() -> None:
+    for bad in ({"max_inflight": 0}, {"max_body_bytes": 0}, {"first_message_timeout_s": 0}, {"api_key": ""}):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            RouterConfig(redis="redis://localhost", **bad)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="differ"):
+        RouterConfig(redis="redis://localhost", api_key="k", admin_key="k")

@@ -1,13 +1,16 @@
 """Chat completions on the engine: messages in, text deltas out.
 
-``Chat`` owns one engine and one chat format. ``Chat.stream(messages,
-options)`` renders the model's template, checks the request fits the KV
-cache, submits it, and returns a :class:`ChatStream` that turns the engine's
-token ids into text, whole characters only, cut at the first stop string.
+``Chat`` owns one engine and one chat format. ``await Chat.open(messages,
+options)`` renders the model's template on a worker thread, checks the
+request fits the KV cache, submits it, and returns a :class:`ChatStream` that
+turns the engine's token ids into text, whole characters only, cut at the
+first stop string. ``Chat.stream`` is the same for a caller with no event loop
+to keep free.
 """
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 from dataclasses import dataclass
@@ -107,10 +110,22 @@ class Chat:
     def max_seq_len(self) -> int:
         return self.engine.config.max_seq_len
 
-    def stream(self, messages: list[dict[str, str]], options: ChatOptions, request_id: str | None = None) -> ChatStream:
+    async def open(self, messages: list[dict[str, str]], options: ChatOptions,
+                   request_id: str | None = None) -> ChatStream:
         """Submit a chat request; iterate the result for its text. Raises ChatRequestError for one that cannot
-        fit the context, and ChatBusy when the engine's queue is full."""
-        prompt = self.format.prompt_ids(messages)
+        fit the context, and ChatBusy when the engine's queue is full.
+
+        The prompt is rendered and tokenized on a worker thread: a long conversation takes milliseconds of
+        template and tokenizer, which every other stream on the event loop would otherwise wait out.
+        """
+        prompt = await asyncio.to_thread(self.format.prompt_ids, messages)
+        return self._submit(prompt, options, request_id)
+
+    def stream(self, messages: list[dict[str, str]], options: ChatOptions, request_id: str | None = None) -> ChatStream:
+        """`open`, rendering on the calling thread: for callers with no event loop to keep free (the CLI)."""
+        return self._submit(self.format.prompt_ids(messages), options, request_id)
+
+    def _submit(self, prompt: list[int], options: ChatOptions, request_id: str | None) -> ChatStream:
         room = self.max_seq_len - len(prompt)
         if room < 1:
             raise ChatRequestError(f"messages: the prompt is {len(prompt)} tokens, and this model's context holds "

@@ -13,6 +13,7 @@ import importlib.metadata
 import json
 import os
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from tokenizers import Tokenizer
 
 from lyre.engine.gguf import GGUFError, metadata
 from lyre.llm.gguf_tokenizer import gguf_tokenizer
+from lyre.llm.literal_text import LiteralText
 from lyre.llm.template import ChatTemplate
 from lyre.model_folder import ModelFolderError, load_tokenizer
 
@@ -48,8 +50,13 @@ class ChatFormat:
     stop_ids: tuple[int, ...]
 
     def prompt_ids(self, messages: list[dict[str, str]]) -> list[int]:
-        """The template's prompt for ``messages``, tokenized as the template wrote it (no extra BOS)."""
-        return self.tokenizer.encode(self.template.render(messages), add_special_tokens=False).ids
+        """The template's prompt for ``messages``, tokenized as the template wrote it (no extra BOS); user and
+        tool content is text, whatever special token it spells (lyre.llm.literal_text)."""
+        return self.literal.encode(self.template.render(self.literal.mark(messages)))
+
+    @cached_property
+    def literal(self) -> LiteralText:
+        return LiteralText(self.tokenizer)  # built on first use: it copies the tokenizer
 
 
 def demo_gguf() -> Path:

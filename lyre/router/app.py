@@ -10,11 +10,12 @@ from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from lyre.api_keys import RequireKey
 from lyre.router import hot_voices
 from lyre.router.config import RouterConfig
 from lyre.router.fleet_view import FleetView
 from lyre.router.metrics import RouterMetrics
-from lyre.router.proxy_http import forward
+from lyre.router.proxy_http import error_response, forward
 from lyre.router.proxy_socket import relay_socket
 from lyre.router.state import RouterState
 
@@ -30,6 +31,8 @@ HTTP_ROUTES = (
     ("/", "GET"),  # the playground page
 )
 SOCKET_ROUTES = ("/v1/tts/websocket", "/v1/realtime")
+# Answered without the router's API key: the probes, and the playground page (as a server answers it).
+_OPEN_PATHS = frozenset({"/health", "/ready", "/"})
 
 
 def create_router_app(config: RouterConfig) -> FastAPI:
@@ -41,10 +44,13 @@ def create_router_app(config: RouterConfig) -> FastAPI:
                          on_change=lambda event, url: metrics.membership.labels(event).inc())
         timeout = aiohttp.ClientTimeout(total=None, connect=config.connect_timeout_s,
                                         sock_read=config.upstream_timeout_s)
-        connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=60)  # no cap: admission is each server's job
+        # Admission is each server's job; the router bounds only what it holds open itself (max_inflight, checked
+        # before a request is sent, so the pool never makes one wait).
+        connector = aiohttp.TCPConnector(limit=config.max_inflight, keepalive_timeout=60)
         # Passed through as they are: no decompression, no headers of the client's own.
         async with aiohttp.ClientSession(connector=connector, timeout=timeout, auto_decompress=False,
-                                         skip_auto_headers=("User-Agent", "Accept-Encoding")) as client:
+                                         skip_auto_headers=("User-Agent", "Accept-Encoding", "Content-Type")
+                                         ) as client:
             app.state.router = RouterState(config, view, client, metrics)
             await view.start()
             try:
@@ -53,6 +59,8 @@ def create_router_app(config: RouterConfig) -> FastAPI:
                 await view.close()
 
     app = FastAPI(title="lyre router", version="0.1.0", lifespan=lifespan)
+    app.add_middleware(RequireKey, api_key=config.api_key, open_paths=_OPEN_PATHS,
+                       admin_prefix=hot_voices.HOT_PREFIX, refuse=_refuse)
     for path, method in HTTP_ROUTES:
         app.router.add_route(path, forward, methods=[method], include_in_schema=False)  # Starlette's: no FastAPI layer
     for path in SOCKET_ROUTES:
@@ -93,3 +101,8 @@ def create_router_app(config: RouterConfig) -> FastAPI:
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     return app
+
+
+def _refuse() -> Response:
+    return error_response(401, "missing or wrong API key (send Authorization: Bearer KEY)", "authentication_error",
+                          headers={"WWW-Authenticate": "Bearer"})

@@ -10,13 +10,12 @@ fleet channel, so every router reads it at once.
 
 from __future__ import annotations
 
-import hmac
-
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 from redis.exceptions import RedisError
 
+from lyre.api_keys import bearer, matches
 from lyre.fleet import EVENTS_CHANNEL, HOT_KEY
 from lyre.router.proxy_http import error_response
 from lyre.router.ring import placement_keys
@@ -40,9 +39,7 @@ def _refused(request: Request) -> JSONResponse | None:
     if key is None:
         return error_response(404, "the hot-voice admin API is off (start the router with --admin-key)",
                               "invalid_request_error")
-    auth = request.headers.get("authorization", "")
-    offered = auth[7:].strip() if auth[:7].lower() == "bearer " else ""
-    if not hmac.compare_digest(offered.encode(), key.encode()):
+    if not matches(bearer(request.headers), key):
         return error_response(401, "missing or wrong admin key (send Authorization: Bearer ADMIN_KEY)",
                               "authentication_error")
     return None

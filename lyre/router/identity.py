@@ -15,22 +15,25 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["SERVER_HEADER", "SESSION_HEADER", "Identity", "IdentityError", "identity_of", "json_body", "service_of",
-           "voice_in_message"]
+__all__ = ["SERVER_HEADER", "SESSION_HEADER", "Identity", "IdentityError", "identity_of", "json_body", "key_in_body",
+           "service_of", "voice_in_message"]
 
 SESSION_HEADER = "x-lyre-session"
 SERVER_HEADER = "x-lyre-server"  # on every proxied response: the server that handled it
 _MAX_ID_CHARS = 256
 
-# Which service each API needs; None: any server will do.
+_REALTIME = "/v1/realtime"
+# Which service each API needs; None: any server will do. A realtime socket is a conversation, which needs a
+# server that can hold one (lyre.fleet's "agent"), unless it asks for transcription, as OpenAI's clients do.
 _SERVICES = {
     "/v1/audio/speech": "tts",
     "/v1/audio/voices": "tts",
     "/v1/tts/websocket": "tts",
     "/v1/audio/transcriptions": "stt",
-    "/v1/realtime": "stt",
+    _REALTIME: "agent",
     "/v1/chat/completions": "chat",
 }
+_KEY_IN_BODY = frozenset({"/v1/audio/speech"})  # the APIs whose JSON body may name the voice to route by
 
 
 class IdentityError(ValueError):
@@ -47,8 +50,16 @@ class Identity:
         return self.key.split(":", 1)[0]
 
 
-def service_of(path: str) -> str | None:
+def service_of(path: str, query: Mapping[str, str]) -> str | None:
+    """The service a request to ``path`` needs (None: any server will do)."""
+    if path == _REALTIME and query.get("intent") == "transcription":
+        return "stt"
     return _SERVICES.get(path)
+
+
+def key_in_body(path: str) -> bool:
+    """The body may name the request's routing identity, so it must be read before the request is routed."""
+    return path in _KEY_IN_BODY
 
 
 def identity_of(headers: Mapping[str, str], query: Mapping[str, str], body: Any = None) -> Identity:

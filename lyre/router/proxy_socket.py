@@ -4,8 +4,12 @@ The server is chosen at the handshake when the identity is known there (the
 ``x-lyre-session`` header, or a ``session`` or ``voice`` query parameter), and
 the handshake's response names it in ``x-lyre-server``. A streaming-TTS socket
 that names neither is routed by the voice of its first message: the router
-accepts it, reads that message, then connects (its handshake cannot name the
-server, which is not chosen yet).
+accepts it, reads that message (which must come within
+``first_message_timeout_s``, else the socket is closed with 1008), then
+connects (its handshake cannot name the server, which is not chosen yet).
+
+A realtime socket is a conversation unless it asks for transcription
+(``?intent=transcription``), and goes only to a server that can hold one.
 
 A server that cannot be reached is tried once more on the next server. A
 server that dies while the socket is open gets every context still open an
@@ -25,42 +29,57 @@ from starlette.websockets import WebSocketDisconnect
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
 
+from lyre.api_keys import authorized
+from lyre.router.headers import request_headers
 from lyre.router.identity import SERVER_HEADER, Identity, IdentityError, identity_of, service_of, voice_in_message
-from lyre.router.proxy_http import HOP_BY_HOP, error_response
+from lyre.router.proxy_http import error_response
 from lyre.router.state import RouterState
 
 __all__ = ["relay_socket"]
 
 log = logging.getLogger("lyre.router")
 
-_NOT_PASSED = HOP_BY_HOP | {"sec-websocket-key", "sec-websocket-version", "sec-websocket-extensions",
-                            "sec-websocket-protocol"}
+# The handshake's own: the router's connection to the server makes its own.
+_HANDSHAKE = frozenset({"sec-websocket-key", "sec-websocket-version", "sec-websocket-extensions",
+                        "sec-websocket-protocol"})
 _MAX_MESSAGE = 16 * 2**20
 _TRY_AGAIN_LATER = 1013
 _SERVER_WENT_AWAY = 1011
+_POLICY = 1008
+# Why no server took a socket, by the service it needed.
+_NONE_SERVES = {"agent": "no server in the fleet can hold a conversation now (text to speech, speech to text and "
+                         "a think step); for live transcription connect with ?intent=transcription"}
 
 
 async def relay_socket(ws: WebSocket) -> None:
     state: RouterState = ws.app.state.router
     path = ws.url.path
+    if not authorized(state.config.api_key, ws.headers, ws.query_params):
+        await ws.send_denial_response(error_response(403, "missing or wrong API key (send Authorization: Bearer "
+                                                          "KEY, X-API-Key: KEY or ?api_key=KEY)",
+                                                     "authentication_error"))
+        return
     try:
         identity = identity_of(ws.headers, ws.query_params)
     except IdentityError as exc:
         await ws.send_denial_response(error_response(400, str(exc), "invalid_request_error"))
         return
+    if (full := state.full()) is not None:
+        state.metrics.failures.labels("inflight_limit").inc()
+        await ws.send_denial_response(error_response(503, full, headers={"Retry-After": "1"}))
+        return
     first: str | bytes | None = None
-    if identity.kind == "any" and service_of(path) == "tts":
+    if identity.kind == "any" and service_of(path, ws.query_params) == "tts":
         await ws.accept()
-        message = await ws.receive()
-        if message["type"] == "websocket.disconnect":
+        first = await _first_message(ws, state.config.first_message_timeout_s)
+        if first is None:
             return
-        first = message.get("text") if message.get("text") is not None else message.get("bytes")
         identity = _identity_from_first(first, identity)
     upstream = await _connect(ws, state, identity, first is not None)
     if upstream is None:
         return
     url, conn = upstream
-    state.acquire(url)
+    lease = state.lease(url)
     try:
         if first is None:
             await ws.accept(subprotocol=conn.subprotocol, headers=[(SERVER_HEADER.encode(), url.encode())])
@@ -69,7 +88,22 @@ async def relay_socket(ws: WebSocket) -> None:
         await _Relay(ws, conn, url, path, state).run(first)
     finally:
         await conn.close()
-        state.release(url)
+        lease.release()
+
+
+async def _first_message(ws: WebSocket, timeout_s: float) -> str | bytes | None:
+    """The first message of an accepted socket; None (the socket closed) when it leaves or is too slow to send one:
+    until it comes, the socket holds a connection and names no server to count it against."""
+    try:
+        async with asyncio.timeout(timeout_s):
+            message = await ws.receive()
+    except TimeoutError:
+        await _close(ws, _POLICY, f"no message in {timeout_s:g} s: name the voice in the first message, or "
+                                  "connect with ?voice= or ?session=")
+        return None
+    if message["type"] == "websocket.disconnect":
+        return None
+    return message.get("text") if message.get("text") is not None else message.get("bytes")
 
 
 def _identity_from_first(first: str | bytes | None, fallback: Identity) -> Identity:
@@ -85,11 +119,12 @@ async def _connect(ws: WebSocket, state: RouterState, identity: Identity,
     """The upstream socket (the first server, else the next one); on failure the client is told and None returned."""
     path = ws.url.path
     target = path + (f"?{ws.url.query}" if ws.url.query else "")
-    headers = [(k, v) for k, v in ws.headers.items() if k not in _NOT_PASSED]
+    headers = request_headers(ws.headers, ws.client.host if ws.client else None, drop=_HANDSHAKE)
+    service = service_of(path, ws.query_params)
     offered = [p.strip() for p in ws.headers.get("sec-websocket-protocol", "").split(",") if p.strip()]
     failed: list[str] = []
     for _ in range(2):
-        route = state.choose(identity, service_of(path), path, exclude=failed)
+        route = state.choose(identity, service, path, exclude=failed)
         if route is None:
             break
         url = route.server
@@ -113,9 +148,10 @@ async def _connect(ws: WebSocket, state: RouterState, identity: Identity,
             failed.append(url)
             state.metrics.retries.labels("unreachable").inc()
     state.metrics.failures.labels("no_answer" if failed else "no_server").inc()
-    reason = f"no server answered: tried {', '.join(failed)}" if failed else "no server in the fleet serves this now"
+    reason = (f"no server answered: tried {', '.join(failed)}" if failed
+              else _NONE_SERVES.get(service or "", f"no server in the fleet serves {service} now"))
     if accepted:
-        await ws.close(_TRY_AGAIN_LATER, reason)
+        await ws.close(_TRY_AGAIN_LATER, reason[:120])  # a close reason is at most 123 bytes
     else:
         await ws.send_denial_response(error_response(502 if failed else 503, reason))
     return None
@@ -126,7 +162,7 @@ class _Relay:
 
     def __init__(self, ws: WebSocket, conn: ClientConnection, url: str, path: str, state: RouterState) -> None:
         self.ws, self.conn, self.url, self.state = ws, conn, url, state
-        self.tts = service_of(path) == "tts"
+        self.tts = service_of(path, ws.query_params) == "tts"
         self.open: set[str] = set()  # context ids the client started and the server has not ended
         self.server_gone = False  # a send to the server found its connection closed
 
@@ -219,5 +255,5 @@ def _json(data: str | bytes) -> dict[str, Any] | None:
 async def _close(ws: WebSocket, code: int, reason: str) -> None:
     try:
         await ws.close(code, reason)
-    except RuntimeError:
-        pass  # already closed
+    except (RuntimeError, WebSocketDisconnect):
+        pass  # already closed, or the client has gone

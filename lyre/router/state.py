@@ -14,7 +14,7 @@ from lyre.router.identity import Identity
 from lyre.router.metrics import RouterMetrics
 from lyre.router.ring import Route
 
-__all__ = ["RouterState"]
+__all__ = ["Lease", "RouterState"]
 
 
 @dataclass
@@ -45,13 +45,34 @@ class RouterState:
             self.metrics.routed.labels(api, how, route.server).inc()
         return route
 
-    def acquire(self, url: str) -> None:
-        """One more request or socket in flight on ``url``; `release` it when it ends, however it ends."""
+    def full(self) -> str | None:
+        """Why a new request or socket is refused now (``max_inflight`` are open), or None when it may go on."""
+        limit = self.config.max_inflight
+        if sum(self.inflight.values()) >= limit:
+            return f"the router has {limit} requests and sockets in flight, its limit; retry shortly"
+        return None
+
+    def lease(self, url: str) -> Lease:
+        """One more request or socket in flight on ``url``, until the lease is released, however it ends."""
         self.inflight[url] += 1
         self.metrics.inflight.labels(url).set(self.inflight[url])
+        return Lease(self, url)
 
-    def release(self, url: str) -> None:
+    def _release(self, url: str) -> None:
         self.inflight[url] -= 1
         self.metrics.inflight.labels(url).set(self.inflight[url])
         if self.inflight[url] <= 0:
             del self.inflight[url]
+
+
+class Lease:
+    """One request's or socket's place in its server's in-flight count; released once, however often asked."""
+
+    def __init__(self, state: RouterState, url: str) -> None:
+        self._state, self.url = state, url
+        self.released = False
+
+    def release(self) -> None:
+        if not self.released:
+            self.released = True
+            self._state._release(self.url)

@@ -7,17 +7,24 @@
 
 They answer only to the admin key (``--admin-key`` or ``$LYRE_ADMIN_KEY``,
 separate from the user key), and are off (404) when none is set.
+
+With ``--adapter-root DIR`` a folder is read only from inside DIR (a relative
+path is taken from it): a path that resolves elsewhere, through ``..`` or a
+symlink, is refused with one message whatever lies there, so the admin key
+cannot read the rest of the machine, nor learn what exists on it.
 """
 
 from __future__ import annotations
 
-import hmac
+import asyncio
+from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException
 
+from lyre.api_keys import matches, offered_key
 from lyre.server.errors import InvalidParam, error_doc
 from lyre.server.state import ServerState
 from lyre.tts import AdapterBusy, AdapterError, AdapterInUse, AdapterVoices, UnknownAdapter
@@ -32,7 +39,8 @@ _ERRORS = {401: error_doc("Missing or wrong admin key"), 404: error_doc("No such
 
 class AdapterRequest(BaseModel):
     name: str = Field(..., min_length=1, max_length=100, pattern=r"^[^/\s]+$")
-    path: str = Field(..., min_length=1, max_length=4096, description="A PEFT LoRA folder the server can read")
+    path: str = Field(..., min_length=1, max_length=4096,
+                      description="A PEFT LoRA folder the server can read (inside --adapter-root, when it is set)")
     pin: bool = False
 
 
@@ -44,12 +52,30 @@ def _admin(request: Request) -> AdapterVoices:
     if expected is None or tts.adapters is None:
         raise HTTPException(404, "adapter administration is off on this server (start it with --admin-key, "
                                  "and adapter slots: --max-adapters)")
-    auth = request.headers.get("authorization", "")
-    offered = auth[7:].strip() if auth[:7].lower() == "bearer " else request.headers.get("x-admin-key", "")
-    if not hmac.compare_digest(offered.encode(), expected.encode()):
+    if not matches(offered_key(request.headers, header="x-admin-key", param=None), expected):
         raise HTTPException(401, "missing or wrong admin key (send Authorization: Bearer ADMIN_KEY)",
                             headers={"WWW-Authenticate": "Bearer"})
     return tts.adapters
+
+
+def _inside_root(root: str, path: str) -> str:
+    """``path`` (relative to ``root``, or absolute) resolved, when it and every file in it lie inside ``root``.
+
+    Anything else is one InvalidParam that does not echo the path: a folder outside, a symlink that leads out,
+    one that loops, or one that does not exist there all read the same.
+    """
+    outside = InvalidParam("path: the adapter folder must be inside this server's adapter root (--adapter-root); "
+                           "give it relative to the root", "path")
+    base = Path(root).expanduser().resolve()
+    try:
+        folder = (base / path).resolve()
+        if not folder.is_relative_to(base):
+            raise outside
+        if folder.is_dir() and any(not child.resolve().is_relative_to(base) for child in folder.iterdir()):
+            raise outside  # a file linked from elsewhere would be read from there
+    except (OSError, RuntimeError):  # RuntimeError: a symlink loop (Python before 3.13)
+        raise outside from None
+    return str(folder)
 
 
 def _known(adapters: AdapterVoices, name: str) -> None:
@@ -70,8 +96,10 @@ async def add_adapter(body: AdapterRequest, request: Request) -> dict[str, Any]:
     adapters = _admin(request)
     if body.name in adapters:
         raise InvalidParam(f"name: adapter {body.name!r} is already registered", "name")
+    root: str | None = request.app.state.lyre.config.adapter_root
+    path = body.path if root is None else await asyncio.to_thread(_inside_root, root, body.path)
     try:
-        await adapters.add(body.name, body.path, body.pin)
+        await adapters.add(body.name, path, body.pin)
     except AdapterError as exc:
         raise InvalidParam(str(exc), "path") from None
     except AdapterBusy as exc:

@@ -1,33 +1,15 @@
-"""Optional API key: Bearer auth on HTTP and on the WebSocket handshake."""
+"""Optional API key: Bearer auth on HTTP and on the WebSocket handshake (read as `lyre.api_keys` reads it)."""
 
 from __future__ import annotations
 
-import hmac
-from collections.abc import Mapping
 from typing import Any
 
 from fastapi import WebSocket, status
 
+from lyre.api_keys import authorized
 from lyre.server.errors import error_response
 
 __all__ = ["authorized", "refuse_socket", "refuse_unauthorized"]
-
-
-def authorized(expected: str | None, headers: Mapping[str, str], query: Mapping[str, str]) -> bool:
-    """True when no key is configured, or the request carries it.
-
-    Accepted: ``Authorization: Bearer KEY``, ``X-API-Key: KEY`` (what Cartesia
-    clients send), or ``?api_key=KEY`` (browsers cannot set WebSocket headers).
-    Compared in constant time.
-    """
-    if expected is None:
-        return True
-    offered = ""
-    auth = headers.get("authorization", "")
-    if auth[:7].lower() == "bearer ":
-        offered = auth[7:].strip()
-    offered = offered or headers.get("x-api-key", "") or query.get("api_key", "")
-    return hmac.compare_digest(offered.encode(), expected.encode())
 
 
 async def refuse_unauthorized(websocket: WebSocket, expected: str | None) -> bool:
@@ -39,7 +21,6 @@ async def refuse_unauthorized(websocket: WebSocket, expected: str | None) -> boo
         return False
     await websocket.close(code=status.WS_1008_POLICY_VIOLATION, reason="missing or wrong API key")
     return True
-
 
 
 async def refuse_socket(websocket: WebSocket, state: Any, off: str | None) -> bool:

@@ -113,7 +113,7 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request) 
     options = body.options()
     completion_id = f"chatcmpl-{uuid.uuid4().hex}"
     try:
-        stream = chat.stream(body.plain_messages(), options, request_id=completion_id)
+        stream = await chat.open(body.plain_messages(), options, request_id=completion_id)
     except ChatBusy as exc:
         raise Overloaded(f"chat model is at capacity ({exc}); retry shortly", retry_after_s=1) from None
     reply = _Reply(completion_id, chat.name)

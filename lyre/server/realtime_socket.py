@@ -6,10 +6,11 @@
 
 A thin adapter: JSON text frames go to a ``RealtimeSession`` (lyre.stt.realtime,
 where the protocol lives) or an ``AgentSession`` (lyre.agent), and its events
-come back through one writer task, in order. Without ``intent=transcription``
-the socket is a conversation when the server can hold one, and a
-transcription session otherwise (as before the agent existed). Beyond the
-session's own limits, the socket has these:
+come back through one writer task, in order. As at OpenAI, the socket is a
+conversation unless its URL says ``intent=transcription``; a server that
+cannot hold one (no text to speech, or no think step) refuses the handshake
+with a 404 that says so, rather than open a transcription session the client
+did not ask for. Beyond the session's own limits, the socket has these:
 
 - at most ``stt_max_sessions`` sockets at once: one more is accepted, told why
   in an ``error`` event, and closed with 1013 (try again later);
@@ -39,7 +40,7 @@ from starlette.websockets import WebSocketDisconnected, WebSocketState
 from lyre.agent import AgentConfig, AgentSession
 from lyre.server.auth import refuse_socket
 from lyre.server.config import ServerConfig
-from lyre.server.state import STT_OFF, ServerState
+from lyre.server.state import AGENT_OFF, STT_OFF, ServerState
 from lyre.stt import RealtimeConfig, RealtimeError, RealtimeSession, error_event
 
 __all__ = ["REALTIME_PATH", "router"]
@@ -110,15 +111,19 @@ async def _write(websocket: WebSocket, outbox: asyncio.Queue[dict[str, Any] | No
             outbox.task_done()
 
 
+def _wants_transcription(websocket: WebSocket) -> bool:
+    return websocket.query_params.get("intent") == "transcription"
+
+
 def _open_session(websocket: WebSocket, state: ServerState, emit: Any) -> tuple[str, _Session]:
-    """The session the handshake asks for: a conversation, unless it says transcription or the server has no agent."""
+    """The session the handshake asks for: a transcription session, or else a conversation."""
     config, stt = state.config, state.stt
     assert stt is not None
     realtime = RealtimeConfig(max_buffer_s=config.stt_max_buffer_s)
-    wants_transcription = websocket.query_params.get("intent") == "transcription"
-    if wants_transcription or state.tts is None or state.thinker is None:
+    if _wants_transcription(websocket):
         session: Any = RealtimeSession(stt, emit, realtime)
     else:
+        assert state.tts is not None and state.thinker is not None  # the handshake was refused otherwise
         agent = AgentConfig(realtime=RealtimeConfig(max_buffer_s=config.stt_max_buffer_s,
                                                     pause_ms=AgentConfig().realtime.pause_ms),
                             model=websocket.query_params.get("model") or AgentConfig().model)
@@ -188,9 +193,12 @@ async def _settle(writer: asyncio.Task[None]) -> None:
 
 @router.websocket(REALTIME_PATH)
 async def realtime_websocket(websocket: WebSocket) -> None:
-    """Live transcription: OpenAI realtime transcription events (beta and GA session shapes)."""
+    """Live transcription (``?intent=transcription``) or a conversation, in OpenAI's realtime events."""
     state: ServerState = websocket.app.state.lyre
-    if await refuse_socket(websocket, state, STT_OFF if state.stt is None else None):
+    off = STT_OFF if state.stt is None else None
+    if off is None and not _wants_transcription(websocket) and not state.converses:
+        off = AGENT_OFF  # a conversation asked of a server that cannot hold one: not a transcription in its place
+    if await refuse_socket(websocket, state, off):
         return
     await websocket.accept()
     sessions = _Sessions.of(websocket.app)

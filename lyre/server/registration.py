@@ -25,7 +25,8 @@ async def join_fleet(state: ServerState) -> Membership | None:
     from lyre.fleet import ServerRecord
     from lyre.fleet_member import FleetLoad, Membership
 
-    services = tuple(name for name, on in (("tts", state.tts), ("stt", state.stt), ("chat", state.chat)) if on)
+    services = tuple(name for name, on in (("tts", state.tts is not None), ("stt", state.stt is not None),
+                                           ("chat", state.chat is not None), ("agent", state.converses)) if on)
 
     def sample() -> FleetLoad:
         adapters = state.tts.adapters if state.tts is not None else None

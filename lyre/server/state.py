@@ -14,11 +14,13 @@ from lyre.server.metrics import Metrics
 from lyre.stt import Transcriber
 from lyre.tts import Synthesizer
 
-__all__ = ["CHAT_OFF", "STT_OFF", "TTS_OFF", "ServerState"]
+__all__ = ["AGENT_OFF", "CHAT_OFF", "STT_OFF", "TTS_OFF", "ServerState"]
 
 TTS_OFF = "text-to-speech is not served by this server (it was started with --no-tts)"
 STT_OFF = "speech-to-text is not enabled on this server (start it with --stt)"
 CHAT_OFF = "chat completions are not served by this server (start it with --llm PATH, or --llm demo)"
+AGENT_OFF = ("this server cannot hold a conversation: that needs speech to text (--stt), text to speech and a think "
+             "step (--llm or --llm-url); for live transcription connect with ?intent=transcription")
 
 
 @dataclass
@@ -34,6 +36,11 @@ class ServerState:
     chat_active: int = 0  # chat completions in flight (a draining server waits for them)
     ready: bool = False  # models loaded and warmed up
     draining: bool = False  # shutting down: admit nothing new
+
+    @property
+    def converses(self) -> bool:
+        """It can hold a /v1/realtime conversation: it hears, thinks and speaks."""
+        return self.stt is not None and self.tts is not None and self.thinker is not None
 
     def require_tts(self) -> Synthesizer:
         """The TTS pipeline; a 404 when text to speech is off."""
