@@ -2,8 +2,9 @@
 
 - decode step time at each batch and context, for every lever set
   (attention: gather / sdpa / flex; CUDA graphs off / on; bf16 / fp8);
-- whether each lever set draws the tokens its reference draws (graphs against
-  the same path run eagerly; in-place attention against gather);
+- (in ``gpu_agreement``) whether each lever set draws the tokens its
+  reference draws: the fixed-shape path and its CUDA graphs against plain
+  eager decoding, in-place attention against gather;
 - FP8's logits against bf16 (KL divergence, top-1 agreement);
 - SNAC per batch of windows, fp32 / bf16, eager / CUDA graphs, and bf16's SNR;
 - the decode step with 0 to 8 distinct LoRA adapters (rank 16, all seven
@@ -37,7 +38,8 @@ from lyre.engine.runner import ModelRunner
 from lyre.engine.sequence import Request
 from lyre.tts import AUDIO_CONSTRAINT
 
-__all__ = ["MODES", "Lever", "codec_grid", "fp8_quality", "lora_grid", "quantize_copy", "step_grid", "token_agreement"]
+__all__ = ["MODES", "PROMPTS", "Lever", "codec_grid", "fp8_quality", "free_memory", "lora_grid", "model_for",
+           "quantize_copy", "runner_for", "step_grid"]
 
 # "tara: Hello there, how are you?" in Orpheus's prompt layout, and two more.
 PROMPTS = [
@@ -61,7 +63,7 @@ class Lever:
         return "+".join([self.attention, self.mode, "fp8" if self.fp8 else "bf16"])
 
 
-def _runner(model: Llama, lever: Lever, max_batch: int, max_seq_len: int, device: str) -> ModelRunner:
+def runner_for(model: Llama, lever: Lever, max_batch: int, max_seq_len: int, device: str) -> ModelRunner:
     config = EngineConfig(max_batch=max_batch, max_seq_len=max_seq_len, device=device, attention=lever.attention,
                           cuda_graphs=lever.mode == "graphs" and device.startswith("cuda"))
     return ModelRunner(model, config, AUDIO_CONSTRAINT.family, fixed_shape=lever.mode != "eager")
@@ -78,7 +80,7 @@ def _placed(batch: int, context: int) -> list[Request]:
     return reqs
 
 
-def _models(base: Llama, fp8: bool, cache: dict[bool, Llama]) -> Llama:
+def model_for(base: Llama, fp8: bool, cache: dict[bool, Llama]) -> Llama:
     if fp8 not in cache:
         cache[fp8] = base if not fp8 else quantize_copy(base)
     return cache[fp8]
@@ -99,7 +101,7 @@ def step_grid(base: Llama, levers: list[Lever], batches: list[int], contexts: li
         row: dict = {"lever": lever.name, "ms": {}}
         try:
             started = time.perf_counter()
-            runner = _runner(_models(base, lever.fp8, models), lever, max(batches), max_seq_len, device)
+            runner = runner_for(model_for(base, lever.fp8, models), lever, max(batches), max_seq_len, device)
             row["setup_s"] = time.perf_counter() - started
             for batch in batches:
                 for context in contexts:
@@ -116,7 +118,7 @@ def step_grid(base: Llama, levers: list[Lever], batches: list[int], contexts: li
             log(f"  {lever.name:<22} failed: {row['error']}")
         finally:
             runner = None  # free its KV cache and graphs before the next lever's
-            _empty(device)
+            free_memory(device)
         rows.append(row)
     return rows
 
@@ -172,44 +174,7 @@ def lora_grid(base: Llama, batches: list[int], distinct: list[int], context: int
             log(f"  lora {lever.name} failed: {out[f'error {mode}']}")
         finally:
             runner = None
-            _empty(device)
-    return out
-
-
-def _generate(runner: ModelRunner, steps: int) -> list[list[int]]:
-    reqs = []
-    for i, (prompt, slot) in enumerate(zip(PROMPTS, (2, 0, 5))):
-        params = SamplingParams(seed=i, max_tokens=steps + 1, stop_ids=(orpheus.STOP_TOKEN,))
-        req = Request(f"g{i}", prompt, params, seed=i, constraint=AUDIO_CONSTRAINT)
-        req.slot = slot
-        reqs.append(req)
-    for req, token in zip(reqs, runner.step(reqs, [])):
-        req.output_ids.append(token)
-    for _ in range(steps):
-        for req, token in zip(reqs, runner.step([], reqs)):
-            req.output_ids.append(token)
-    return [r.output_ids for r in reqs]
-
-
-def token_agreement(base: Llama, pairs: list[tuple[Lever, Lever]], device: str, steps: int,
-                    log: Callable[[str], None]) -> list[dict]:
-    """For each (lever, reference): the share of seeded tokens they draw alike, and whether all match."""
-    out, models = [], {}  # type: ignore[var-annotated]
-    for lever, reference in pairs:
-        entry: dict = {"lever": lever.name, "reference": reference.name}
-        try:
-            got = _generate(_runner(_models(base, lever.fp8, models), lever, 8, 512, device), steps)
-            _empty(device)
-            want = _generate(_runner(_models(base, reference.fp8, models), reference, 8, 512, device), steps)
-            same = sum(a == b for g, w in zip(got, want) for a, b in zip(g, w))
-            total = sum(len(w) for w in want)
-            entry |= {"equal": got == want, "same_tokens": same, "tokens": total}
-            log(f"  {lever.name} vs {reference.name}: {same}/{total} tokens alike, equal={got == want}")
-        except Exception as exc:
-            entry["error"] = f"{type(exc).__name__}: {exc}"
-            log(f"  {lever.name} vs {reference.name} failed: {entry['error']}")
-        _empty(device)
-        out.append(entry)
+            free_memory(device)
     return out
 
 
@@ -271,7 +236,7 @@ def codec_grid(make: Callable[[str, bool], SnacDecoder], batches: list[int], fra
     return result
 
 
-def _empty(device: str) -> None:
+def free_memory(device: str) -> None:
     if device.startswith("cuda"):
         torch.cuda.synchronize()
         torch.cuda.empty_cache()

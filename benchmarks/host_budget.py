@@ -17,10 +17,17 @@ concurrent HTTP streams, and the harness reads the server process's CPU time
 
     host CPU per token = server CPU seconds / tokens generated
 
-and "streams one process can carry" = 1 / (CPU per token x 84 tokens/s),
+and "streams one process can carry" = 1 / (CPU per token x 82 tokens/s),
 the streams at which that process would use one whole core.
 
+That leaves out the model runner's own host work (building each step's
+inputs, launching every op), which is what a GPU step waits on. ``--runner
+model`` puts the real `ModelRunner` back, over a random Llama of Orpheus-3B's
+depth (28 layers) and a tiny width, so its step is almost all host work (op
+dispatch, per-step tensors, sampling), and first times its step alone by batch:
+
     .venv/bin/python benchmarks/host_budget.py --concurrency 16 64 128
+    .venv/bin/python benchmarks/host_budget.py --runner model --concurrency 16 64 128
     .venv/bin/python benchmarks/host_budget.py --json docs/bench/host_budget.json
 """
 
@@ -44,6 +51,9 @@ from lyre.bench.prometheus import parse_metrics
 
 REAL_TIME_TOKENS_PER_S = orpheus.FRAME_TOKENS * orpheus.SAMPLE_RATE / orpheus.SAMPLES_PER_FRAME  # 82.03
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
+# --runner model: Orpheus-3B's depth and head layout (28 layers; 3 query heads per KV head) at a tiny width.
+_DEPTH, _HIDDEN, _HEADS, _KV_HEADS, _HEAD_DIM, _MLP = 28, 64, 3, 1, 16, 128
+_MODEL_SEQ_LEN = 1024  # a prompt and --max-tokens 420 fit; keeps the 28-layer KV cache under 0.5 GB at 128 slots
 
 
 # ---- the server side (runs in the child process) ------------------------------------------------
@@ -83,6 +93,8 @@ class NoiseDecoder:
     """Stands in for SnacDecoder: precomputed noise slices of each window's kept length."""
 
     device = "cpu"
+    dtype = "float32"
+    cuda_graphs = False
 
     def __init__(self) -> None:
         rng = np.random.default_rng(0)
@@ -92,8 +104,56 @@ class NoiseDecoder:
         return [self._noise[: w.kept_frames * orpheus.SAMPLES_PER_FRAME] for w in windows]
 
 
-def serve(port: int, max_streams: int, step_ms: float) -> None:
-    """The harness server: lyre's app over a paced runner and a noise decoder."""
+def tiny_deep_model(vocab_size: int):  # type: ignore[no-untyped-def]
+    """A Llama of Orpheus-3B's depth with random weights and a tiny width: its step is almost all host work."""
+    import torch
+
+    from lyre.engine import LlamaConfig
+    from lyre.engine.llama import Llama
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=vocab_size, hidden_size=_HIDDEN, intermediate_size=_MLP,
+                      num_hidden_layers=_DEPTH, num_attention_heads=_HEADS, num_key_value_heads=_KV_HEADS,
+                      head_dim=_HEAD_DIM)
+    return Llama(cfg, _MODEL_SEQ_LEN).requires_grad_(False).eval()
+
+
+def runner_step_ms(batches: list[int], context: int = 256, steps: int = 20) -> dict[int, float]:
+    """CPU ms per decode step of the real ModelRunner over `tiny_deep_model`, alone, by batch (rows at
+    ``context``). CPU time, on one thread: what the step costs the host, whatever else the machine runs."""
+    import torch
+
+    from lyre.demo_model import demo_model
+    from lyre.engine import EngineConfig, SamplingParams
+    from lyre.engine.runner import ModelRunner
+    from lyre.engine.sequence import Request
+    from lyre.model_folder import load_config
+    from lyre.tts import AUDIO_CONSTRAINT
+
+    torch.set_num_threads(1)  # see `serve`
+    model = tiny_deep_model(int(load_config(demo_model().model)["vocab_size"]))
+    config = EngineConfig(max_batch=max(batches), max_seq_len=_MODEL_SEQ_LEN)
+    runner = ModelRunner(model, config, AUDIO_CONSTRAINT.family)
+    out = {}
+    for batch in batches:
+        reqs = []
+        for slot in range(batch):  # rows placed at their context: no prefill
+            req = Request(f"r{slot}", [orpheus.AUDIO_TOKEN_BASE] * (context - 1), SamplingParams(), seed=slot,
+                          constraint=AUDIO_CONSTRAINT)
+            req.slot, req.output_ids = slot, [orpheus.AUDIO_TOKEN_BASE]
+            reqs.append(req)
+        runner.step([], reqs)  # warm-up
+        start = time.process_time()
+        for _ in range(steps):
+            runner.step([], reqs)
+        out[batch] = 1000 * (time.process_time() - start) / steps
+    return out
+
+
+def serve(port: int, max_streams: int, step_ms: float, real_runner: bool = False) -> None:
+    """The harness server: lyre's app over a paced runner (or the real one on `tiny_deep_model`) and a noise
+    decoder."""
+    import torch
     import uvicorn
 
     from lyre.codec import BatchPolicy, CodecService
@@ -101,13 +161,21 @@ def serve(port: int, max_streams: int, step_ms: float) -> None:
     from lyre.engine import Engine, EngineConfig
     from lyre.model_folder import load_config, load_tokenizer
     from lyre.server import ServerConfig, create_app
-    from lyre.tts import TTS, Voices
+    from lyre.tts import AUDIO_CONSTRAINT, TTS, Voices
 
     if os.environ.get("LYRE_SWITCH_MS"):
         sys.setswitchinterval(float(os.environ["LYRE_SWITCH_MS"]) / 1000)
     demo = demo_model()
-    config = EngineConfig(max_batch=max_streams, max_seq_len=2048)
-    engine = Engine(None, config, runner=PacedRunner(int(load_config(demo.model)["vocab_size"]), step_ms / 1000))
+    vocab = int(load_config(demo.model)["vocab_size"])
+    if real_runner:
+        # One intra-op thread: at this width threads only add OpenMP hand-offs, and on a loaded machine their
+        # spin-waits would be measured instead of the runner's host path.
+        torch.set_num_threads(1)
+        engine = Engine(tiny_deep_model(vocab), EngineConfig(max_batch=max_streams, max_seq_len=_MODEL_SEQ_LEN),
+                        AUDIO_CONSTRAINT.family)
+    else:
+        engine = Engine(None, EngineConfig(max_batch=max_streams, max_seq_len=2048),
+                        runner=PacedRunner(vocab, step_ms / 1000))
     # A GPU deployment's codec policy: gather up to 64 windows for at most 15 ms.
     codec = CodecService(NoiseDecoder(), BatchPolicy(max_batch=64, max_wait_ms=15.0))  # type: ignore[arg-type]
     tts = TTS(engine, load_tokenizer(demo.model), codec, Voices.with_aliases(orpheus.VOICES))
@@ -123,12 +191,15 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / _CLK_TCK  # utime + stime
 
 
-def _tokens(url: str) -> float:
-    return parse_metrics(httpx.get(f"{url}/metrics", timeout=10).text).get("lyre_tokens_generated_total") or 0.0
+def _counters(url: str) -> tuple[float, float]:
+    """(tokens generated, engine steps) so far."""
+    metrics = parse_metrics(httpx.get(f"{url}/metrics", timeout=10).text)
+    return metrics.get("lyre_tokens_generated_total") or 0.0, metrics.get("lyre_engine_steps_total") or 0.0
 
 
-def _start(port: int, max_streams: int, step_ms: float) -> subprocess.Popen[bytes]:
-    cmd = [sys.executable, __file__, "--serve", str(port), "--max-streams", str(max_streams), "--step-ms", str(step_ms)]
+def _start(port: int, max_streams: int, step_ms: float, runner: str) -> subprocess.Popen[bytes]:
+    cmd = [sys.executable, __file__, "--serve", str(port), "--max-streams", str(max_streams), "--step-ms", str(step_ms),
+           "--runner", runner]
     process = subprocess.Popen(cmd)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 120
@@ -145,18 +216,19 @@ def _start(port: int, max_streams: int, step_ms: float) -> subprocess.Popen[byte
     raise RuntimeError("harness server did not become ready")
 
 
-def measure(levels: list[int], step_ms: float, duration_s: float, max_tokens: int, port: int) -> list[dict]:  # type: ignore[type-arg]
-    process = _start(port, max(levels), step_ms)
+def measure(levels: list[int], step_ms: float, duration_s: float, max_tokens: int, port: int,
+            runner: str = "paced") -> list[dict]:  # type: ignore[type-arg]
+    process = _start(port, max(levels), step_ms, runner)
     url = f"http://127.0.0.1:{port}"
     config = bench.BenchConfig(urls=(url,), warmup=1, duration_s=duration_s, max_requests=100_000,
                                max_tokens=max_tokens, seed=0, timeout_s=300.0)
     rows = []
     try:
         for level in levels:
-            cpu0, tok0, t0 = _cpu_seconds(process.pid), _tokens(url), time.perf_counter()
+            cpu0, (tok0, steps0), t0 = _cpu_seconds(process.pid), _counters(url), time.perf_counter()
             client0 = _cpu_seconds(os.getpid())
             result = asyncio.run(bench.run_bench(replace(config, levels=(float(level),))))
-            cpu1, tok1, t1 = _cpu_seconds(process.pid), _tokens(url), time.perf_counter()
+            cpu1, (tok1, steps1), t1 = _cpu_seconds(process.pid), _counters(url), time.perf_counter()
             client1 = _cpu_seconds(os.getpid())
             summary = result.targets[0].levels[0].summary
             tokens, cpu = tok1 - tok0, cpu1 - cpu0
@@ -165,7 +237,8 @@ def measure(levels: list[int], step_ms: float, duration_s: float, max_tokens: in
                 "streams": level, "tokens": tokens, "seconds": t1 - t0, "server_cpu_s": cpu,
                 "server_cpu_share": cpu / (t1 - t0), "us_per_token": us_per_token,
                 "client_cpu_share": (client1 - client0) / (t1 - t0),
-                "tokens_per_s": tokens / (t1 - t0),
+                "tokens_per_s": tokens / (t1 - t0), "steps_per_s": (steps1 - steps0) / (t1 - t0),
+                "mean_batch": tokens / (steps1 - steps0) if steps1 > steps0 else None,
                 "stream_tokens_per_s_p50": summary.tokens_per_s_p50,
                 "viable_share": summary.viable_share, "ttfa_p90_ms": None if summary.ttfa_p90_s is None
                 else 1000 * summary.ttfa_p90_s, "errors": dict(summary.errors),
@@ -182,12 +255,13 @@ def _fmt(value: float | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
-_HEADER = (f"{'streams':>8}{'tokens/s':>10}{'server CPU':>11}{'client CPU':>11}{'us/token':>10}{'stream tok/s p50':>18}"
-           f"{'viable':>8}{'TTFA p90 ms':>13}{'streams/core':>14}")
+_HEADER = (f"{'streams':>8}{'tokens/s':>10}{'steps/s':>9}{'batch':>7}{'server CPU':>11}{'client CPU':>11}"
+           f"{'us/token':>10}{'stream tok/s p50':>18}{'viable':>8}{'TTFA p90 ms':>13}{'streams/core':>14}")
 
 
 def _row(r: dict) -> str:  # type: ignore[type-arg]
-    return (f"{r['streams']:>8}{r['tokens_per_s']:>10.0f}{100 * r['server_cpu_share']:>10.0f}%"
+    return (f"{r['streams']:>8}{r['tokens_per_s']:>10.0f}{r['steps_per_s']:>9.0f}{_fmt(r['mean_batch'], '.1f'):>7}"
+            f"{100 * r['server_cpu_share']:>10.0f}%"
             f"{100 * r['client_cpu_share']:>10.0f}%"
             f"{_fmt(r['us_per_token'], '.1f'):>10}{_fmt(r['stream_tokens_per_s_p50'], '.0f'):>18}"
             f"{_fmt(None if r['viable_share'] is None else 100 * r['viable_share'], '.0f'):>7}%"
@@ -197,7 +271,10 @@ def _row(r: dict) -> str:  # type: ignore[type-arg]
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--concurrency", type=int, nargs="+", default=[16, 64, 128], metavar="N")
-    p.add_argument("--step-ms", type=float, default=10.0, help="the stand-in device time per engine step")
+    p.add_argument("--step-ms", type=float, default=10.0, help="the stand-in device time per engine step (paced)")
+    p.add_argument("--runner", choices=("paced", "model"), default="paced",
+                   help="paced: precomputed tokens after --step-ms; model: the real ModelRunner on a random Llama "
+                        f"of {_DEPTH} layers and hidden size {_HIDDEN}")
     p.add_argument("--duration", type=float, default=20.0, help="measured seconds per level at most")
     p.add_argument("--max-tokens", type=int, default=420, help="per request (about 5 s of audio)")
     p.add_argument("--port", type=int, default=8411)
@@ -206,14 +283,27 @@ def main() -> int:
     p.add_argument("--max-streams", type=int, default=128, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.serve:
-        serve(args.serve, args.max_streams, args.step_ms)
+        serve(args.serve, args.max_streams, args.step_ms, real_runner=args.runner == "model")
         return 0
-    print(f"host-overhead harness: model and codec replaced by precomputed outputs; stand-in device step "
-          f"{args.step_ms:g} ms; {os.cpu_count()} CPUs")
+    load = Path("/proc/loadavg").read_text().split()[:3]
+    figures: dict = {"runner": args.runner, "load_average_before": load}  # type: ignore[type-arg]
+    if args.runner == "model":
+        print(f"host-overhead harness: the real ModelRunner on a random Llama of {_DEPTH} layers, hidden {_HIDDEN} "
+              f"(eager, sdpa); codec replaced by precomputed noise; {os.cpu_count()} CPUs; "
+              f"load average {' '.join(load)}")
+        figures["runner_step_ms"] = runner_step_ms(sorted({1, 16, *args.concurrency}))
+        steps = figures["runner_step_ms"].items()
+        print("runner step alone, CPU ms on one thread, by batch: " + ", ".join(f"{b}: {ms:.1f}" for b, ms in steps))
+    else:
+        figures["step_ms"] = args.step_ms
+        print(f"host-overhead harness: model and codec replaced by precomputed outputs; stand-in device step "
+              f"{args.step_ms:g} ms; {os.cpu_count()} CPUs; load average {' '.join(load)}")
     print(_HEADER, flush=True)
-    rows = measure(args.concurrency, args.step_ms, args.duration, args.max_tokens, args.port)
+    figures["levels"] = measure(args.concurrency, args.step_ms, args.duration, args.max_tokens, args.port, args.runner)
+    figures["load_average_after"] = Path("/proc/loadavg").read_text().split()[:3]
+    print(f"load average after: {' '.join(figures['load_average_after'])}")
     if args.json:
-        args.json.write_text(json.dumps({"step_ms": args.step_ms, "levels": rows}, indent=1) + "\n")
+        args.json.write_text(json.dumps(figures, indent=1) + "\n")
     return 0
 
 

@@ -241,6 +241,64 @@ def test_codec_batches_pad_to_the_next_graph_bucket() -> None:
         SnacGraphs(None, None, torch.device("cpu"))  # type: ignore[arg-type]
 
 
+def test_codec_graph_shapes_cover_every_window_the_default_planner_makes() -> None:
+    from lyre.codec.graphs import CODEC_BUCKETS, MAX_GRAPH_FRAMES, graph_shapes
+    from lyre.tts.windows import WindowPlanner, WindowPolicy
+
+    policy = WindowPolicy()
+    assert MAX_GRAPH_FRAMES == policy.left + policy.max_new + policy.right
+    shapes = graph_shapes(MAX_GRAPH_FRAMES)
+    assert sorted(shapes) == sorted((n, b) for n in range(1, MAX_GRAPH_FRAMES + 1) for b in CODEC_BUCKETS)
+    sizes = [n * b for n, b in shapes]
+    assert shapes[0] == (MAX_GRAPH_FRAMES, CODEC_BUCKETS[-1]) and sizes == sorted(sizes, reverse=True)
+    # Whatever the utterance's length and the listener's buffer, each window's frame count is captured.
+    rng, made = random.Random(0), set()
+    buffers = (lambda: 0.0, lambda: 5.0, lambda: rng.choice((0.0, 0.3, 5.0)))  # short, long, either (seconds)
+    for length in range(1, 40):
+        for ahead in buffers:
+            planner = WindowPlanner(policy)
+            for _ in range(length):
+                planner.push((0,) * 7)
+                while (window := planner.next_window(ahead())) is not None:
+                    made.add(window.n_frames)
+            made |= {window.n_frames for window in planner.finish()}
+    assert made == set(range(1, MAX_GRAPH_FRAMES + 1))
+
+
+def test_codec_graphs_capture_every_shape_when_built_and_none_while_serving(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No GPU here: CUDA's stream calls are stubbed and each capture recorded, to check *when* captures happen."""
+    from contextlib import nullcontext
+    from types import SimpleNamespace
+
+    from lyre.codec.graphs import SnacGraphs, graph_shapes
+
+    class Stream:
+        def __init__(self, device: torch.device | None = None) -> None: ...
+        def wait_stream(self, other: Stream) -> None: ...
+
+    monkeypatch.setattr(torch.cuda, "Stream", Stream)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: Stream())
+    monkeypatch.setattr(torch.cuda, "stream", lambda s: nullcontext())
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    control, captured = NoiseControl(), []
+
+    def capture(self: SnacGraphs, n: int, bucket: int, side: Stream, pool: object) -> SimpleNamespace:
+        assert torch.is_inference_mode_enabled() and control.lock.locked()
+        control.set(torch.zeros(bucket, dtype=torch.long), torch.zeros(bucket, dtype=torch.long),
+                    torch.zeros(bucket, dtype=torch.bool), n)
+        captured.append((n, bucket))
+        return SimpleNamespace(graph=SimpleNamespace(pool=lambda: (0, 1)))
+
+    monkeypatch.setattr(SnacGraphs, "_capture", capture)
+    graphs = SnacGraphs(None, control, torch.device("cuda"), max_frames=11)  # type: ignore[arg-type]
+    assert captured == graph_shapes(11) and graphs.captured == 77
+    assert control.enabled is None  # noise off again for eager decodes
+    wide = [torch.zeros(3, width * 12, dtype=torch.long) for width in (1, 2, 4)]  # 12 frames: wider than captured
+    assert graphs.decode(wide, torch.zeros(3, dtype=torch.long), torch.zeros(3, dtype=torch.long),
+                         torch.ones(3, dtype=torch.bool)) is None
+    assert len(captured) == 77  # the caller decodes eagerly; nothing was captured while serving
+
+
 def test_snac_runs_in_bfloat16_close_to_float32(demo: DemoPaths) -> None:
     frames = [tuple(range(k * 100, k * 100 + 7)) for k in range(4)]
     window = CodecWindow(frames=tuple(frames), start_frame=0, keep=(0, 4), seed=None)

@@ -38,6 +38,33 @@ def test_layers_fp8_cannot_take_are_refused() -> None:
         Fp8Linear(nn.Linear(32, 32))
 
 
+def test_the_support_probe_asks_for_the_output_dtype_the_forward_writes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On Ada (L4, L40S) torch takes row-wise scales only with bfloat16 output: emulated here, a bf16 model must
+    pass the probe and run, and a float16 one be refused with the flag that fixes it."""
+    real, asked = torch._scaled_mm, []
+
+    def ada(a: torch.Tensor, b: torch.Tensor, *, scale_a: torch.Tensor, scale_b: torch.Tensor,
+            out_dtype: torch.dtype) -> torch.Tensor:
+        asked.append(out_dtype)
+        if scale_a.numel() > 1 and out_dtype != torch.bfloat16:
+            raise RuntimeError("Only bf16 high precision output types are supported for row-wise scaling.")
+        return real(a, b, scale_a=scale_a, scale_b=scale_b, out_dtype=out_dtype)
+
+    monkeypatch.setattr(torch, "_scaled_mm", ada)
+
+    class Block(nn.Module):
+        def __init__(self, dtype: torch.dtype) -> None:
+            super().__init__()
+            self.q_proj = nn.Linear(32, 32, bias=False, dtype=dtype)
+
+    block = Block(torch.bfloat16)
+    assert quantize_fp8(block) == 1
+    assert block.q_proj(torch.randn(3, 32, dtype=torch.bfloat16)).dtype == torch.bfloat16
+    assert asked == [torch.bfloat16, torch.bfloat16]  # the probe, then the forward: the same request
+    with pytest.raises(ValueError, match="into float16 .*--dtype bfloat16"):
+        quantize_fp8(Block(torch.float16))
+
+
 @torch.inference_mode()
 def test_the_quantised_model_keeps_its_next_token_distribution(demo: DemoPaths) -> None:
     full = load_llama(demo.model, max_seq_len=64, device="cpu", dtype="float32")

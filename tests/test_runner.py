@@ -8,7 +8,7 @@ import torch
 from lyre import orpheus
 from lyre.demo_model import DemoPaths
 from lyre.engine import EngineConfig, SamplingParams
-from lyre.engine.graphs import batch_buckets, bucket_for
+from lyre.engine.graphs import batch_buckets, bucket_for, warm_up
 from lyre.engine.llama import Llama
 from lyre.engine.loader import load_llama
 from lyre.engine.runner import ModelRunner
@@ -84,6 +84,28 @@ def test_rows_outside_the_family_fall_back_to_the_eager_path(model: Llama) -> No
     runner = ModelRunner(model, config, AUDIO_CONSTRAINT.family, fixed_shape=True)
     # Unconstrained rows are not of the audio family: the step runs eagerly and still samples right.
     assert _run(runner, steps=4, constrained=False) == _run(ModelRunner(model, config), steps=4, constrained=False)
+
+
+def test_the_loader_hands_out_weights_that_record_no_autograd(model: Llama) -> None:
+    # load_state_dict(assign=True) keeps the meta-built parameters' requires_grad=True unless told otherwise.
+    assert not any(p.requires_grad for p in model.parameters())
+
+
+def test_warming_up_the_fixed_shape_path_leaves_no_autograd_state(demo: DemoPaths) -> None:
+    """What DecodeGraphs runs before each capture, called as it is (outside any inference mode), on weights
+    that require grad (as a model built in place has them): the cache must not become part of an autograd
+    graph, which would keep every warm-up pass's activations alive through it."""
+    model = load_llama(demo.model, max_seq_len=128, device="cpu", dtype="float32").requires_grad_(True)
+    runner = ModelRunner(model, EngineConfig(max_batch=4, max_seq_len=128), AUDIO_CONSTRAINT.family, fixed_shape=True)
+    assert not torch.is_inference_mode_enabled() and torch.is_grad_enabled()
+    warm_up(runner._decode_fixed, runner.buckets)
+    _run(runner, steps=3)
+    state = {"cache.k": runner.cache.k, "cache.v": runner.cache.v, "seen": runner.seen, "drawn": runner.drawn,
+             "out": runner._out, "rows": runner._rows, "slot_lengths": runner._slot_lengths}
+    for name, tensor in state.items():
+        assert tensor.grad_fn is None and not tensor.requires_grad, name
+    for name, param in model.named_parameters():
+        assert param.grad is None and param.grad_fn is None, name
 
 
 def test_the_step_reports_its_forward_time(model: Llama) -> None:

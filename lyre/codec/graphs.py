@@ -2,9 +2,22 @@
 
 A batch of windows is padded up to the next bucket with copies of its first
 row (noise off, output dropped), its codes and noise keys copied into the
-graph's static inputs, and the graph replayed. A shape is captured the first
-time it is decoded (tens of milliseconds, once): windows take a handful of
-frame counts in practice, so a server captures a few dozen graphs in all.
+graph's static inputs, and the graph replayed.
+
+Every shape is captured at start-up, when the decoder is built, never while
+serving. A capture made lazily on the codec thread would run while the
+engine's, the chat model's and Whisper's threads keep launching work, and in
+CUDA's default ("global") capture mode any other thread's allocation or
+synchronising call during a capture is an error ("operation not permitted
+when stream is capturing") that also spoils the capture. Thread-local mode
+would silence that, but it would still leave each new shape's first batch
+waiting tens of milliseconds for its capture in the middle of someone's
+stream, and it trusts torch's allocator with other threads' allocations
+during a capture. At start-up nothing else runs, so the strict global mode
+costs nothing and turns any mistake into a loud start-up error. The shapes
+are few: windows hold 1 to ``max_frames`` frames (`MAX_GRAPH_FRAMES` for
+lyre.tts's default window policy) and batches pad to 7 buckets. A window
+wider than ``max_frames`` decodes eagerly.
 """
 
 from __future__ import annotations
@@ -16,14 +29,26 @@ from snac import SNAC
 
 from lyre.codec.noise import NoiseControl
 
-__all__ = ["CODEC_BUCKETS", "SnacGraphs", "pad_to_bucket"]
+__all__ = ["CODEC_BUCKETS", "MAX_GRAPH_FRAMES", "SnacGraphs", "graph_shapes", "pad_to_bucket"]
 
 CODEC_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
+# The widest window lyre.tts's default WindowPolicy makes: 1 frame of left context, 8 new, 2 of right context.
+MAX_GRAPH_FRAMES = 11
+_WARM_UP_PASSES = 2  # before a capture: cuDNN picks its algorithms, workspaces are allocated outside the graph
 
 
 def pad_to_bucket(rows: int, buckets: tuple[int, ...] = CODEC_BUCKETS) -> int | None:
     """The smallest bucket holding ``rows``; None when none does (decode eagerly)."""
     return next((b for b in buckets if b >= rows), None)
+
+
+def graph_shapes(max_frames: int, buckets: tuple[int, ...] = CODEC_BUCKETS) -> list[tuple[int, int]]:
+    """Every (frames, bucket) captured for windows of 1 to ``max_frames`` frames, largest first (the
+    smaller captures then fit in the memory pool of the first)."""
+    if max_frames < 1:
+        raise ValueError(f"max_frames must be >= 1, got {max_frames}")
+    shapes = [(n, bucket) for n in range(1, max_frames + 1) for bucket in buckets]
+    return sorted(shapes, key=lambda shape: (shape[0] * shape[1], shape), reverse=True)
 
 
 @dataclass
@@ -37,14 +62,29 @@ class _Graph:
 
 
 class SnacGraphs:
-    """Captures and replays ``model.decode`` per shape; callers hold the noise control's lock."""
+    """``model.decode`` captured for every shape of `graph_shapes` when built, replayed by `decode`;
+    callers of `decode` hold the noise control's lock."""
 
-    def __init__(self, model: SNAC, noise: NoiseControl, device: torch.device) -> None:
+    def __init__(self, model: SNAC, noise: NoiseControl, device: torch.device,
+                 max_frames: int = MAX_GRAPH_FRAMES) -> None:
         if device.type != "cuda":
             raise ValueError(f"codec CUDA graphs need a CUDA device, got {device}")
         self.model, self.noise, self.device = model, noise, device
+        self.shapes = graph_shapes(max_frames)
         self._graphs: dict[tuple[int, int], _Graph] = {}
-        self._pool = None
+        pool = None
+        side = torch.cuda.Stream(device)
+        side.wait_stream(torch.cuda.current_stream(device))
+        with noise.lock, torch.inference_mode(), torch.cuda.stream(side):
+            try:
+                for n, bucket in self.shapes:
+                    captured = self._capture(n, bucket, side, pool)
+                    pool = pool or captured.graph.pool()
+                    self._graphs[(n, bucket)] = captured
+            finally:
+                noise.clear()  # each capture pointed the noise blocks at its static buffers
+        torch.cuda.current_stream(device).wait_stream(side)
+        torch.cuda.synchronize(device)
 
     @property
     def captured(self) -> int:
@@ -53,12 +93,13 @@ class SnacGraphs:
     def decode(self, codes: list[torch.Tensor], seeds: torch.Tensor, starts: torch.Tensor,
                enabled: torch.Tensor) -> torch.Tensor | None:
         """codes (B, n), (B, 2n), (B, 4n) and noise keys (B,) on the device -> audio (B, 1, 2048 n),
-        or None when B is larger than every bucket."""
+        or None when no graph was captured for that shape (B above every bucket, n above max_frames):
+        the caller decodes eagerly. Nothing is captured here."""
         rows, n = codes[0].shape
         bucket = pad_to_bucket(rows)
-        if bucket is None:
+        g = self._graphs.get((n, bucket)) if bucket is not None else None
+        if g is None:
             return None
-        g = self._graphs.get((n, bucket)) or self._capture(n, bucket)
         for static, given in zip(g.codes, codes):
             static[:rows].copy_(given)
             static[rows:].copy_(given[:1].expand(bucket - rows, -1))
@@ -69,23 +110,16 @@ class SnacGraphs:
         g.graph.replay()
         return g.audio[:rows]
 
-    def _capture(self, n: int, bucket: int) -> _Graph:
+    def _capture(self, n: int, bucket: int, side: torch.cuda.Stream, pool: tuple[int, int] | None) -> _Graph:
         dev = self.device
         codes = [torch.zeros(bucket, width * n, dtype=torch.long, device=dev) for width in (1, 2, 4)]
         seeds = torch.zeros(bucket, dtype=torch.long, device=dev)
         starts = torch.zeros(bucket, dtype=torch.long, device=dev)
         enabled = torch.zeros(bucket, dtype=torch.bool, device=dev)
         self.noise.set(seeds, starts, enabled, n)  # the noise blocks read these static buffers
-        side = torch.cuda.Stream(dev)
-        side.wait_stream(torch.cuda.current_stream(dev))
-        with torch.cuda.stream(side), torch.inference_mode():
-            for _ in range(2):  # warm-up outside the capture: cuDNN picks its algorithms here
-                self.model.decode(codes)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=self._pool, stream=side):
-                audio = self.model.decode(codes)
-        torch.cuda.current_stream(dev).wait_stream(side)
-        self._pool = self._pool or graph.pool()
-        captured = _Graph(graph, codes, seeds, starts, enabled, audio)
-        self._graphs[(n, bucket)] = captured
-        return captured
+        for _ in range(_WARM_UP_PASSES):
+            self.model.decode(codes)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=pool, stream=side):
+            audio = self.model.decode(codes)
+        return _Graph(graph, codes, seeds, starts, enabled, audio)

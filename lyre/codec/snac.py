@@ -11,7 +11,7 @@ import torch
 from snac import SNAC
 from torch.nn.utils import parametrize
 
-from lyre.codec.graphs import SnacGraphs
+from lyre.codec.graphs import MAX_GRAPH_FRAMES, SnacGraphs
 from lyre.codec.noise import NoiseControl, install_seeded_noise
 from lyre.model_folder import ModelFolderError, load_config, resolve
 from lyre.orpheus import CODEBOOK_SIZE, FRAME_TOKENS, SAMPLES_PER_FRAME, codes_to_snac_levels
@@ -119,12 +119,24 @@ class SnacDecoder:
     (the noise settings live on the model for the length of one forward).
     """
 
-    def __init__(self, model: SNAC, cuda_graphs: bool = False) -> None:
-        """``cuda_graphs``: replay batches from CUDA graphs captured per shape (CUDA only)."""
+    def __init__(self, model: SNAC, cuda_graphs: bool = False, max_graph_frames: int = MAX_GRAPH_FRAMES) -> None:
+        """``cuda_graphs``: replay batches from CUDA graphs (CUDA only), every shape of windows of up to
+        ``max_graph_frames`` frames captured here, before serving (`lyre.codec.graphs` says why); wider
+        windows decode eagerly. Pass the window policy's widest window when it is not the default's."""
         self.model = model
         self.device = next(model.parameters()).device
         self._noise: NoiseControl = install_seeded_noise(model)
-        self._graphs = SnacGraphs(model, self._noise, self.device) if cuda_graphs else None
+        self._graphs = SnacGraphs(model, self._noise, self.device, max_graph_frames) if cuda_graphs else None
+
+    @property
+    def dtype(self) -> str:
+        """What the weights run in: "float32" or "bfloat16"."""
+        return str(next(self.model.parameters()).dtype).removeprefix("torch.")
+
+    @property
+    def cuda_graphs(self) -> bool:
+        """Whether batches replay from CUDA graphs."""
+        return self._graphs is not None
 
     def decode(self, levels: Levels, seed: int | None = 0) -> np.ndarray:
         """Codes of n frames (levels of n, 2n, 4n codes) -> float32 samples (2048 n,).

@@ -101,10 +101,11 @@ class EngineConfig:
     seed: int | None = None  # seeds requests that bring no seed of their own
     # How decode attention reads the KV cache: "sdpa" in place, "flex" in place reading only live
     # blocks (compiled FlexAttention), or "gather" (copies every row's K/V each step; for comparison).
-    # None: sdpa on CPU; gather on CUDA until a GPU run has shown the in-place paths' tokens equal it.
+    # None: sdpa on CPU; gather on CUDA until a GPU run has shown the in-place paths' tokens equal it,
+    # but sdpa with CUDA graphs (see `resolved_attention`).
     attention: str | None = None
     # Replay decode steps from CUDA graphs captured per batch bucket (CUDA only). Opt-in until a GPU
-    # run has shown their tokens equal eager decoding's.
+    # run has shown their tokens equal eager decoding's. Refused with gather attention.
     cuda_graphs: bool = False
     quantize: str | None = None  # "fp8": e4m3 weights with per-channel scales for the projections
     # Scheduling (lyre.engine.scheduler): "deadline" orders streams by their listeners' playback
@@ -130,6 +131,12 @@ class EngineConfig:
                              f"got {self.attention!r}")
         if self.cuda_graphs and not self.device.startswith("cuda"):
             raise ValueError(f"EngineConfig.cuda_graphs needs a CUDA device, got {self.device!r}")
+        if self.cuda_graphs and self.attention == "gather":
+            # A graph's step has fixed shapes, so gather would copy every slot's whole max_seq_len of keys
+            # and values, per layer, per step: the one combination graphs make slower, never faster.
+            raise ValueError("--cuda-graphs with --attention gather would copy every stream's whole KV cache "
+                             "(max_seq_len positions) per layer per step; use --attention sdpa or --attention flex "
+                             "(both read the cache in place), or leave --attention unset (sdpa with graphs)")
         if self.quantize not in (None, "fp8"):
             raise ValueError(f"EngineConfig.quantize must be None or 'fp8', got {self.quantize!r}")
         if self.compute_batch is not None and not 1 <= self.compute_batch <= self.max_batch:
@@ -146,9 +153,11 @@ class EngineConfig:
 
     @property
     def resolved_attention(self) -> str:
+        """The decode attention path: as set, else sdpa, except gather on CUDA without graphs (the
+        reference until a GPU run has compared them); graphs never get gather (see __post_init__)."""
         if self.attention is not None:
             return self.attention
-        return "gather" if self.device.startswith("cuda") else "sdpa"
+        return "gather" if self.device.startswith("cuda") and not self.cuda_graphs else "sdpa"
 
     @property
     def resolved_dtype(self) -> str:

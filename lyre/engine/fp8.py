@@ -47,24 +47,33 @@ class Fp8Linear(nn.Module):
         return y.reshape(*shape[:-1], self.out_features)
 
 
-def _check_support(device: torch.device) -> None:
-    """Refuse, naming why, a device whose torch has no scaled matmul for e4m3."""
+def _check_support(device: torch.device, dtype: torch.dtype) -> None:
+    """Refuse, naming why, a device whose torch has no scaled matmul for e4m3 into ``dtype``.
+
+    The probe asks for exactly what `Fp8Linear.forward` asks for: row-wise
+    scales and output in the model's dtype. The output dtype matters: torch's
+    row-wise kernels (CUTLASS ``f8f8bf16_rowwise``) write bfloat16, and it
+    refuses float32 output with row-wise scales outside SM90, so a float32
+    probe turned away Ada GPUs (L4, L40S) that serve a bf16 model fine.
+    """
     if device.type == "cuda" and torch.cuda.get_device_capability(device) < (8, 9):
         name = torch.cuda.get_device_name(device)
         raise ValueError(f"--quantize fp8 needs a GPU with FP8 support (compute capability 8.9+, e.g. Ada, Hopper); "
                          f"{name} has {torch.cuda.get_device_capability(device)}")
     try:
         a = torch.ones(16, 16, device=device).to(FP8)
-        one = torch.ones(16, 1, device=device)
-        torch._scaled_mm(a, a.T, scale_a=one, scale_b=one.T, out_dtype=torch.float32)
+        rows, columns = torch.ones(16, 1, device=device), torch.ones(1, 16, device=device)  # per token, per channel
+        torch._scaled_mm(a, a.T, scale_a=rows, scale_b=columns, out_dtype=dtype)
     except (RuntimeError, NotImplementedError) as exc:
-        raise ValueError(f"--quantize fp8: this build of torch has no FP8 matmul on {device} ({exc})") from None
+        hint = "" if dtype == torch.bfloat16 else "; --dtype bfloat16 is the output its row-wise form takes most widely"
+        raise ValueError(f"--quantize fp8: this build of torch has no FP8 matmul with row-wise scales into "
+                         f"{str(dtype).removeprefix('torch.')} on {device} ({exc}){hint}") from None
 
 
 def quantize_fp8(model: nn.Module) -> int:
     """Replace every attention and MLP projection of ``model`` in place; returns how many."""
-    device = next(model.parameters()).device
-    _check_support(device)
+    weight = next(model.parameters())
+    _check_support(weight.device, weight.dtype)  # the forward's activations, hence its output, are in this dtype
     replaced = 0
     for parent in list(model.modules()):
         for name in FP8_PROJECTIONS:

@@ -5,6 +5,12 @@ bucket (rows that write only the cache's spare slot and are dropped). One
 graph per bucket, captured largest first into one shared memory pool, as
 nano-vllm does. The bucket arithmetic is plain Python; only `DecodeGraphs`
 needs a GPU.
+
+Warm-up and capture run under ``torch.inference_mode()``, whoever calls
+them: with autograd on, a step that writes the KV cache from weights that
+require grad makes the cache part of an autograd graph, so every warm-up
+pass's activations would stay alive through the cache for the life of the
+process (about a GiB per layer per pass at bucket 256 with gather attention).
 """
 
 from __future__ import annotations
@@ -14,7 +20,9 @@ from collections.abc import Callable
 
 import torch
 
-__all__ = ["DecodeGraphs", "batch_buckets", "bucket_for"]
+__all__ = ["WARM_UP_PASSES", "DecodeGraphs", "batch_buckets", "bucket_for", "warm_up"]
+
+WARM_UP_PASSES = 2  # before a capture: compile, autotune, allocate workspaces outside the graph
 
 
 def batch_buckets(max_batch: int) -> tuple[int, ...]:
@@ -33,13 +41,29 @@ def bucket_for(rows: int, buckets: tuple[int, ...]) -> int:
     return buckets[i]
 
 
+@torch.inference_mode()
+def warm_up(step: Callable[[int], None], buckets: tuple[int, ...]) -> None:
+    """Run ``step`` `WARM_UP_PASSES` times per bucket, largest first, with autograd off.
+
+    What `DecodeGraphs` runs before each capture; on its own it runs on any
+    device, which is how a CPU test checks that it leaves no autograd state.
+    """
+    for bucket in sorted(buckets, reverse=True):
+        for _ in range(WARM_UP_PASSES):
+            step(bucket)
+
+
 class DecodeGraphs:
     """``step(bucket)`` captured once per bucket on a CUDA device, replayed by `run`.
 
     ``step`` must read and write only persistent tensors (its inputs are
     written before `run`, its outputs read after) and make no host wait.
+    Build it at start-up, before anything else launches work on the device:
+    the capture runs in CUDA's default ("global") capture mode, in which
+    another thread's launch or allocation during a capture is an error.
     """
 
+    @torch.inference_mode()
     def __init__(self, step: Callable[[int], None], buckets: tuple[int, ...], device: torch.device) -> None:
         if device.type != "cuda":
             raise ValueError(f"CUDA graphs need a CUDA device, got {device}")
@@ -49,9 +73,8 @@ class DecodeGraphs:
         side = torch.cuda.Stream(device)
         side.wait_stream(torch.cuda.current_stream(device))
         with torch.cuda.stream(side):
-            for bucket in reversed(buckets):  # largest first: the smaller ones fit in its pool
-                for _ in range(2):  # warm up: compile, autotune, allocate workspaces outside the capture
-                    step(bucket)
+            for bucket in sorted(buckets, reverse=True):  # largest first: the smaller ones fit in its pool
+                warm_up(step, (bucket,))
                 graph = torch.cuda.CUDAGraph()
                 with torch.cuda.graph(graph, pool=pool, stream=side):
                     step(bucket)

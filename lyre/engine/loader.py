@@ -1,4 +1,4 @@
-"""Load a Hugging Face Llama checkpoint folder into :class:`Llama`."""
+"""Load a Hugging Face Llama checkpoint folder into :class:`Llama`, and prepare it for serving."""
 
 from __future__ import annotations
 
@@ -6,11 +6,13 @@ from pathlib import Path
 
 import torch
 
-from lyre.engine.config import LlamaConfig
+from lyre.engine.config import EngineConfig, LlamaConfig
+from lyre.engine.fp8 import quantize_fp8
 from lyre.engine.llama import Llama
+from lyre.engine.lora import LoraBank, attach_lora
 from lyre.model_folder import ModelFolderError, iter_safetensors, load_config
 
-__all__ = ["DTYPES", "assign_weights", "load_llama"]
+__all__ = ["DTYPES", "assign_weights", "load_llama", "prepare_model"]
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -50,4 +52,17 @@ def assign_weights(model: Llama, state: dict[str, torch.Tensor], device: str, so
         raise ModelFolderError(f"{source} lacks {len(missing)} tensors: {shown}")
     model.load_state_dict(state, assign=True)
     model.build_rope(device)
-    return model.eval()
+    return model.requires_grad_(False).eval()  # assign=True kept requires_grad: no autograd in any forward
+
+
+def prepare_model(model: Llama, config: EngineConfig) -> LoraBank | None:
+    """The model surgery ``config`` asks for, in place, before a runner is built on it: FP8 projections
+    (``quantize``), then a LoRA bank of ``max_adapters`` slots around every adaptable projection (plain or
+    FP8), which is returned (None without adapter slots)."""
+    if config.quantize == "fp8":
+        quantize_fp8(model)
+    if not config.max_adapters:
+        return None
+    bank = LoraBank(config.max_adapters, config.lora_rank, model.output_weight.dtype, model.output_weight.device)
+    attach_lora(model, bank)
+    return bank

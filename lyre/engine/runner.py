@@ -131,6 +131,7 @@ class ModelRunner:
         self.flex = FlexBlocks(n, config.max_seq_len, device) if self.attention == "flex" else None
         self.buckets = batch_buckets(config.compute_batch or slots)
         self.fixed_shape = config.cuda_graphs if fixed_shape is None else fixed_shape
+        # Captured here, at start-up, with autograd off (DecodeGraphs warms up and captures in inference mode).
         self.graphs = (DecodeGraphs(self._decode_fixed, self.buckets, device)
                        if config.cuda_graphs else None)
         self.forward_seconds = 0.0  # time in prefill and decode (forward, projection, sampling), cumulative
