@@ -8,17 +8,29 @@ bank at all) and the ratio, for both ways the bank applies adapters: grouped
 by adapter (the eager step) and stacked with a row mask (the fixed-shape step
 CUDA graphs replay; run eagerly on a CPU). The bank holds ``--slots`` (8) adapters, as
 ``lyre serve --max-adapters 8`` does. Then the time to load one adapter from
-disk into a running engine: reading and checking the folder (a worker
-thread), and installing it into the bank between two steps.
+disk into a running engine: reading and checking the folder, and copying it
+into a free slot of the bank (both on worker threads, while the engine steps).
+
+``--stream-gap`` measures instead what loading costs the streams already
+playing: ``--streams`` (4) streams decode on the engine while 4 adapters load
+one after another, ``--rounds`` (5) times (unloaded again between rounds), and
+the longest gap between two tokens of any stream is printed for the loads and
+for an equally long quiet window just before each (the machine's own noise);
+so is the longest the event loop was blocked in a call into the engine
+(``stats()``, every 5 ms: what ``generate`` and ``abort`` wait for too).
+``--layers 28`` runs it on a model of the demo's width and the 3B's depth
+(random weights), whose adapters are as many tensors (392) as the 3B's.
 
     .venv/bin/python benchmarks/lora.py
     .venv/bin/python benchmarks/lora.py --batch 64 --context 512 --json lora.json
+    .venv/bin/python benchmarks/lora.py --stream-gap --layers 28 --rank 64 --json lora_gap.json
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import copy
 import json
 import tempfile
 import time
@@ -26,7 +38,8 @@ from pathlib import Path
 
 import torch
 
-from lyre.demo_model import demo_model
+from lyre.demo_model import DEMO_LLAMA_CONFIG
+from lyre.model_choice import choose_model
 from lyre.engine import Engine, EngineConfig, SamplingParams
 from lyre.engine.loader import load_llama
 from lyre.engine.lora import LoraBank, attach_lora
@@ -36,6 +49,18 @@ from lyre.engine.sequence import Request
 from lyre.tts import AUDIO_CONSTRAINT
 
 PROMPT = [128259, 128000, 83, 5169, 25, 22691, 1070, 11, 1268, 527, 499, 30, 128009, 128260, 128261, 128257]
+
+
+def deep_model(root: Path, layers: int) -> Path:
+    """The demo model's shape with ``layers`` decoder layers (random weights), saved by transformers."""
+    from transformers import LlamaConfig as HFConfig
+    from transformers import LlamaForCausalLM
+
+    torch.manual_seed(0)
+    spec = copy.deepcopy(DEMO_LLAMA_CONFIG)  # transformers edits rope_scaling in place
+    spec.pop("architectures", None)
+    LlamaForCausalLM(HFConfig(**{**spec, "num_hidden_layers": layers})).save_pretrained(root / "model")
+    return root / "model"
 
 
 def make_adapters(model_folder: Path, root: Path, count: int, rank: int) -> list[Path]:
@@ -128,6 +153,70 @@ async def _drain(stream) -> None:  # type: ignore[no-untyped-def]
         pass
 
 
+async def stream_gaps(folder: Path, adapters: list[Path], slots: int, rank: int, streams: int,
+                      rounds: int) -> dict[str, float]:
+    """Milliseconds between two tokens of the playing streams: the longest while 4 adapters load one after
+    another, and the longest in a quiet window of the same length just before (over ``rounds`` rounds)."""
+    model = load_llama(folder, 1024, "cpu", "float32")
+    engine = Engine(model, EngineConfig(max_batch=streams, max_seq_len=1024, max_adapters=slots, lora_rank=rank),
+                    AUDIO_CONSTRAINT.family)
+    arrivals: list[list[float]] = []  # per request: when each of its tokens reached its consumer
+
+    async def play(i: int) -> None:
+        while True:  # one long request after another, each as long as a slot holds (gaps within a request)
+            times: list[float] = []
+            arrivals.append(times)
+            sampling = SamplingParams(max_tokens=1000, seed=i)
+            async for _ in engine.generate(PROMPT, sampling, constraint=AUDIO_CONSTRAINT):
+                times.append(time.perf_counter())
+
+    calls: list[tuple[float, float]] = []  # (when a call into the engine returned, seconds it blocked the loop)
+
+    async def probe() -> None:
+        while True:
+            start = time.perf_counter()
+            engine.stats()  # takes the engine's lock, as generate and abort do
+            calls.append((time.perf_counter(), time.perf_counter() - start))
+            await asyncio.sleep(0.005)
+
+    def longest(start: float, end: float) -> float:
+        return max((b - a for times in arrivals for a, b in zip(times, times[1:]) if start < b <= end), default=0.0)
+
+    def longest_call(start: float, end: float) -> float:
+        return max((blocked for at, blocked in calls if start < at <= end), default=0.0)
+
+    players = [asyncio.create_task(play(i)) for i in range(streams)] + [asyncio.create_task(probe())]
+    quiet, loading, load_ms, quiet_call, loading_call = [], [], [], [], []
+    try:
+        await asyncio.sleep(0.5)  # every stream admitted and decoding
+        for r in range(rounds):
+            names = [f"{r}-{path.name}" for path in adapters[:4]]
+            began = time.perf_counter()
+            for name, path in zip(names, adapters):
+                engine.adapters.register(name, path)  # type: ignore[union-attr]
+                await engine.adapters.load(name)  # type: ignore[union-attr]
+            ended = time.perf_counter()
+            await asyncio.sleep(0.05)  # the last tokens of the window arrive
+            quiet.append(longest(began - (ended - began), began))
+            loading.append(longest(began, ended + 0.05))
+            quiet_call.append(longest_call(began - (ended - began), began))
+            loading_call.append(longest_call(began, ended + 0.05))
+            load_ms.append(1000 * (ended - began) / len(names))
+            for name in names:
+                await engine.adapters.unload(name)  # type: ignore[union-attr]
+            await asyncio.sleep(max(0.3, 1.5 * (ended - began)))  # the next quiet window holds no unload
+    finally:
+        for task in players:
+            task.cancel()
+        await asyncio.gather(*players, return_exceptions=True)
+        engine.shutdown()
+    return {"quiet_max_gap_ms": 1000 * max(quiet), "loading_max_gap_ms": 1000 * max(loading),
+            "loading_max_gap_ms_per_round": [round(1000 * g, 2) for g in loading],  # type: ignore[dict-item]
+            "quiet_max_gap_ms_per_round": [round(1000 * g, 2) for g in quiet],  # type: ignore[dict-item]
+            "loading_max_call_ms": 1000 * max(loading_call), "quiet_max_call_ms": 1000 * max(quiet_call),
+            "load_ms_mean": sum(load_ms) / len(load_ms)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", type=Path, help="an Orpheus folder (default: the demo model)")
@@ -137,12 +226,20 @@ def main() -> None:
     parser.add_argument("--slots", type=int, default=8, help="the bank's adapter slots (--max-adapters)")
     parser.add_argument("--rank", type=int, default=16)
     parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--stream-gap", action="store_true",
+                        help="only measure the longest gap between tokens of playing streams while adapters load")
+    parser.add_argument("--streams", type=int, default=4, help="playing streams (--stream-gap)")
+    parser.add_argument("--rounds", type=int, default=5, help="rounds of 4 loads (--stream-gap)")
+    parser.add_argument("--layers", type=int, help="--stream-gap on the demo's width with this many layers")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
+    if args.stream_gap:
+        stream_gap_main(args)
+        return
     if max(args.adapters) > args.slots:
         parser.error("--adapters cannot exceed --slots")
     torch.manual_seed(0)
-    folder = args.model or demo_model().model
+    folder = choose_model(args.model).local()  # None: the demo, said on stderr
     with tempfile.TemporaryDirectory() as tmp:
         adapters = make_adapters(folder, Path(tmp), max(max(args.adapters), 1), args.rank)
         steps = step_ms(folder, adapters, args.adapters, args.batch, args.context, args.slots, args.rank, args.steps)
@@ -158,6 +255,26 @@ def main() -> None:
     if args.json:
         args.json.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()},
                                          "step_ms": steps, "load": loads}, indent=2))
+
+
+def stream_gap_main(args: argparse.Namespace) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = deep_model(Path(tmp), args.layers) if args.layers else choose_model(args.model).local()
+        torch.manual_seed(0)
+        adapters = make_adapters(folder, Path(tmp), 4, args.rank)
+        gaps = asyncio.run(stream_gaps(folder, adapters, args.slots, args.rank, args.streams, args.rounds))
+        nbytes = sum(p.stat().st_size for p in adapters[0].iterdir())
+    model = f"{args.layers}-layer model of the demo's width" if args.layers else "demo model"
+    print(f"{model}: {args.streams} streams playing, 4 adapters (rank {args.rank}, {nbytes / 1e6:.1f} MB folders) "
+          f"loaded one after another, {args.rounds} rounds ({torch.get_num_threads()} threads)")
+    print(f"longest gap between two tokens: {gaps['loading_max_gap_ms']:.1f} ms while loading, "
+          f"{gaps['quiet_max_gap_ms']:.1f} ms in as long a quiet window before; a load took "
+          f"{gaps['load_ms_mean']:.1f} ms (mean)")
+    print(f"per round, loading: {gaps['loading_max_gap_ms_per_round']}; quiet: {gaps['quiet_max_gap_ms_per_round']}")
+    print(f"longest call into the engine from the event loop: {gaps['loading_max_call_ms']:.1f} ms while loading, "
+          f"{gaps['quiet_max_call_ms']:.1f} ms in the quiet windows")
+    if args.json:
+        args.json.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "gaps": gaps}, indent=2))
 
 
 if __name__ == "__main__":

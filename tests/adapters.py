@@ -31,3 +31,21 @@ def make_adapter(folder: Path, model_folder: Path, seed: int, r: int = 8, alpha:
     if speaker is not None:
         (folder / "lyre_voice.json").write_text(json.dumps({"speaker": speaker}))
     return folder
+
+
+def diverged_copy(source: Path, folder: Path, tensor: str, value: float = float("nan")) -> str:
+    """A copy of the adapter in ``source`` at ``folder`` with one value of the first tensor whose name holds
+    ``tensor`` set to ``value`` (NaN: what a diverged training run saves); the full name of that tensor."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    folder.mkdir(parents=True)
+    for path in source.iterdir():
+        if path.name != "adapter_model.safetensors":
+            shutil.copy(path, folder / path.name)
+    tensors = load_file(source / "adapter_model.safetensors")
+    key = next(k for k in sorted(tensors) if tensor in k)
+    tensors[key][0, 0] = value
+    save_file(tensors, folder / "adapter_model.safetensors", metadata={"format": "pt"})
+    return key

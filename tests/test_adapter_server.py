@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import re
+import shutil
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -200,3 +202,77 @@ def test_unloading_an_adapter_in_use_is_refused_unless_forced(server: Server) ->
 def test_adapter_routes_are_off_without_an_admin_key() -> None:
     with running_server("--max-streams", "1") as plain:
         assert httpx.get(f"{plain.url}/v1/adapters", headers=ADMIN, timeout=10).status_code == 404
+
+
+def test_a_diverged_adapter_is_refused_naming_the_file_and_the_tensor_by_the_api_and_at_start(
+        server: Server, folders: dict[str, Path], tmp_path: Path) -> None:
+    from adapters import diverged_copy
+
+    folder = tmp_path / "diverged"
+    key = diverged_copy(folders["calm"], folder, "layers.0.self_attn.v_proj.lora_A")
+    response = httpx.post(f"{server.url}/v1/adapters", headers=ADMIN, timeout=60,
+                          json={"name": "diverged", "path": str(folder)})
+    assert response.status_code == 400, response.text
+    message = response.json()["error"]["message"]
+    assert "adapter_model.safetensors" in message and key in message and "NaN" in message
+    assert "diverged" not in _adapters(server)
+    with pytest.raises(RuntimeError, match=f"--adapter diverged=.*{re.escape(key)}") as failed:
+        with running_server("--max-streams", "1", "--max-adapters", "1", "--adapter", f"diverged={folder}"):
+            pass
+    assert "adapter_model.safetensors" in str(failed.value)
+
+
+def _with_config(source: Path, folder: Path, **changes: Any) -> Path:
+    """A copy of the adapter in ``source`` whose adapter_config.json has ``changes``."""
+    shutil.copytree(source, folder)
+    config = json.loads((folder / "adapter_config.json").read_text())
+    (folder / "adapter_config.json").write_text(json.dumps({**config, **changes}))
+    return folder
+
+
+@pytest.mark.parametrize("alpha", [None, "sixteen", [16]])
+def test_a_lora_alpha_that_is_not_a_number_is_a_400_naming_it(server: Server, folders: dict[str, Path],
+                                                              tmp_path: Path, alpha: object) -> None:
+    folder = _with_config(folders["third"], tmp_path / "odd-alpha", lora_alpha=alpha)
+    response = httpx.post(f"{server.url}/v1/adapters", headers=ADMIN, timeout=60,
+                          json={"name": "odd-alpha", "path": str(folder)})
+    assert response.status_code == 400, response.text
+    assert "lora_alpha must be a number" in response.json()["error"]["message"]
+    assert "odd-alpha" not in _adapters(server)
+
+
+@pytest.fixture(scope="module")
+def rooted(folders: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, Path]]:
+    """A server that reads adapter folders only inside ``root``: one good folder in it, and ways out of it."""
+    root = tmp_path_factory.mktemp("adapter-root")
+    shutil.copytree(folders["third"], root / "inside")
+    (root / "escape").symlink_to(folders["calm"], target_is_directory=True)  # a folder outside, linked in
+    linked = shutil.copytree(folders["third"], root / "linked-file")
+    (linked / "adapter_model.safetensors").unlink()
+    (linked / "adapter_model.safetensors").symlink_to(folders["calm"] / "adapter_model.safetensors")
+    with running_server("--max-streams", "1", "--max-adapters", "1", "--admin-key", "admin-secret",
+                        "--adapter-root", str(root)) as s:
+        yield s, root
+
+
+def test_with_an_adapter_root_a_folder_is_read_only_from_inside_it(rooted: tuple[Server, Path],
+                                                                  folders: dict[str, Path]) -> None:
+    server, root = rooted
+
+    def add(name: str, path: str) -> httpx.Response:
+        return httpx.post(f"{server.url}/v1/adapters", headers=ADMIN, timeout=60, json={"name": name, "path": path})
+
+    inside = add("inside", "inside")  # relative to the root
+    assert inside.status_code == 201, inside.text
+    assert inside.json()["path"] == str((root / "inside").resolve())
+    outside = str(folders["calm"])
+    refusals = [add("out", path) for path in (outside, "/nonexistent/adapter", f"../{folders['calm'].parent.name}/"
+                                              f"{folders['calm'].name}", "escape", "linked-file")]
+    assert [r.status_code for r in refusals] == [400] * len(refusals), [r.text for r in refusals]
+    messages = {r.json()["error"]["message"] for r in refusals}
+    assert len(messages) == 1  # one answer whatever lies there: nothing to learn of what exists outside
+    message = messages.pop()
+    assert "--adapter-root" in message and outside not in message and "nonexistent" not in message
+    assert "out" not in _adapters(server)
+    missing = add("missing", "not-there")  # inside the root: the reason may name it
+    assert missing.status_code == 400 and "not-there" in missing.json()["error"]["message"]

@@ -182,3 +182,28 @@ def test_an_interrupted_run_writes_nothing_and_resumes_to_the_same_adapter(
         assert torch.equal(ours[key], theirs[key]), key
     assert json.loads((out / "lyre_voice.json").read_text())["training"]["final_train_loss"] == \
         json.loads((trained[0] / "lyre_voice.json").read_text())["training"]["final_train_loss"]
+
+
+def test_a_run_whose_loss_turns_non_finite_stops_with_a_clear_error_and_publishes_nothing(
+        dataset: Path, demo: DemoPaths, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    cross_entropy = torch.nn.functional.cross_entropy
+    training_losses: list[int] = []
+
+    def diverging(*args: object, **kwargs: object) -> torch.Tensor:
+        loss = cross_entropy(*args, **kwargs)  # type: ignore[arg-type]
+        if torch.is_grad_enabled():  # a training step's loss, not validation's
+            training_losses.append(1)
+            if len(training_losses) >= 2:
+                return loss * float("nan")  # as a run whose weights blew up at step 2 computes it
+        return loss
+
+    monkeypatch.setattr(torch.nn.functional, "cross_entropy", diverging)
+    out = tmp_path / "diverged"
+    args = ["train-voice", str(dataset), "--out", str(out), "--voice", VOICE, "--model", str(demo.model),
+            "--codec", str(demo.codec), *TRAIN_ARGS, "--checkpoint-every", "1", "--no-progress"]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "loss became nan at step 2" in err and "diverged" in err
+    assert not out.exists()  # never published
+    assert not list(work_folder(out).glob("checkpoint-0000002"))  # nor checkpointed past the good step

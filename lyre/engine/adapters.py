@@ -1,30 +1,45 @@
-"""Which LoRA adapters the engine knows, and which sit in its bank's slots. Plain Python, no tensors.
+"""Cloned voices into the engine and out again: loading LoRA adapters into the bank, leasing, unloading.
 
-An adapter is known by name and folder; it is resident while it holds a
-slot. It cannot be evicted while it is held (by a running request, or by a
-caller that leased it for a stream of several requests) or pinned. When a
-slot is needed and none is free, the least recently used unheld, unpinned
-adapter leaves.
+The engine owns only the plain registry (`lyre.engine.adapter_registry`) and
+holds an adapter for each request that runs on it; this module knows the
+engine only as an `AdapterHost`. Only bookkeeping happens under the engine's
+lock, so a load never blocks the event loop's calls into the engine, and no
+step waits for more than one layer of an adapter:
+
+1. read the folder and check it, in the bank's dtype too (a worker thread);
+2. under the lock: pick a slot (evicting unheld adapters) and reserve it: no
+   request can start on it, and none runs on it;
+3. copy the weights into it on the engine's thread without the lock, as
+   many decoder layers between two steps as a short pause allows (a worker
+   thread copying meanwhile would compete with the step for the CPU and the
+   GIL; on a GPU the weights are staged on the device first, so the copy is
+   one pause of device-to-device copies);
+4. under the lock: the adapter is resident; requests may use it.
+
+A load runs as a task of its own whose result every caller asking for that
+adapter shares; a caller that gives up (a hang-up, a barge-in) cancels only
+its own wait.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Protocol
 
+from lyre.engine.adapter_registry import (AdapterBusy, AdapterEntry, AdapterInUse, AdapterRegistry, AdapterStats,
+                                          UnknownAdapter)
 from lyre.engine.config import LlamaConfig
-from lyre.engine.lora import LoraBank
+from lyre.engine.lora import LoraBank, PreparedAdapter
 from lyre.engine.peft_folder import VOICE_FILE, AdapterError, read_peft_adapter
+from lyre.engine.sequence import Request
 
-if TYPE_CHECKING:
-    from lyre.engine.engine import Engine
-
-__all__ = ["AdapterBusy", "AdapterEntry", "AdapterInUse", "AdapterLease", "AdapterRegistry", "AdapterStats",
-           "EngineAdapters", "UnknownAdapter", "speaker_of"]
+__all__ = ["AdapterBusy", "AdapterEntry", "AdapterHost", "AdapterInUse", "AdapterLease", "AdapterRegistry",
+           "AdapterStats", "EngineAdapters", "UnknownAdapter", "speaker_of"]
 
 
 def speaker_of(folder: Path, name: str) -> str:
@@ -41,119 +56,21 @@ def speaker_of(folder: Path, name: str) -> str:
     return speaker
 
 
-class UnknownAdapter(ValueError):
-    """No adapter of that name is known."""
-
-
-class AdapterBusy(RuntimeError):
-    """Every adapter slot holds an adapter in use (or pinned): none can be loaded now."""
-
-
-@dataclass
-class AdapterEntry:
-    name: str
-    path: Path
-    speaker: str
-    pinned: bool = False
-    slot: int | None = None  # None: not resident
-    nbytes: int = 0  # of its weights, unpadded, once read
-    holders: int = 0  # running requests and leases
-    last_used: float = field(default_factory=time.monotonic)
+class AdapterHost(Protocol):
+    """What adapters need of the engine that serves them (`lyre.engine.Engine` is one)."""
 
     @property
-    def resident(self) -> bool:
-        return self.slot is not None
+    def lock(self) -> threading.Condition:
+        """Held to read or change what the engine's loop reads between steps (the registry among it)."""
 
+    async def between_steps(self, op: Callable[[], None]) -> None:
+        """Run ``op`` on the engine's thread between two steps, under the lock; raise what it raises."""
 
-@dataclass
-class AdapterStats:
-    hits: int = 0  # requests whose adapter was resident
-    misses: int = 0  # requests that had to wait for it to load
-    loads: int = 0
-    evictions: int = 0
-    load_seconds: float = 0.0
+    async def in_slices(self, job: Iterator[None]) -> None:
+        """Run ``job`` on the engine's thread without the lock, a few ``next`` between two steps."""
 
-
-class AdapterRegistry:
-    """Known adapters and the ``slots`` they share; at most ``max_bytes`` of them resident."""
-
-    def __init__(self, slots: int, max_bytes: int | None = None) -> None:
-        self.slots = slots
-        self.max_bytes = max_bytes
-        self.entries: dict[str, AdapterEntry] = {}
-        self.stats = AdapterStats()
-
-    def register(self, name: str, path: Path, speaker: str, pin: bool = False) -> AdapterEntry:
-        if not name or "/" in name:
-            raise ValueError(f"adapter name {name!r}: a non-empty name without '/'")
-        if name in self.entries:
-            raise ValueError(f"adapter {name!r} is already registered (from {self.entries[name].path})")
-        entry = self.entries[name] = AdapterEntry(name, path, speaker, pinned=pin)
-        return entry
-
-    def get(self, name: str) -> AdapterEntry:
-        entry = self.entries.get(name)
-        if entry is None:
-            raise UnknownAdapter(f"unknown adapter {name!r}; known: {', '.join(sorted(self.entries)) or 'none'}")
-        return entry
-
-    @property
-    def resident(self) -> list[AdapterEntry]:
-        return [e for e in self.entries.values() if e.resident]
-
-    @property
-    def resident_bytes(self) -> int:
-        return sum(e.nbytes for e in self.resident)
-
-    def place(self, entry: AdapterEntry, nbytes: int) -> tuple[int, list[AdapterEntry]]:
-        """A slot for ``entry`` (``nbytes`` of weights) and the adapters to evict to make room.
-
-        Nothing changes until `install` is called with the answer. AdapterBusy
-        when the slots (or the byte budget) are all taken by adapters in use.
-        """
-        used = {e.slot for e in self.resident}
-        free = [s for s in range(self.slots) if s not in used]
-        evictable = sorted((e for e in self.resident if not e.pinned and e.holders == 0), key=lambda e: e.last_used)
-        evict: list[AdapterEntry] = []
-
-        def room() -> bool:
-            fits = self.max_bytes is None or self.resident_bytes - sum(e.nbytes for e in evict) + nbytes <= self.max_bytes
-            return bool(free or evict) and fits
-
-        while not room():
-            if not evictable:
-                raise AdapterBusy(f"no room for adapter {entry.name!r}: every adapter slot (or the byte budget) "
-                                  "holds adapters in use or pinned; retry when a stream ends")
-            evict.append(evictable.pop(0))
-        slot = free[0] if free else evict[0].slot
-        assert slot is not None
-        return slot, evict
-
-    def install(self, entry: AdapterEntry, slot: int, nbytes: int, evicted: list[AdapterEntry],
-                seconds: float) -> None:
-        for victim in evicted:
-            victim.slot = None
-            self.stats.evictions += 1
-        entry.slot, entry.nbytes = slot, nbytes
-        entry.last_used = time.monotonic()
-        self.stats.loads += 1
-        self.stats.load_seconds += seconds
-
-    def hold(self, entry: AdapterEntry) -> None:
-        entry.holders += 1
-        entry.last_used = time.monotonic()
-
-    def release(self, entry: AdapterEntry) -> None:
-        entry.holders = max(0, entry.holders - 1)
-        entry.last_used = time.monotonic()
-
-    def forget(self, entry: AdapterEntry) -> None:
-        del self.entries[entry.name]
-        entry.slot = None
-
-
-class AdapterInUse(RuntimeError):
-    """The adapter has requests running on it; unload it with force to cancel them."""
+    def fail_requests(self, which: Callable[[Request], bool], message: str) -> None:
+        """End the requests ``which`` picks with an error saying ``message`` (between steps)."""
 
 
 class AdapterLease:
@@ -174,95 +91,130 @@ class AdapterLease:
 
 
 class EngineAdapters:
-    """The engine's adapters: registering, loading off the engine thread, installing between steps.
+    """Registering, loading, leasing and unloading the adapters of one engine (``host``) and its ``bank``."""
 
-    Reading and checking a folder runs on a worker thread; copying it into the
-    bank runs on the engine's thread between two steps, so running streams
-    never pause and no step sees half an adapter.
-    """
-
-    def __init__(self, engine: Engine, bank: LoraBank, registry: AdapterRegistry, model: LlamaConfig) -> None:
-        self._engine, self._bank, self.registry, self._model = engine, bank, registry, model
-        self._loading: dict[str, asyncio.Future[None]] = {}
+    def __init__(self, host: AdapterHost, registry: AdapterRegistry, bank: LoraBank, model: LlamaConfig) -> None:
+        self._host, self.registry, self._bank, self._model = host, registry, bank, model
+        self._loading: dict[str, tuple[AdapterEntry, asyncio.Task[None]]] = {}
 
     @property
-    def lock(self) -> Any:
-        return self._engine.lock
+    def lock(self) -> threading.Condition:
+        return self._host.lock
 
     def register(self, name: str, path: str | Path, pin: bool = False) -> AdapterEntry:
         path = Path(path).expanduser()
-        with self._engine.lock:
-            return self.registry.register(name, path, speaker_of(path, name), pin)
+        speaker = speaker_of(path, name)  # read before taking the lock: a slow disk holds up nobody's step
+        with self.lock:
+            return self.registry.register(name, path, speaker, pin)
 
     async def lease(self, name: str) -> AdapterLease:
         """Make ``name`` resident (loading it on a miss) and hold it until the lease is released."""
-        with self._engine.lock:
+        with self.lock:
             entry = self.registry.get(name)
             if entry.resident:
                 self.registry.hold(entry)
                 self.registry.stats.hits += 1
                 return AdapterLease(self, entry, hit=True)
         await self.load(name)
-        with self._engine.lock:
-            if not entry.resident:  # evicted or unloaded between its install and now
+        with self.lock:
+            if not entry.resident or not self.registry.known(entry):  # evicted or unloaded since it loaded
                 raise AdapterBusy(f"adapter {name!r} was evicted as it loaded; retry")
             self.registry.hold(entry)
             self.registry.stats.misses += 1
         return AdapterLease(self, entry, hit=False)
 
     async def load(self, name: str) -> None:
-        """Read, check and install ``name`` (AdapterError naming the problem, AdapterBusy without room)."""
-        with self._engine.lock:
+        """Read, check and install ``name`` (AdapterError naming the problem, AdapterBusy without room).
+
+        Callers asking for the same adapter share one load; cancelling a caller
+        cancels its wait, never the load the others wait for.
+        """
+        with self.lock:
             entry = self.registry.get(name)
             if entry.resident:
                 return
-        pending = self._loading.get(name)
-        if pending is not None:
-            return await asyncio.shield(pending)
-        loop = asyncio.get_running_loop()
-        self._loading[name] = done = loop.create_future()
-        try:
-            started = time.perf_counter()
-            weights = await asyncio.to_thread(read_peft_adapter, name, entry.path, self._model, self._bank.rank)
+        loading = self._loading.get(name)
+        # A task runs on the loop that started it: a caller on another loop (or for a re-registered adapter of the
+        # same name) starts its own.
+        if loading is None or loading[0] is not entry or loading[1].get_loop() is not asyncio.get_running_loop():
+            task = asyncio.create_task(self._load(entry), name=f"load adapter {name}")
+            self._loading[name] = (entry, task)
+            task.add_done_callback(lambda done: self._loaded(name, done))
+        else:
+            task = loading[1]
+        await asyncio.shield(task)
 
-            def install() -> None:  # on the engine's thread, between steps, under its lock
-                slot, evicted = self.registry.place(entry, weights.nbytes)
-                for victim in evicted:
-                    self._bank.clear(victim.slot)  # type: ignore[arg-type]
-                self._bank.install(slot, weights)
-                self.registry.install(entry, slot, weights.nbytes, evicted, time.perf_counter() - started)
-
-            await self._engine.between_steps(install)
-            done.set_result(None)
-        except BaseException as exc:
-            done.set_exception(exc)
-            done.exception()  # retrieved: waiters re-raise it, nobody else need
-            raise
-        finally:
+    def _loaded(self, name: str, task: asyncio.Task[None]) -> None:
+        if self._loading.get(name, (None, None))[1] is task:
             del self._loading[name]
+        if not task.cancelled():
+            task.exception()  # retrieved: the callers still waiting re-raise it; with none left, nobody need
+
+    async def _load(self, entry: AdapterEntry) -> None:
+        started = time.perf_counter()
+        prepared, nbytes = await asyncio.to_thread(self._read, entry)
+        with self.lock:
+            if not self.registry.known(entry):
+                raise UnknownAdapter(f"adapter {entry.name!r} was unloaded while it loaded")
+            slot = self.registry.reserve(entry, nbytes)
+        await self._host.in_slices(self._fill(entry, slot, prepared, nbytes, started))
+
+    def _read(self, entry: AdapterEntry) -> tuple[PreparedAdapter, int]:
+        """On a worker thread: the folder read, checked, and converted to the bank's dtype; its bytes as read."""
+        weights = read_peft_adapter(entry.name, entry.path, self._model, self._bank.rank)
+        return self._bank.prepare(weights), weights.nbytes
+
+    def _fill(self, entry: AdapterEntry, slot: int, prepared: PreparedAdapter, nbytes: int,
+              started: float) -> Iterator[None]:
+        """In slices on the engine's thread: copy into the reserved ``slot``, then make ``entry`` resident
+        there; on any failure (or when the engine drops the job) the slot is free again."""
+        resident = False
+        try:
+            yield from self._bank.fill(slot, prepared)
+            with self.lock:
+                if not self.registry.known(entry):
+                    raise UnknownAdapter(f"adapter {entry.name!r} was unloaded while it loaded")
+                self.registry.install(entry, slot, nbytes, [], time.perf_counter() - started)
+                resident = True
+        finally:
+            if not resident:
+                with self.lock:
+                    self.registry.free(slot)
 
     def release(self, entry: AdapterEntry) -> None:
-        with self._engine.lock:
+        with self.lock:
             self.registry.release(entry)
 
     def set_pinned(self, name: str, pinned: bool) -> AdapterEntry:
-        with self._engine.lock:
+        with self.lock:
             entry = self.registry.get(name)
             entry.pinned = pinned
             return entry
 
     async def unload(self, name: str, force: bool = False) -> None:
         """Forget ``name``; AdapterInUse while requests run on it, unless ``force`` (which ends them with an error)."""
-        with self._engine.lock:
+        with self.lock:
             entry = self.registry.get(name)
             if entry.holders and not force:
                 raise AdapterInUse(f"adapter {name!r} has {entry.holders} stream(s) running on it; "
                                    "unload with force to cancel them")
+        emptied: list[int] = []
 
-        def forget() -> None:
-            self._engine.fail_requests(lambda req: req.adapter == name, f"adapter {name!r} was unloaded")
-            if entry.slot is not None:
-                self._bank.clear(entry.slot)
-            self.registry.forget(entry)
+        def forget() -> None:  # between two steps: after it, no step runs on the adapter's slot
+            self._host.fail_requests(lambda req: req.adapter == name, f"adapter {name!r} was unloaded")
+            if self.registry.known(entry):
+                slot = self.registry.forget(entry)
+                if slot is not None:
+                    emptied.append(slot)
 
-        await self._engine.between_steps(forget)
+        await self._host.between_steps(forget)
+        if emptied:
+            await self._host.in_slices(self._empty(emptied[0]))
+
+    def _empty(self, slot: int) -> Iterator[None]:
+        """In slices on the engine's thread: zero a forgotten adapter's slot, then let it be used again."""
+        try:
+            yield from self._bank.empty(slot)
+        finally:
+            with self.lock:
+                self.registry.free(slot)

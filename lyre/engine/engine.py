@@ -3,26 +3,30 @@
 ``generate()`` returns a `RequestStream` of token ids; ``abort()`` ends a
 request at the next step. Inside, a worker thread repeats one step:
 take new submissions and aborts, schedule, run the model, hand tokens back.
+
+No stream waits forever: a step that fails (in the model or in the
+bookkeeping around it) fails that step's requests and the loop goes on; a
+failure outside any step, or steps that keep failing, ends the loop, fails
+every request, and leaves the reason in `failure` (and in `stats`), which a
+server's readiness reads.
 """
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import secrets
 import threading
 import time
-import weakref
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from lyre.engine.adapter_registry import AdapterRegistry
+from lyre.engine.adapters import EngineAdapters
 from lyre.engine.config import EngineConfig
 from lyre.engine.constraint import Constraint, SliceFamily
-from lyre.engine.adapters import AdapterRegistry, EngineAdapters
-from lyre.engine.fp8 import quantize_fp8
-from lyre.engine.lora import LoraBank, attach_lora
-from lyre.engine.loader import load_llama
+from lyre.engine.handoff import Outbox, StepOps
+from lyre.engine.loader import load_llama, prepare_model
 from lyre.engine.llama import Llama
 from lyre.engine.runner import ModelRunner, Runner
 from lyre.engine.sampling import SamplingParams
@@ -30,9 +34,16 @@ from lyre.engine.scheduler import ScheduledBatch, Scheduler
 from lyre.engine.sequence import FinishReason, Playback, Request
 from lyre.engine.stats import EngineStats, StatsRecorder
 from lyre.engine.stream import RequestStream
-from lyre.loops import call_soon_per_loop, settle_futures
 
 __all__ = ["Engine", "RequestStream"]
+
+# Steps failing one after another, each failing its own requests: past this many, whatever fails them (a lost
+# device, a broken model) will fail the next as well, so the engine stops and says so instead.
+_FAILED_STEPS_FATAL = 3
+# The longest a step waits for sliced work (copying an adapter in) between two steps: a small adapter goes in at
+# once, a large one over several steps, and no stream pauses for a whole one.
+_PAUSE_S = 0.01
+
 
 class Engine:
     """Continuous-batching generation over a preallocated KV cache."""
@@ -43,33 +54,31 @@ class Engine:
         that family (None: unconstrained rows), any other step runs eagerly. ``runner`` replaces the
         `ModelRunner` built from ``model`` (a test or the host-overhead benchmark; ``model`` is then None)."""
         self.config = config
+        # The engine holds each request's adapter in the registry while it runs; loading, leasing and
+        # unloading are `adapters`' (which reaches the engine only as an `AdapterHost`).
+        self.adapter_registry: AdapterRegistry | None = None
         self.adapters: EngineAdapters | None = None
         if runner is None:
             if model is None:
                 raise ValueError("an engine needs a model or a runner")
-            if config.quantize == "fp8":
-                quantize_fp8(model)
-            bank = None
-            if config.max_adapters:
-                bank = LoraBank(config.max_adapters, config.lora_rank, model.output_weight.dtype,
-                                model.output_weight.device)
-                attach_lora(model, bank)
-                registry = AdapterRegistry(config.max_adapters, config.adapter_max_bytes)
-                self.adapters = EngineAdapters(self, bank, registry, model.config)
+            bank = prepare_model(model, config)
             runner = ModelRunner(model, config, family, bank=bank)
+            if bank is not None:
+                self.adapter_registry = AdapterRegistry(config.max_adapters, config.adapter_max_bytes)
+                self.adapters = EngineAdapters(self, self.adapter_registry, bank, model.config)
         self.runner: Runner = runner
         self.scheduler = Scheduler(config.max_batch, config.max_seq_len, config.max_waiting, config.policy())
         self.recorder = StatsRecorder(runner.kv_cache_bytes)
-        # Weak: a stream nobody holds is collected, and its finalizer aborts the request.
-        self._streams: weakref.WeakValueDictionary[str, RequestStream] = weakref.WeakValueDictionary()
-        self._outbox: list[tuple[asyncio.AbstractEventLoop, _Delivery]] = []
         self._aborts: deque[str] = deque()
-        self._ops: deque[tuple[Callable[[], None], asyncio.AbstractEventLoop, asyncio.Future[None]]] = deque()
+        self._ops = StepOps()
         self._wake = threading.Condition()
+        self._outbox = Outbox(self._wake)
         self._ids = itertools.count()
         self._seeds = secrets.SystemRandom() if config.seed is None else None
         self._seed_base = config.seed
         self._closed = False
+        self._failure: str | None = None  # why the loop stopped, if it failed
+        self._failed_steps = 0  # steps failed one after another
         self._thread = threading.Thread(target=self._run, name="lyre-engine", daemon=True)
         self._thread.start()
 
@@ -98,9 +107,8 @@ class Engine:
         RequestTooLong when prompt + max_tokens can never fit a slot,
         EngineFull when the queue is full.
         """
-        if self._closed:
-            raise RuntimeError("engine is shut down")
-        if adapter is not None and self.adapters is None:
+        self._check_serving()
+        if adapter is not None and self.adapter_registry is None:
             raise ValueError(f"adapter {adapter!r}: this engine serves no adapters (start it with adapter slots)")
         vocab = self.runner.vocab_size
         if not prompt_ids:
@@ -123,19 +131,19 @@ class Engine:
             deadline=playback.deadline if playback else None,
         )
         with self._wake:
+            self._check_serving()  # the loop may have failed since
             req.submit_step = self.recorder.steps
             entry = None
             if adapter is not None:
-                assert self.adapters is not None
-                entry = self.adapters.registry.get(adapter)
+                assert self.adapter_registry is not None
+                entry = self.adapter_registry.get(adapter)
                 if not entry.resident:
                     raise ValueError(f"adapter {adapter!r} is not loaded; lease it first (Engine.adapters.lease)")
             self.scheduler.add(req)  # validates length, queue room and id under the lock
             if entry is not None:  # held while the request runs: not evicted under it
-                self.adapters.registry.hold(entry)  # type: ignore[union-attr]
+                self.adapter_registry.hold(entry)  # type: ignore[union-attr]
                 req.adapter_slot = entry.slot
-            stream = RequestStream(self.abort, req)
-            self._streams[request_id] = stream
+            stream = self._outbox.open(req, self.abort)
             self._wake.notify()
         return stream
 
@@ -155,7 +163,12 @@ class Engine:
 
     def stats(self) -> EngineStats:
         with self._wake:
-            return self.recorder.snapshot(self.scheduler, self.runner.forward_seconds)
+            return self.recorder.snapshot(self.scheduler, self.runner.forward_seconds, self._failure)
+
+    @property
+    def failure(self) -> str | None:
+        """Why the engine stopped serving, once a failure ended its loop (None while it serves)."""
+        return self._failure
 
     @property
     def lock(self) -> threading.Condition:
@@ -165,12 +178,19 @@ class Engine:
     async def between_steps(self, op: Callable[[], None]) -> None:
         """Run ``op`` on the engine's thread, between two steps and under the lock; wait for it.
         What it raises is raised here."""
-        loop = asyncio.get_running_loop()
-        done: asyncio.Future[None] = loop.create_future()
         with self._wake:
-            if self._closed:
-                raise RuntimeError("engine is shut down")
-            self._ops.append((op, loop, done))
+            self._check_serving()
+            done = self._ops.add(op)
+            self._wake.notify()
+        await done
+
+    async def in_slices(self, job: Iterator[None]) -> None:
+        """Run ``job`` on the engine's thread without the lock, as many ``next`` between two steps as fit
+        `_PAUSE_S`: work too long for one pause (copying an adapter into a slot no request uses). What it
+        raises is raised here."""
+        with self._wake:
+            self._check_serving()
+            done = self._ops.add_sliced(job)
             self._wake.notify()
         await done
 
@@ -197,27 +217,43 @@ class Engine:
         assert self._seed_base is not None
         return (self._seed_base * 1_000_003 + next(self._ids)) % 2**63
 
+    def _check_serving(self) -> None:
+        if self._failure is not None:
+            raise RuntimeError(f"engine failed: {self._failure}")
+        if self._closed:
+            raise RuntimeError("engine is shut down")
+
     def _run(self) -> None:
-        while True:
-            self._flush()
-            with self._wake:
-                while (not self._closed and not self._aborts and not self._ops and not self.scheduler.waiting
-                       and not self.scheduler.running):
-                    self._wake.wait()
-                if self._closed:
-                    self._finish_all(FinishReason.ABORT)
-                    self._apply_ops()
-                    self._flush()
-                    return
-                self._apply_ops()
-                self._apply_aborts()
-                batch = self.scheduler.schedule()
-                if not batch and (idle := self.scheduler.idle_for(time.monotonic())) is not None:
-                    # Every stream is parked far ahead of its listener: sleep until the first is due
-                    # back (a new request, an abort or a playback start wakes the loop sooner).
-                    self._wake.wait(idle)
-            if batch:
-                self._step(batch)
+        """Step until shut down. A failure outside a step (or `_FAILED_STEPS_FATAL` failed steps in a row)
+        cannot be pinned on some requests and would recur: it ends the loop, failing everything."""
+        try:
+            while (batch := self._next_batch()) is not None:
+                if batch:
+                    self._step(batch)
+                self._ops.run_slice(self._wake, _PAUSE_S)  # longer work between two steps, off the lock
+        except Exception as exc:
+            self._die(exc)
+
+    def _next_batch(self) -> ScheduledBatch | None:
+        """Wait for work; apply queued ops and aborts; schedule the next step (None once shut down)."""
+        self._outbox.flush()
+        with self._wake:
+            while (not self._closed and not self._aborts and not self._ops and not self.scheduler.waiting
+                   and not self.scheduler.running):
+                self._wake.wait()
+            if self._closed:
+                self._finish_all(FinishReason.ABORT)
+                self._ops.run_all(refuse=RuntimeError("engine is shut down"))
+                self._outbox.flush()
+                return None
+            self._ops.run_all()
+            self._apply_aborts()
+            batch = self.scheduler.schedule()
+            if not batch and not self._ops and (idle := self.scheduler.idle_for(time.monotonic())) is not None:
+                # Every stream is parked far ahead of its listener: sleep until the first is due
+                # back (a new request, an abort or a playback start wakes the loop sooner).
+                self._wake.wait(idle)
+        return batch
 
     def _step(self, batch: ScheduledBatch) -> None:
         """Run one scheduled batch: launch it, deliver the last step's tokens while the device works,
@@ -226,42 +262,52 @@ class Engine:
         start = time.perf_counter()
         try:
             pending = self.runner.launch(batch.prefill, batch.decode)
-            self._flush()
+            self._outbox.flush()
             tokens = pending.tokens()
-        except Exception as exc:  # a failed step must not strand its requests
             with self._wake:
-                for req in reqs:
+                self.runner.forward_seconds += pending.forward_seconds
+                self.recorder.record_step(batch, time.perf_counter() - start)
+                self._book(reqs, tokens)
+        except Exception as exc:  # a failed step must not strand its requests, nor end the loop
+            self._fail_step(reqs, exc)
+            return
+        self._failed_steps = 0
+
+    def _book(self, reqs: list[Request], tokens: list[int]) -> None:
+        """Each request's new token: appended, sent to its stream, and the request finished if it is done."""
+        step = self.recorder.steps
+        for req, token in zip(reqs, tokens):
+            if req.finished:  # aborted while the step ran
+                continue
+            if req.first_token_step is None:
+                req.first_token_step = step
+            done = self.scheduler.append_token(req, token)
+            if done:
+                req.finish_step = step
+            self._send(req, [] if req.finish_reason is FinishReason.STOP else [token])
+
+    def _fail_step(self, reqs: list[Request], exc: Exception) -> None:
+        """End a failed step's requests with its error; raise once steps keep failing."""
+        with self._wake:
+            for req in reqs:
+                if not req.finished:
                     self.scheduler.finish(req, FinishReason.ERROR)
                     self._send(req, [], RuntimeError(f"engine step failed: {exc}"))
-            return
-        with self._wake:
-            self.runner.forward_seconds += pending.forward_seconds
-            self.recorder.record_step(batch, time.perf_counter() - start)
-            step = self.recorder.steps
-            for req, token in zip(reqs, tokens):
-                if req.finished:  # aborted while the step ran
-                    continue
-                if req.first_token_step is None:
-                    req.first_token_step = step
-                done = self.scheduler.append_token(req, token)
-                if done:
-                    req.finish_step = step
-                self._send(req, [] if req.finish_reason is FinishReason.STOP else [token])
+        self._failed_steps += 1
+        if self._failed_steps >= _FAILED_STEPS_FATAL:
+            raise RuntimeError(f"{self._failed_steps} steps in a row failed, the last with: {exc}") from exc
 
-    def _apply_ops(self) -> None:
-        """Work queued by `between_steps` (installing an adapter, unloading one), then its callers settled."""
-        settled = []
-        while self._ops:
-            op, loop, done = self._ops.popleft()
-            outcome: BaseException | None = None
-            try:
-                if self._closed:
-                    raise RuntimeError("engine is shut down")
-                op()
-            except Exception as exc:  # the caller gets it; the engine carries on
-                outcome = exc
-            settled.append((loop, done, outcome))
-        settle_futures(settled)
+    def _die(self, exc: Exception) -> None:
+        """The loop cannot go on: fail every stream and queued op with ``exc``, and refuse new work.
+
+        The scheduler may be what broke, so the streams are failed from the engine's own table of them."""
+        with self._wake:
+            self._failure = f"{type(exc).__name__}: {exc}"
+            self._closed = True
+            error = RuntimeError(f"engine failed: {self._failure}")
+            self._outbox.fail_all(error)
+            self._ops.run_all(refuse=error)
+        self._outbox.flush()
 
     def _apply_aborts(self) -> None:
         while self._aborts:
@@ -278,25 +324,9 @@ class Engine:
 
     def _send(self, req: Request, tokens: list[int], error: BaseException | None = None) -> None:
         """Queue a step's tokens for the request's stream, with its end once it has finished (under the lock)."""
-        if req.finished and req.adapter is not None and self.adapters is not None:
-            entry = self.adapters.registry.entries.get(req.adapter)
+        if req.finished and req.adapter is not None and self.adapter_registry is not None:
+            entry = self.adapter_registry.entries.get(req.adapter)
             if entry is not None and req.adapter_slot is not None:
-                self.adapters.registry.release(entry)
+                self.adapter_registry.release(entry)
                 req.adapter_slot = None
-        stream = self._streams.pop(req.request_id, None) if req.finished else self._streams.get(req.request_id)
-        if stream is not None and (tokens or req.finished):
-            self._outbox.append((stream.loop, (stream, tokens, req.finished, error)))
-
-    def _flush(self) -> None:
-        """Hand the queued tokens to their event loops: one wake-up per loop, not per token."""
-        with self._wake:
-            outbox, self._outbox = self._outbox, []
-        call_soon_per_loop(outbox, _deliver_all)
-
-
-_Delivery = tuple[RequestStream, list[int], bool, "BaseException | None"]
-
-
-def _deliver_all(deliveries: list[_Delivery]) -> None:
-    for stream, tokens, ended, error in deliveries:
-        stream._deliver(tokens, ended, error)
+        self._outbox.send(req, tokens, error)

@@ -2,6 +2,8 @@
 
 Everything is read and checked before anything is returned, so a folder the
 engine cannot serve is refused with the reason and nothing is half-loaded.
+That includes NaN and infinite weights: one such adapter in a batch would
+otherwise be one bad value away from every row of it.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from safetensors import safe_open
 
 from lyre.engine.config import LlamaConfig
 
-__all__ = ["LORA_TARGETS", "MAX_LORA_RANK", "VOICE_FILE", "AdapterError", "AdapterWeights", "read_peft_adapter"]
+__all__ = ["LORA_TARGETS", "MAX_LORA_RANK", "VOICE_FILE", "AdapterError", "AdapterWeights", "all_finite",
+           "read_peft_adapter"]
 
 # The projections an adapter may adapt, with where each lives in a decoder layer.
 LORA_TARGETS = {"q_proj": "self_attn", "k_proj": "self_attn", "v_proj": "self_attn", "o_proj": "self_attn",
@@ -25,6 +28,12 @@ LORA_TARGETS = {"q_proj": "self_attn", "k_proj": "self_attn", "v_proj": "self_at
 MAX_LORA_RANK = 64
 CONFIG_FILE, WEIGHTS_FILE, VOICE_FILE = "adapter_config.json", "adapter_model.safetensors", "lyre_voice.json"
 _KEY = re.compile(r"^base_model\.model\.model\.layers\.(\d+)\.(self_attn|mlp)\.(\w+)\.lora_([AB])\.weight$")
+
+
+def all_finite(tensor: torch.Tensor) -> bool:
+    """Whether every value is finite. A NaN or an infinity anywhere makes the sum NaN or infinite, so a finite
+    sum settles it in one reduction; only a sum that overflowed needs the elementwise check."""
+    return bool(torch.isfinite(tensor.sum())) or bool(torch.isfinite(tensor).all())
 
 
 class AdapterError(ValueError):
@@ -79,6 +88,9 @@ def _config(folder: Path, max_rank: int) -> dict:
     rank = cfg.get("r")
     if not isinstance(rank, int) or rank < 1:
         raise AdapterError(f"{path}: r must be a positive integer, got {rank!r}")
+    alpha = cfg.get("lora_alpha", rank)
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)):
+        raise AdapterError(f"{path}: lora_alpha must be a number, got {alpha!r}")
     if rank > MAX_LORA_RANK:
         raise AdapterError(f"{path}: rank {rank} is above {MAX_LORA_RANK}, the most lyre serves")
     if rank > max_rank:
@@ -101,6 +113,8 @@ def read_peft_adapter(name: str, folder: str | Path, model: LlamaConfig, max_ran
     cfg = _config(folder, max_rank)
     rank, alpha = cfg["r"], float(cfg.get("lora_alpha", cfg["r"]))
     scale = alpha / math.sqrt(rank) if cfg.get("use_rslora") else alpha / rank
+    if not math.isfinite(scale):
+        raise AdapterError(f"{folder / CONFIG_FILE}: lora_alpha {alpha} gives a scale that is not finite")
     weights_path = folder / WEIGHTS_FILE
     if not weights_path.is_file():
         raise AdapterError(f"{folder}: no {WEIGHTS_FILE}")
@@ -115,7 +129,12 @@ def read_peft_adapter(name: str, folder: str | Path, model: LlamaConfig, max_ran
                 raise AdapterError(f"{weights_path}: it adapts {projection}; lyre adapts only {', '.join(LORA_TARGETS)}")
             if layer >= model.num_hidden_layers:
                 raise AdapterError(f"{weights_path}: layer {layer}, but the model has {model.num_hidden_layers}")
-            halves.setdefault((layer, projection), {})[half] = f.get_tensor(key).float()
+            tensor = f.get_tensor(key).float()
+            if not all_finite(tensor):  # what a diverged training run saves; it would poison every row
+                bad = "NaN" if tensor.isnan().any() else "infinite"
+                raise AdapterError(f"{weights_path}: tensor {key!r} holds {bad} values (did its training diverge?); "
+                                   "lyre serves only finite weights")
+            halves.setdefault((layer, projection), {})[half] = tensor
     weights = {}
     for (layer, projection), pair in sorted(halves.items()):
         if set(pair) != {"A", "B"}:

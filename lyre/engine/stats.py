@@ -42,6 +42,7 @@ class EngineStats:
     behind: int  # streams behind their listener at the last step
     slack_p10_p50_p90: tuple[float, float, float] | None  # seconds, over the streams at the last step
     kv_cache_bytes: int
+    failure: str | None = None  # why the engine stopped serving, once it has failed (a server is then not ready)
 
     @property
     def mean_batch_size(self) -> float:
@@ -73,7 +74,7 @@ class StatsRecorder:
             self.queue_wait_total += wait
             self.queue_wait_max = max(self.queue_wait_max, wait)
 
-    def snapshot(self, scheduler: Scheduler, forward_seconds: float) -> EngineStats:
+    def snapshot(self, scheduler: Scheduler, forward_seconds: float, failure: str | None = None) -> EngineStats:
         return EngineStats(
             waiting=len(scheduler.waiting),
             running=len(scheduler.running),
@@ -90,4 +91,5 @@ class StatsRecorder:
             behind=scheduler.behind,
             slack_p10_p50_p90=slack_percentiles(scheduler.slacks),
             kv_cache_bytes=self.kv_cache_bytes,
+            failure=failure,
         )

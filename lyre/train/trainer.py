@@ -182,7 +182,14 @@ class Trainer:
             loss, _ = self._loss_sum(batch)
             (loss / tokens).backward()  # every token of the step weighs the same
             total += float(loss.detach())
-        torch.nn.utils.clip_grad_norm_([p for p in self.model.parameters() if p.requires_grad], 1.0)
+        norm = torch.nn.utils.clip_grad_norm_([p for p in self.model.parameters() if p.requires_grad], 1.0)
+        # Checked before the weights move: a NaN step would leave NaN weights for every later step (and voice).
+        if not math.isfinite(total) or not math.isfinite(float(norm)):
+            what = (f"loss became {total / tokens}" if not math.isfinite(total)
+                    else f"gradient norm became {float(norm)}")
+            raise TrainError(f"training diverged: the {what} at step {step + 1}; nothing was written to the "
+                             f"adapter folder. Lower --lr (now {self.config.learning_rate:g}) and start over "
+                             f"(delete {self.work} first)")
         self.optimizer.step()
         self.schedule.step()
         self.optimizer.zero_grad(set_to_none=True)

@@ -1,8 +1,8 @@
 """Cloned voices as LoRA adapters: a voice named after an adapter speaks through it.
 
 `AdapterVoices` is what the server manages: register a PEFT folder under a
-name, load it (it joins the engine's adapter slots between two steps),
-unload it, pin it. A speech request whose voice is an adapter's name leases
+name, load it (read and copied into a free adapter slot on worker threads,
+while streams play), unload it, pin it. A speech request whose voice is an adapter's name leases
 the adapter for its whole stream (loading it first on a miss, which its time
 to first audio then includes) and prompts with the adapter's speaker name.
 """
@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from lyre.engine.adapters import (AdapterBusy, AdapterEntry, AdapterInUse, AdapterLease, EngineAdapters,
-                                  UnknownAdapter)
+from lyre.engine.adapter_registry import AdapterBusy, AdapterEntry, AdapterInUse, UnknownAdapter
+from lyre.engine.adapters import AdapterLease, EngineAdapters
 from lyre.engine.peft_folder import AdapterError
 from lyre.tts.voices import Voices
 
