@@ -90,15 +90,9 @@ class Engine:
         return cls(model, config, family)
 
     # -- public API (call from the event loop) -------------------------------
-    def generate(
-        self,
-        prompt_ids: list[int],
-        sampling: SamplingParams,
-        request_id: str | None = None,
-        constraint: Constraint | None = None,
-        adapter: str | None = None,
-        playback: Playback | None = None,
-    ) -> RequestStream:
+    def generate(self, prompt_ids: list[int], sampling: SamplingParams, request_id: str | None = None,
+                 constraint: Constraint | None = None, adapter: str | None = None,
+                 playback: Playback | None = None) -> RequestStream:
         """Submit a request; iterate the result for its token ids as they are made.
 
         ``playback``: how a listener plays it as it streams (None: nobody
@@ -119,17 +113,10 @@ class Engine:
         if bad_stop:
             raise ValueError(f"stop_ids {bad_stop} are outside the vocabulary [0, {vocab})")
         request_id = request_id or f"req-{next(self._ids)}"
-        req = Request(
-            request_id=request_id,
-            prompt_ids=list(prompt_ids),
-            sampling=sampling,
-            seed=self._seed_for(sampling),
-            constraint=constraint,
-            adapter=adapter,
-            pace=playback.pace if playback else None,
-            lag_s=playback.lag_s if playback else 0.0,
-            deadline=playback.deadline if playback else None,
-        )
+        req = Request(request_id=request_id, prompt_ids=list(prompt_ids), sampling=sampling,
+                      seed=self._seed_for(sampling), constraint=constraint, adapter=adapter,
+                      pace=playback.pace if playback else None, lag_s=playback.lag_s if playback else 0.0,
+                      deadline=playback.deadline if playback else None)
         with self._wake:
             self._check_serving()  # the loop may have failed since
             req.submit_step = self.recorder.steps
@@ -301,13 +288,15 @@ class Engine:
         """The loop cannot go on: fail every stream and queued op with ``exc``, and refuse new work.
 
         The scheduler may be what broke, so the streams are failed from the engine's own table of them."""
-        with self._wake:
-            self._failure = f"{type(exc).__name__}: {exc}"
-            self._closed = True
-            error = RuntimeError(f"engine failed: {self._failure}")
-            self._outbox.fail_all(error)
-            self._ops.run_all(refuse=error)
-        self._outbox.flush()
+        try:
+            with self._wake:
+                self._failure = f"{type(exc).__name__}: {exc}"
+                self._closed = True
+                error = RuntimeError(f"engine failed: {self._failure}")
+                self._outbox.fail_all(error)
+                self._ops.run_all(refuse=error)
+        finally:
+            self._outbox.flush()  # whatever else failed, the streams hear it
 
     def _apply_aborts(self) -> None:
         while self._aborts:

@@ -102,7 +102,10 @@ class StepOps:
             settled.append((loop, done, outcome))
         while refuse is not None and self._jobs:
             job, loop, done = self._jobs.popleft()
-            job.close()  # a job begun settles what it holds (its finally clauses run)
+            try:
+                job.close()  # a job begun settles what it holds (its finally clauses run)
+            except Exception:  # its own cleanup failed: its caller still hears why the job was dropped
+                pass
             settled.append((loop, done, refuse))
         settle_futures(settled)
 
