@@ -108,10 +108,19 @@ class DecoderLayer(nn.Module):
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
+def _on_meta() -> bool:
+    """Whether modules are being built on the meta device (under ``with torch.device("meta")``)."""
+    return torch.empty(0).is_meta
+
+
 class LlamaModel(nn.Module):
     def __init__(self, cfg: LlamaConfig) -> None:
         super().__init__()
-        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        # Built on the meta device (the loaders), the embedding skips its random init: a meta tensor's
+        # normal_ runs torch's Python reference ops, whose first use imports torch._dynamo, about 3 s of
+        # every start-up on a small CPU. The loader assigns every weight anyway.
+        weight = torch.empty(cfg.vocab_size, cfg.hidden_size) if _on_meta() else None
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size, _weight=weight)
         self.layers = nn.ModuleList(DecoderLayer(cfg, i) for i in range(cfg.num_hidden_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
@@ -128,7 +137,8 @@ class Llama(nn.Module):
         self.max_seq_len = max_seq_len
         self.register_buffer("rope_cos", torch.empty(0), persistent=False)
         self.register_buffer("rope_sin", torch.empty(0), persistent=False)
-        self.build_rope()
+        if not _on_meta():  # on the meta device the loader builds the tables where the weights land
+            self.build_rope()
 
     def build_rope(self, device: torch.device | str | None = None) -> None:
         """(Re)compute the RoPE tables, e.g. after building the model on the meta device."""

@@ -20,7 +20,7 @@ from typing import Any
 import gguf
 from tokenizers import Tokenizer
 
-from lyre.engine.gguf import GGUFError, metadata
+from lyre.engine.gguf import GGUFError, gguf_path, metadata
 from lyre.llm.gguf_tokenizer import gguf_tokenizer
 from lyre.llm.literal_text import LiteralText
 from lyre.llm.template import ChatTemplate
@@ -78,12 +78,12 @@ def demo_gguf() -> Path:
 
 def gguf_chat_format(reader: gguf.GGUFReader, name: str) -> ChatFormat:
     """From a GGUF file's metadata; a tokenizer.json beside the file wins over the rebuilt tokenizer."""
-    beside = Path(reader.data.filename).with_name("tokenizer.json")
+    beside = gguf_path(reader).with_name("tokenizer.json")
     tokenizer = load_tokenizer(beside.parent) if beside.is_file() else gguf_tokenizer(reader)
     tokens: list[str] = metadata(reader, gguf.Keys.Tokenizer.LIST, [])
     source = metadata(reader, gguf.Keys.Tokenizer.CHAT_TEMPLATE)
     if not source:
-        raise GGUFError(f"'{reader.data.filename}' has no chat template (tokenizer.chat_template)")
+        raise GGUFError(f"'{gguf_path(reader)}' has no chat template (tokenizer.chat_template)")
 
     def token(key: str) -> str | None:
         index = metadata(reader, key)
