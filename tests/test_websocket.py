@@ -367,6 +367,6 @@ def test_without_max_tokens_a_context_gets_the_default_capped_to_the_server(serv
     message = {"context_id": "d", "transcript": "Hi."}
     settings = msg.settings(message, tts.voices)
     assert settings.options.max_tokens is None and settings.voice == tts.voices.default
-    assert tts.open(settings.voice, settings.options)._sampling.max_tokens == 763  # 768 in whole frames
+    assert tts.open(settings.voice, settings.options).sampling.max_tokens == 763  # 768 in whole frames
     settings = msg.settings({**message, "max_tokens": 70}, tts.voices)
-    assert tts.open(settings.voice, settings.options)._sampling.max_tokens == 70
+    assert tts.open(settings.voice, settings.options).sampling.max_tokens == 70

@@ -8,14 +8,12 @@ the KV cache as allocated. Settings that cost a GPU user dearly come with a warn
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
-from lyre.model_choice import DEMO, Weights
-
-if TYPE_CHECKING:
-    from lyre.tts.synthesizer import TTS
+from lyre.model_choice import DEMO, ModelChoice, Weights
+from lyre.tts.context import PipelineContext
 
 __all__ = ["HOST_MS_PER_LAYER", "TTSFacts", "pipeline_facts"]
 
@@ -86,17 +84,19 @@ class TTSFacts:
         return facts
 
 
-def pipeline_facts(tts: TTS) -> TTSFacts:
-    """The facts of lyre's pipeline, read from its engine, codec service and adapters."""
-    config = tts.engine.config
-    runner = tts.engine.runner
+def pipeline_facts(context: PipelineContext, source: ModelChoice | None) -> TTSFacts:
+    """The facts of lyre's pipeline, read from its engine, codec service and adapters; ``source``: where
+    the model and codec came from (None: not known)."""
+    config = context.engine.config
+    runner = context.engine.runner
     model = getattr(runner, "model", None)  # a stand-in runner (benchmarks, tests) has no model
-    decoder = tts.codec.decoder
-    resident = tuple(a["name"] for a in tts.adapters.listing() if a["resident"]) if tts.adapters else ()
+    decoder = context.codec.decoder
+    adapters = context.adapters
+    resident = tuple(a["name"] for a in adapters.listing() if a["resident"]) if adapters else ()
     return TTSFacts(
         pipeline="lyre",
-        model=tts.source.model if tts.source else None,
-        codec=tts.source.codec if tts.source else None,
+        model=source.model if source else None,
+        codec=source.codec if source else None,
         device=config.device,
         dtype=config.resolved_dtype,
         attention=config.resolved_attention,

@@ -24,6 +24,7 @@ from lyre.codec import CodecWindow
 from lyre.engine import EngineFull, FinishReason, Playback, RequestStream, SamplingParams
 from lyre.orpheus import FRAME_TOKENS, FrameAssembler
 from lyre.tts.clock import PlaybackClock
+from lyre.tts.context import PipelineContext
 from lyre.tts.intake import TextIntake
 from lyre.tts.options import PipelineBusy
 from lyre.tts.sampling import AUDIO_CONSTRAINT
@@ -32,7 +33,6 @@ from lyre.tts.windows import WindowPlanner
 
 if TYPE_CHECKING:
     from lyre.engine.adapters import AdapterLease
-    from lyre.tts.synthesizer import TTS
 
 __all__ = ["SpeechStream", "to_int16"]
 
@@ -59,14 +59,14 @@ class SpeechStream:
     task that iterates it) aborts its engine requests and drops its codec work.
     """
 
-    def __init__(self, tts: TTS, request_id: str, voice: str | None, sampling: SamplingParams, trim: bool,
-                 streamed: bool, intake: TextIntake, adapter: str | None = None) -> None:
+    def __init__(self, context: PipelineContext, request_id: str, voice: str | None, sampling: SamplingParams,
+                 trim: bool, streamed: bool, intake: TextIntake, adapter: str | None = None) -> None:
         """``voice``: the speaker name the prompts use; ``adapter``: the LoRA adapter that speaks it, if any."""
         self.request_id = request_id
         self.voice = voice
         self.adapter = adapter
         self.intake = intake
-        self.clock = PlaybackClock(tts.playback_rate)
+        self.clock = PlaybackClock(context.playback_rate)
         self.streamed = streamed
         self.segments = 0  # started so far
         self.frames = 0
@@ -78,8 +78,8 @@ class SpeechStream:
         self.first_chunk_at: float | None = None
         self.segment_started: list[float] = []  # when each segment's generation was submitted
         self.segment_done: list[float] = []  # when each segment's last chunk was handed out
-        self._tts = tts
-        self._sampling = sampling
+        self.sampling = sampling  # the stream's; each segment's seed follows from its seed
+        self._ctx = context
         self._trim = trim
         self._pace = self.clock.seconds_per_token() if streamed else None
         self._live: list[RequestStream] = []  # engine requests not yet fully consumed, oldest first
@@ -138,11 +138,11 @@ class SpeechStream:
     def _start(self, text: str, deadline: float | None) -> RequestStream:
         """Submit the next segment (the prompt is built here: a bad segment fails the stream)."""
         index = self.segments
-        prompt = orpheus.prompt_ids(self._tts.tokenizer, text, self.voice)
-        self._tts.check_room(len(prompt), self._sampling)
-        params = replace(self._sampling, seed=self._segment_seed(index))
+        prompt = orpheus.prompt_ids(self._ctx.tokenizer, text, self.voice)
+        self._ctx.check_room(len(prompt), self.sampling)
+        params = replace(self.sampling, seed=self._segment_seed(index))
         try:
-            stream = self._tts.engine.generate(prompt, params, request_id=f"{self.request_id}/{index}",
+            stream = self._ctx.engine.generate(prompt, params, request_id=f"{self.request_id}/{index}",
                                                constraint=AUDIO_CONSTRAINT, adapter=self.adapter,
                                                playback=self._playback(deadline))
         except EngineFull as exc:
@@ -158,15 +158,15 @@ class SpeechStream:
         undecoded (a wide window and its right context) before any of them can play."""
         if self._pace is None:
             return None
-        window = self._tts.config.window
+        window = self._ctx.config.window
         held_frames = window.max_new + window.right + 1
         return Playback(self._pace, lag_s=held_frames * FRAME_TOKENS * self._pace, deadline=deadline)
 
     def _segment_seed(self, index: int) -> int:
-        return ((self._sampling.seed or 0) + index) % _SEED_SPACE
+        return ((self.sampling.seed or 0) + index) % _SEED_SPACE
 
     async def _run(self) -> AsyncIterator[np.ndarray]:
-        cfg = self._tts.config
+        cfg = self._ctx.config
         try:
             await self.hold_voice()
             text = await self.intake.next(idle_since=time.monotonic())
@@ -221,8 +221,8 @@ class SpeechStream:
         AdapterBusy or AdapterError before any audio. After `aclose` it raises nothing and holds nothing."""
         if self.adapter is None or self._lease is not None or self._closed:
             return
-        assert self._tts.adapters is not None
-        lease = await self._tts.adapters.lease(self.adapter)
+        assert self._ctx.adapters is not None
+        lease = await self._ctx.adapters.lease(self.adapter)
         if self._closed:  # closed while it loaded
             lease.release()
             return
@@ -231,9 +231,9 @@ class SpeechStream:
     def _ahead(self) -> float:
         """The listener's buffer, less what a wide window would take to decode now: waiting for one
         must leave time to decode it (on a CPU that is most of a second; on a GPU, milliseconds)."""
-        window = self._tts.config.window
+        window = self._ctx.config.window
         wide = window.left + window.max_new + window.right
-        return self.clock.ahead() - wide * self._tts.codec.seconds_per_frame
+        return self.clock.ahead() - wide * self._ctx.codec.seconds_per_frame
 
     def _finished(self, stream: RequestStream, frames: int) -> None:
         self.frames += frames
@@ -244,13 +244,13 @@ class SpeechStream:
             raise RuntimeError(f"request {self.request_id}: generation failed")
 
     async def _decode(self, window: CodecWindow) -> np.ndarray:
-        if not self._tts.on_deadlines:
+        if not self._ctx.on_deadlines:
             due = None  # first come, first decoded
         elif not self.streamed:
             due = time.monotonic() + BATCH_GRACE_S
         else:  # before playback starts, first audio is due now
             due = self.clock.runs_dry_at() or time.monotonic()
-        return await self._tts.codec.decode(window, due)
+        return await self._ctx.codec.decode(window, due)
 
     def _out(self, pcm: np.ndarray, trimmer: LeadingSilenceTrimmer | None) -> np.ndarray | None:
         if trimmer is not None:
@@ -272,6 +272,6 @@ class SpeechStream:
             return
         skipped = round(self.trimmed_samples / orpheus.SAMPLES_PER_FRAME * FRAME_TOKENS)
         for stream in self._live:
-            self._tts.engine.start_playback(stream.request_id, at, skipped)
+            self._ctx.engine.start_playback(stream.request_id, at, skipped)
             at += max(0, len(stream.request.output_ids) - skipped) * self._pace
             skipped = 0

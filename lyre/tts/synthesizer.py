@@ -8,7 +8,6 @@
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -16,47 +15,22 @@ import numpy as np
 
 from lyre import orpheus
 from lyre.codec import BatchPolicy, CodecService, SnacDecoder, load_snac
-from lyre.engine import Engine, EngineStats, SamplingParams
+from lyre.engine import Engine, EngineStats
 from lyre.model_choice import ModelChoice, choose_weights
 from lyre.model_folder import load_tokenizer
 from lyre.orpheus import TextTokenizer
 from lyre.tts.adapter_voices import AdapterVoices
+from lyre.tts.context import PROMPT_ROOM, PipelineContext, TTSConfig
 from lyre.tts.facts import TTSFacts, pipeline_facts
 from lyre.tts.intake import TextIntake
 from lyre.tts.options import ServingConfig, SpeechOptions, checked
 from lyre.tts.sampling import AUDIO_CONSTRAINT, request_sampling
 from lyre.tts.segments import split_segments
 from lyre.tts.stream import SpeechStream
-from lyre.tts.text import DEFAULT_SEGMENT_CHARS, MAX_INPUT_CHARS, normalize
-from lyre.tts.trim import TrimConfig
+from lyre.tts.text import normalize
 from lyre.tts.voices import Voices, load_voices
-from lyre.tts.windows import WindowPolicy
 
 __all__ = ["PROMPT_ROOM", "TTS", "Synthesizer", "TTSConfig"]
-
-# KV-cache positions kept for a segment's prompt (a 300-character segment is well under 200 tokens).
-PROMPT_ROOM = 256
-
-
-@dataclass(frozen=True)
-class TTSConfig:
-    """How utterances are split, decoded and trimmed."""
-
-    max_input_chars: int = MAX_INPUT_CHARS
-    segment_chars: int = DEFAULT_SEGMENT_CHARS
-    window: WindowPolicy = field(default_factory=WindowPolicy)
-    trim: TrimConfig = field(default_factory=TrimConfig)
-    # Later segments keep a longer pad: a natural pause between sentences.
-    segment_trim: TrimConfig = field(default_factory=lambda: TrimConfig(pad_ms=150.0))
-    # Pending text with no sentence end is spoken after this pause in the text.
-    flush_after_s: float = 0.8
-    # (alias, voice) pairs over the defaults and voices.json's aliases, e.g. (("alloy", "leah"),).
-    voice_aliases: tuple[tuple[str, str], ...] = ()
-
-    def __post_init__(self) -> None:
-        if not self.flush_after_s > 0:
-            raise ValueError(f"flush_after_s must be > 0, got {self.flush_after_s}")
-
 
 class Synthesizer(Protocol):
     """What a server needs of a text-to-speech pipeline: lyre's `TTS` and the naive baseline both are one."""
@@ -107,6 +81,8 @@ class TTS:
         self.source = source
         # Cloned voices (LoRA adapters), when the engine has adapter slots.
         self.adapters = AdapterVoices(engine.adapters, voices) if engine.adapters is not None else None
+        # What every stream it opens reads, and nothing else of it.
+        self.context = PipelineContext(engine, tokenizer, codec, self.config, playback_rate, self.adapters)
         self._ids = itertools.count()
 
     @classmethod
@@ -132,19 +108,12 @@ class TTS:
 
     @property
     def max_tokens_limit(self) -> int:
-        return max(1, self.engine.config.max_seq_len - PROMPT_ROOM)
+        return self.context.max_tokens_limit
 
     @property
     def on_deadlines(self) -> bool:
         """Whether the engine and the codec schedule on listeners' playback deadlines (else first come)."""
-        return self.engine.config.scheduler == "deadline"
-
-    def check_room(self, prompt_tokens: int, sampling: SamplingParams) -> None:
-        """ValueError when a segment's prompt plus max_tokens cannot fit one KV-cache slot."""
-        room = self.engine.config.max_seq_len
-        if prompt_tokens + sampling.max_tokens > room:
-            raise ValueError(f"max_tokens: {sampling.max_tokens} plus a {prompt_tokens}-token prompt is more than "
-                             f"the engine's {room} positions per request; lower max_tokens")
+        return self.context.on_deadlines
 
     def open(self, voice: str | None = None, options: SpeechOptions | None = None, trim: bool = True,
              streamed: bool = True, idle_timeout_s: float | None = None, request_id: str | None = None,
@@ -168,8 +137,8 @@ class TTS:
         sampling = request_sampling(checked(options, self.max_tokens_limit))
         cfg = self.config
         intake = TextIntake(cfg.max_input_chars, cfg.segment_chars, cfg.flush_after_s, idle_timeout_s, min_chars)
-        return SpeechStream(self, request_id or f"tts-{next(self._ids)}", voice, sampling, trim, streamed, intake,
-                            adapter)
+        return SpeechStream(self.context, request_id or f"tts-{next(self._ids)}", voice, sampling, trim, streamed,
+                            intake, adapter)
 
     def stream(self, text: str, voice: str | None = None, options: SpeechOptions | None = None, trim: bool = True,
                streamed: bool = True, request_id: str | None = None) -> SpeechStream:
@@ -184,7 +153,7 @@ class TTS:
         clean = normalize(text, self.config.max_input_chars)
         prompts = [orpheus.prompt_ids(self.tokenizer, s, stream.voice)
                    for s in split_segments(clean, self.config.segment_chars)]
-        self.check_room(max(map(len, prompts)), stream._sampling)
+        self.context.check_room(max(map(len, prompts)), stream.sampling)
         stream.push(clean)
         stream.end()
         return stream
@@ -207,7 +176,7 @@ class TTS:
         return self.codec.stats()
 
     def facts(self) -> TTSFacts:
-        return pipeline_facts(self)
+        return pipeline_facts(self.context, self.source)
 
     def close(self) -> None:
         self.engine.shutdown()
