@@ -1,10 +1,20 @@
-"""Batch limits shared by every worker that gathers requests into batches (the codec, speech to text)."""
+"""Batch shapes shared by every worker that gathers requests into batches (the engine, the codec, speech to text)."""
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 
-__all__ = ["BatchLimits"]
+__all__ = ["BatchLimits", "bucket_for"]
+
+
+def bucket_for(rows: int, buckets: tuple[int, ...]) -> int | None:
+    """The smallest of the sorted ``buckets`` that holds ``rows``; None when none does (the caller
+    runs that batch unpadded, or refuses it). ValueError for fewer than one row."""
+    if rows < 1:
+        raise ValueError(f"a batch holds at least 1 row, got {rows}")
+    i = bisect.bisect_left(buckets, rows)
+    return buckets[i] if i < len(buckets) else None
 
 
 @dataclass(frozen=True)

@@ -233,10 +233,11 @@ def test_noise_block_is_identity_when_off() -> None:
 
 
 def test_codec_batches_pad_to_the_next_graph_bucket() -> None:
-    from lyre.codec.graphs import CODEC_BUCKETS, SnacGraphs, pad_to_bucket
+    from lyre.batching import bucket_for
+    from lyre.codec.graphs import CODEC_BUCKETS, SnacGraphs
 
-    assert [pad_to_bucket(n) for n in (1, 2, 3, 5, 33, 64)] == [1, 2, 4, 8, 64, 64]
-    assert pad_to_bucket(65) is None and CODEC_BUCKETS[-1] == 64
+    assert [bucket_for(n, CODEC_BUCKETS) for n in (1, 2, 3, 5, 33, 64)] == [1, 2, 4, 8, 64, 64]
+    assert bucket_for(65, CODEC_BUCKETS) is None and CODEC_BUCKETS[-1] == 64
     with pytest.raises(ValueError, match="CUDA"):
         SnacGraphs(None, None, torch.device("cpu"))  # type: ignore[arg-type]
 

@@ -8,7 +8,8 @@ import torch
 from lyre import orpheus
 from lyre.demo_model import DemoPaths
 from lyre.engine import EngineConfig, SamplingParams
-from lyre.engine.graphs import batch_buckets, bucket_for, warm_up
+from lyre.batching import bucket_for
+from lyre.engine.graphs import batch_buckets, warm_up
 from lyre.engine.llama import Llama
 from lyre.engine.loader import load_llama
 from lyre.engine.runner import ModelRunner
@@ -29,8 +30,9 @@ def test_buckets_pad_by_at_most_fifteen_rows() -> None:
     buckets = batch_buckets(256)
     assert buckets[-1] == 256 and all(b - a <= 16 for a, b in zip(buckets, buckets[1:]))
     assert [bucket_for(n, buckets) for n in (1, 3, 5, 9, 17, 255)] == [1, 4, 8, 16, 32, 256]
-    with pytest.raises(ValueError, match="do not fit"):
-        bucket_for(257, buckets)
+    assert bucket_for(257, buckets) is None
+    with pytest.raises(ValueError, match="at least 1 row"):
+        bucket_for(0, buckets)
     with pytest.raises(ValueError):
         batch_buckets(0)
 

@@ -27,19 +27,15 @@ from dataclasses import dataclass
 import torch
 from snac import SNAC
 
+from lyre.batching import bucket_for
 from lyre.codec.noise import NoiseControl
 
-__all__ = ["CODEC_BUCKETS", "MAX_GRAPH_FRAMES", "SnacGraphs", "graph_shapes", "pad_to_bucket"]
+__all__ = ["CODEC_BUCKETS", "MAX_GRAPH_FRAMES", "SnacGraphs", "graph_shapes"]
 
 CODEC_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
 # The widest window lyre.tts's default WindowPolicy makes: 1 frame of left context, 8 new, 2 of right context.
 MAX_GRAPH_FRAMES = 11
 _WARM_UP_PASSES = 2  # before a capture: cuDNN picks its algorithms, workspaces are allocated outside the graph
-
-
-def pad_to_bucket(rows: int, buckets: tuple[int, ...] = CODEC_BUCKETS) -> int | None:
-    """The smallest bucket holding ``rows``; None when none does (decode eagerly)."""
-    return next((b for b in buckets if b >= rows), None)
 
 
 def graph_shapes(max_frames: int, buckets: tuple[int, ...] = CODEC_BUCKETS) -> list[tuple[int, int]]:
@@ -96,7 +92,7 @@ class SnacGraphs:
         or None when no graph was captured for that shape (B above every bucket, n above max_frames):
         the caller decodes eagerly. Nothing is captured here."""
         rows, n = codes[0].shape
-        bucket = pad_to_bucket(rows)
+        bucket = bucket_for(rows, CODEC_BUCKETS)  # None: more rows than any graph holds
         g = self._graphs.get((n, bucket)) if bucket is not None else None
         if g is None:
             return None

@@ -15,12 +15,11 @@ process (about a GiB per layer per pass at bucket 256 with gather attention).
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Callable
 
 import torch
 
-__all__ = ["WARM_UP_PASSES", "DecodeGraphs", "batch_buckets", "bucket_for", "warm_up"]
+__all__ = ["WARM_UP_PASSES", "DecodeGraphs", "batch_buckets", "warm_up"]
 
 WARM_UP_PASSES = 2  # before a capture: compile, autotune, allocate workspaces outside the graph
 
@@ -31,14 +30,6 @@ def batch_buckets(max_batch: int) -> tuple[int, ...]:
         raise ValueError(f"max_batch must be >= 1, got {max_batch}")
     sizes = {b for b in (1, 2, 4, 8) if b < max_batch} | set(range(16, max_batch, 16)) | {max_batch}
     return tuple(sorted(sizes))
-
-
-def bucket_for(rows: int, buckets: tuple[int, ...]) -> int:
-    """The smallest bucket that holds ``rows``."""
-    i = bisect.bisect_left(buckets, rows)
-    if rows < 1 or i == len(buckets):
-        raise ValueError(f"{rows} rows do not fit the buckets {buckets}")
-    return buckets[i]
 
 
 @torch.inference_mode()

@@ -27,10 +27,11 @@ from typing import Protocol
 
 import torch
 
+from lyre.batching import bucket_for
 from lyre.engine.attention import DecodeRows, FlexBlocks, PrefillAttention, decode_context
 from lyre.engine.config import EngineConfig
 from lyre.engine.constraint import SliceFamily, TokenSlice
-from lyre.engine.graphs import DecodeGraphs, batch_buckets, bucket_for
+from lyre.engine.graphs import DecodeGraphs, batch_buckets
 from lyre.engine.kv_cache import KVCache
 from lyre.engine.llama import Llama
 from lyre.engine.lora import LoraBank
@@ -198,6 +199,8 @@ class ModelRunner:
         n = len(reqs)
         fixed = self.fixed_shape and all(self._in_family(r) for r in reqs)
         rows = bucket_for(n, self.buckets) if fixed else n
+        if rows is None:  # the scheduler never runs more rows than compute_batch, the largest bucket
+            raise RuntimeError(f"{n} rows in one step, more than the largest batch bucket {self.buckets[-1]}")
         self._write_rows(reqs, rows, with_slices=fixed)
         if fixed:
             if self.graphs is not None:
