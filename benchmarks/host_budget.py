@@ -161,7 +161,7 @@ def serve(port: int, max_streams: int, step_ms: float, real_runner: bool = False
     from lyre.engine import Engine, EngineConfig
     from lyre.model_folder import load_config, load_tokenizer
     from lyre.server import ServerConfig, create_app
-    from lyre.tts import AUDIO_CONSTRAINT, TTS, Voices
+    from lyre.tts import AUDIO_CONSTRAINT, TTS, ServingConfig, Voices
 
     if os.environ.get("LYRE_SWITCH_MS"):
         sys.setswitchinterval(float(os.environ["LYRE_SWITCH_MS"]) / 1000)
@@ -179,7 +179,7 @@ def serve(port: int, max_streams: int, step_ms: float, real_runner: bool = False
     # A GPU deployment's codec policy: gather up to 64 windows for at most 15 ms.
     codec = CodecService(NoiseDecoder(), BatchPolicy(max_batch=64, max_wait_ms=15.0))  # type: ignore[arg-type]
     tts = TTS(engine, load_tokenizer(demo.model), codec, Voices.with_aliases(orpheus.VOICES))
-    server = ServerConfig(port=port, max_streams=max_streams, max_queue=max_streams)
+    server = ServerConfig(port=port, serving=ServingConfig(max_streams=max_streams), max_queue=max_streams)
     uvicorn.run(create_app(server, tts=tts), host="127.0.0.1", port=port, log_level="warning")
 
 

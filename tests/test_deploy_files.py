@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lyre.cli import _parser
+from lyre.cli import build_parser
 from lyre.router import RouterConfig, create_router_app
 from lyre.server import ServerConfig, create_app
 
@@ -38,7 +38,7 @@ def test_every_lyre_command_in_the_deployment_files_parses() -> None:
     assert len(commands) == 5  # two servers and a router in compose; a server and a router in k8s
     for command in commands:
         try:
-            args = _parser().parse_args(command)
+            args = build_parser().parse_args(command)
         except SystemExit:
             pytest.fail(f"lyre {' '.join(command)}: not a valid command line")
         if args.command == "serve":

@@ -176,7 +176,7 @@ def test_weights_built_in_memory_have_no_folder() -> None:
 def test_auto_is_the_cpu_without_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert resolve_device("auto") == "cpu"
-    assert ServerConfig().device == "cpu"  # lyre serve's default is auto
+    assert ServerConfig().serving.device == "cpu"  # lyre serve's default is auto
     assert ServingConfig(device="auto").engine_config().resolved_dtype == "float32"
     with pytest.raises(ValueError, match="CUDA is not available"):
         resolve_device("cuda")
@@ -189,7 +189,7 @@ def test_auto_is_the_first_cuda_device_where_torch_sees_one(monkeypatch: pytest.
     serving = ServingConfig(device="auto")
     assert serving.device == "cuda:0" and serving.engine_config().resolved_dtype == "bfloat16"  # the dtype follows
     config = ServerConfig()
-    assert config.device == "cuda:0" and config.serving().engine_config().resolved_dtype == "bfloat16"
+    assert config.serving.device == "cuda:0" and config.serving.engine_config().resolved_dtype == "bfloat16"
     assert ServerConfig(stt_device="auto").stt_device == "cuda:0"
     with pytest.raises(ValueError, match="has 1 CUDA device"):
         resolve_device("cuda:1")

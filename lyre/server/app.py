@@ -50,19 +50,19 @@ def _load(config: ServerConfig) -> Synthesizer:
         # Needs transformers: imported only when asked for.
         from lyre.baseline import NaiveTTS
 
-        return NaiveTTS.load(config.model, config.codec, config.device, tts_config)
-    return TTS.load(config.model, config.codec, config.serving(), tts_config)
+        return NaiveTTS.load(config.model, config.codec, config.serving.device, tts_config)
+    return TTS.load(config.model, config.codec, config.serving, tts_config)
 
 
 def _load_stt(config: ServerConfig) -> Transcriber:
-    return Transcriber.load(config.stt_model, STTConfig(device=config.stt_device or config.device))
+    return Transcriber.load(config.stt_model, STTConfig(device=config.stt_device or config.serving.device))
 
 
 def _load_chat(config: ServerConfig) -> Chat:
     """The chat model on its own engine, on the same device, with its own KV-cache budget."""
     assert config.llm is not None
-    serving = ChatServing(device=config.device, max_batch=config.llm_max_batch, max_seq_len=config.llm_max_seq_len,
-                          max_waiting=max(1, config.max_queue))
+    serving = ChatServing(device=config.serving.device, max_batch=config.llm_max_batch,
+                          max_seq_len=config.llm_max_seq_len, max_waiting=max(1, config.max_queue))
     return Chat.load(config.llm, serving, config.llm_name)
 
 
@@ -138,7 +138,7 @@ def create_app(config: ServerConfig, tts: Synthesizer | None = None) -> FastAPI:
                 chat=chat,
                 thinker=thinker,
                 end_of_turn=end_of_turn,
-                admission=Admission(config.max_streams, config.max_queue, config.queue_timeout_s),
+                admission=Admission(config.serving.max_streams, config.max_queue, config.queue_timeout_s),
                 metrics=Metrics(loaded.engine_stats if loaded else None, loaded.codec_stats if loaded else None,
                                 stt.stats if stt else None, chat.stats if chat else None,
                                 loaded.adapters.stats if loaded is not None and loaded.adapters else None),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from lyre.device import resolve_device
 from lyre.tts import ServingConfig
@@ -22,22 +22,12 @@ class ServerConfig:
     port: int = 8000
     model: str | None = None  # folder or hub id; None (or "demo"): the built-in demo model
     codec: str | None = None  # folder or hub id; None: the codec the model needs ("demo": the demo's random one)
-    device: str = "auto"  # cpu, cuda[:N], or auto (resolved at construction: the first CUDA device, else the CPU)
-    max_streams: int = 8  # streams at once, each holding a KV-cache slot (HTTP speech requests, WebSocket contexts)
-    compute_batch: int | None = None  # streams advanced per engine step; None: all of them
-    scheduler: str = "deadline"  # "deadline": playback deadlines first, streams far ahead parked; or "fcfs"
-    playback_rate: float = 1.0  # listeners play at this times real time: experiments on slow hardware only
-    max_queue: int = 16  # requests waiting for a stream beyond that; more get 429
+    # How the pipeline runs: device (auto by default), streams, KV cache, levers, cloned-voice slots. Its
+    # ``device`` is the one speech to text and chat use too unless they name their own.
+    serving: ServingConfig = field(default_factory=lambda: ServingConfig(device="auto", max_adapters=8))
+    max_queue: int = 16  # requests waiting for a stream beyond max_streams; more get 429
     queue_timeout_s: float = 30.0  # a queued request gives up after this
-    max_seq_len: int = 2048
-    attention: str | None = None  # decode attention path (lyre.engine.EngineConfig.attention); None: the default
-    cuda_graphs: bool = False  # replay decode steps from CUDA graphs (opt-in until verified on a GPU)
-    quantize: str | None = None  # "fp8": e4m3 projection weights
-    codec_dtype: str = "float32"  # or "bfloat16"
-    codec_graphs: bool = False  # replay SNAC decodes from CUDA graphs
     max_body_bytes: int = 1024 * 1024  # a JSON request body (transcription uploads have their own limit)
-    max_adapters: int = 8  # cloned voices (LoRA adapters) resident at once; 0: none
-    lora_rank: int = 16  # the rank each adapter slot holds (lower ranks are padded; at most 64)
     adapters: tuple[tuple[str, str], ...] = ()  # (name, folder) loaded at start (--adapter NAME=PATH)
     admin_key: str | None = None  # the adapter admin routes answer only to this key; None: they are off
     adapter_root: str | None = None  # POST /v1/adapters reads folders only inside this one; None: any folder
@@ -56,7 +46,7 @@ class ServerConfig:
     stt_device: str | None = None  # None: the same as device; auto is resolved as device is
     stt_max_file_bytes: int = 25 * 1024 * 1024  # OpenAI's upload limit
     stt_max_sessions: int = 8  # realtime transcription sockets open at once
-    stt_idle_timeout_s: float = 30.0  # a realtime session with no client event and no pass running for this long is closed
+    stt_idle_timeout_s: float = 30.0  # a realtime session with no client event and no pass running this long closes
     stt_max_buffer_s: float = 60.0  # seconds of audio a realtime session's input buffer may hold
     llm: str | None = None  # chat model: a .gguf file, a Hugging Face folder or hub id, or "demo"; None: no chat
     llm_name: str | None = None  # what /v1/models calls it; None: the file's stem or the folder's name
@@ -71,16 +61,16 @@ class ServerConfig:
     smart_turn: bool = True  # the agent's semantic end-of-turn model, where pipecat-ai ships it
 
     def __post_init__(self) -> None:
-        # Devices are resolved once, here: every check below and every model loaded sees a concrete one.
-        for name in ("device", "stt_device"):
-            if (value := getattr(self, name)) is not None:
-                try:
-                    object.__setattr__(self, name, resolve_device(value))
-                except ValueError as exc:
-                    raise ValueError(f"{name}: {exc}") from None
+        # Devices are resolved once (the pipeline's by ServingConfig): every check below and every model
+        # loaded sees a concrete one.
+        if self.stt_device is not None:
+            try:
+                object.__setattr__(self, "stt_device", resolve_device(self.stt_device))
+            except ValueError as exc:
+                raise ValueError(f"stt_device: {exc}") from None
         if not (self.tts or self.stt or self.llm):
             raise ValueError("serve at least one of text to speech (tts), speech to text (stt) and chat (llm)")
-        for name in ("max_streams", "max_seq_len", "max_input_chars", "ws_max_contexts", "ws_max_message_bytes",
+        for name in ("max_input_chars", "ws_max_contexts", "ws_max_message_bytes",
                      "stt_max_file_bytes", "stt_max_sessions", "max_body_bytes", "llm_max_batch", "llm_max_seq_len"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -94,11 +84,10 @@ class ServerConfig:
             raise ValueError(f"port must be in 1..65535, got {self.port}")
         if self.engine not in ENGINES:
             raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {self.engine!r}")
+        device = self.serving.device
         for name in ("cuda_graphs", "codec_graphs"):
-            if getattr(self, name) and not self.device.startswith("cuda"):
-                raise ValueError(f"{name.replace('_', '-')} needs a CUDA device (--device cuda), got {self.device!r}")
-        if self.tts and self.engine == "lyre":
-            self.serving()  # the pipeline's own checks, naming the setting
+            if getattr(self.serving, name) and not device.startswith("cuda"):
+                raise ValueError(f"{name.replace('_', '-')} needs a CUDA device (--device cuda), got {device!r}")
         if self.admin_key is not None and not self.admin_key:
             raise ValueError("admin_key must not be empty")
         if self.admin_key is not None and self.admin_key == self.api_key:
@@ -123,11 +112,3 @@ class ServerConfig:
                              f"got {self.advertise!r}")
         if not self.fleet_ttl_s > 0:
             raise ValueError(f"fleet_ttl_s must be > 0, got {self.fleet_ttl_s}")
-
-    def serving(self) -> ServingConfig:
-        """How lyre's pipeline runs, from these settings."""
-        return ServingConfig(device=self.device, max_streams=self.max_streams, compute_batch=self.compute_batch,
-                             max_seq_len=self.max_seq_len, attention=self.attention, cuda_graphs=self.cuda_graphs,
-                             quantize=self.quantize, scheduler=self.scheduler, playback_rate=self.playback_rate,
-                             codec_dtype=self.codec_dtype, codec_graphs=self.codec_graphs,
-                             max_adapters=self.max_adapters, lora_rank=self.lora_rank)

@@ -34,7 +34,7 @@ async def join_fleet(state: ServerState) -> Membership | None:
         return FleetLoad(state.admission.active + state.admission.queued + state.chat_active, resident)
 
     assert config.advertise is not None  # ServerConfig checks it
-    record = ServerRecord(url=config.advertise.rstrip("/"), capacity=config.max_streams, services=services,
+    record = ServerRecord(url=config.advertise.rstrip("/"), capacity=config.serving.max_streams, services=services,
                           ttl_s=config.fleet_ttl_s)
     member = Membership(config.register, record, sample)
     await member.start()

