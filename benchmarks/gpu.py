@@ -77,7 +77,7 @@ from lyre.engine.loader import load_llama  # noqa: E402
 from lyre.model_choice import ModelChoice, Weights  # noqa: E402
 from lyre.server.app import create_app  # noqa: E402
 from lyre.server.config import ServerConfig  # noqa: E402
-from lyre.tts import AUDIO_CONSTRAINT, TTS, TTSConfig, Voices  # noqa: E402
+from lyre.tts import AUDIO_CONSTRAINT, TTS, ServingConfig, TTSConfig, Voices  # noqa: E402
 
 # canopylabs/orpheus-3b-0.1-ft's config.json (Llama-3.2-3B with Orpheus's vocabulary).
 ORPHEUS_3B = LlamaConfig(
@@ -136,10 +136,10 @@ def _parse(argv: list[str] | None) -> Plan:
                    help="served concurrency levels (default: 16 64 128 256 384; --small: 1 2)")
     p.add_argument("--batches", type=int, nargs="+", help="decode batches timed (default: 1 16 64 256)")
     p.add_argument("--contexts", type=int, nargs="+", help="keys per row timed (default: 128 512 2048)")
-    p.add_argument("--requests", type=int, help="measured requests per level at most (default: 512; --small: 3)")
+    p.add_argument("--requests", type=int, help="measured requests per level at most (default: 512; --small: 2)")
     p.add_argument("--duration", type=float, help="seconds of measured load per level at most (default: 20)")
     p.add_argument("--warmup", type=int, help="warm-up requests per stream at each level (default: 1; --small: 0)")
-    p.add_argument("--max-tokens", type=int, help="per request (default: 280, about 3.4 s of audio; --small: 42)")
+    p.add_argument("--max-tokens", type=int, help="per request (default: 280, about 3.4 s of audio; --small: 28)")
     p.add_argument("--max-seq-len", type=int, default=512, help="KV positions per served stream (default: 512)")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds per request (default: 120)")
     p.add_argument("--seed", type=int, default=0, help="request k gets seed + k (default: 0)")
@@ -159,10 +159,10 @@ def _parse(argv: list[str] | None) -> Plan:
         steps=pick(None, 10, 2),
         codec_batches=pick(None, (1, 8, 32, 64), (1,)),
         levels=tuple(pick(args.concurrency, [16, 64, 128, 256, 384], [1, 2])),
-        requests=pick(args.requests, 512, 3),
+        requests=pick(args.requests, 512, 2),
         duration_s=pick(args.duration, 20.0, 10.0),
         warmup=pick(args.warmup, 1, 0),
-        max_tokens=pick(args.max_tokens, 280, 42),
+        max_tokens=pick(args.max_tokens, 280, 28),
         max_seq_len=args.max_seq_len,
         timeout_s=args.timeout,
         seed=args.seed,
@@ -245,8 +245,8 @@ def _build_tts(plan: Plan, lever: Lever, max_batch: int, scheduler: str = "deadl
 def _serving(tts: TTS, plan: Plan) -> Iterator[str]:
     """lyre's app on a free loopback port in a background thread; yields its URL once /ready says so."""
     max_streams = max(plan.levels)
-    config = ServerConfig(max_streams=max_streams, max_queue=2 * max_streams, device=plan.device,
-                          max_seq_len=plan.max_seq_len)
+    serving = ServingConfig(max_streams=max_streams, device=plan.device, max_seq_len=plan.max_seq_len)
+    config = ServerConfig(serving=serving, max_queue=2 * max_streams)
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     url = f"http://127.0.0.1:{sock.getsockname()[1]}"

@@ -12,4 +12,6 @@ if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null || !
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium chromium-driver espeak-ng redis-server >/dev/null
 fi
-exec .venv/bin/python -m pytest "$@"
+# Two workers (LYRE_TEST_WORKERS; 0: none), each taking whole test files: a file's shared server
+# starts once, and one worker's tests wait on real-time audio while the other's compute.
+exec .venv/bin/python -m pytest -n "${LYRE_TEST_WORKERS:-2}" --dist loadfile "$@"

@@ -49,16 +49,26 @@ def _reference(decoder: SnacDecoder, frames: list[tuple[int, ...]]) -> np.ndarra
     return _decode_alone(decoder, windows)
 
 
+@pytest.fixture(scope="module")
+def reference(decoder: SnacDecoder, frames: list[tuple[int, ...]]) -> np.ndarray:
+    return _reference(decoder, frames)
+
+
+@pytest.fixture(scope="module")
+def one_frame(decoder: SnacDecoder, frames: list[tuple[int, ...]]) -> np.ndarray:
+    """lyre's audio in one-frame windows, decoded once for both tests."""
+    return _lyre(decoder, frames, WindowPolicy(max_new=1), ahead=0.0)
+
+
 def _snr_db(signal: np.ndarray, estimate: np.ndarray) -> float:
     noise = np.sum((signal.astype(np.float64) - estimate) ** 2)
     return float(10 * np.log10(np.sum(signal.astype(np.float64) ** 2) / max(noise, 1e-30)))
 
 
 def test_one_frame_windows_equal_the_reference_bit_for_bit_and_add_the_edges(
-    decoder: SnacDecoder, frames: list[tuple[int, ...]]
+    one_frame: np.ndarray, reference: np.ndarray
 ) -> None:
-    ours = _lyre(decoder, frames, WindowPolicy(max_new=1), ahead=0.0)
-    reference = _reference(decoder, frames)
+    ours = one_frame
     assert len(ours) == N * F  # every frame, 2048 samples each
     assert len(reference) == (N - 3) * F
     assert np.array_equal(ours[F : (N - 2) * F], reference)  # frames 1 .. n-3
@@ -66,16 +76,14 @@ def test_one_frame_windows_equal_the_reference_bit_for_bit_and_add_the_edges(
 
 
 def test_streamed_audio_is_no_further_from_a_whole_decode_than_the_reference(
-    decoder: SnacDecoder, frames: list[tuple[int, ...]]
+    decoder: SnacDecoder, frames: list[tuple[int, ...]], reference: np.ndarray, one_frame: np.ndarray
 ) -> None:
     whole = decoder.decode_windows([CodecWindow(frames=tuple(frames), start_frame=0, keep=(0, N), seed=SEED)])[0]
-    reference = _reference(decoder, frames)
     span = slice(F, (N - 2) * F)  # the frames the reference emits at all
     snr_reference = _snr_db(whole[span], reference)
     figures = {"reference": snr_reference}
-    for name, policy, ahead in (("lyre 1-frame", WindowPolicy(max_new=1), 0.0),
-                                ("lyre 8-frame", WindowPolicy(max_new=8), 10.0)):
-        ours = _lyre(decoder, frames, policy, ahead)
+    for name, ours in (("lyre 1-frame", one_frame),
+                       ("lyre 8-frame", _lyre(decoder, frames, WindowPolicy(max_new=8), ahead=10.0))):
         assert len(ours) == N * F
         figures[name] = _snr_db(whole[span], ours[span])
         figures[name + " (all frames)"] = _snr_db(whole, ours)
