@@ -13,5 +13,6 @@ if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null || !
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium chromium-driver espeak-ng redis-server >/dev/null
 fi
 # Two workers (LYRE_TEST_WORKERS; 0: none), each taking whole test files: a file's shared server
-# starts once, and one worker's tests wait on real-time audio while the other's compute.
-exec .venv/bin/python -m pytest -n "${LYRE_TEST_WORKERS:-2}" --dist loadfile "$@"
+# starts once, and one worker's tests wait on real-time audio while the other's compute. Files go out
+# longest first (tests/conftest.py).
+exec .venv/bin/python -m pytest -n "${LYRE_TEST_WORKERS:-2}" --dist loadfile --no-loadscope-reorder "$@"

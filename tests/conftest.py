@@ -1,10 +1,27 @@
-"""Shared fixtures: the demo model every test uses instead of real weights."""
+"""Shared fixtures: the demo model every test uses instead of real weights; and the files' order."""
 
 from __future__ import annotations
 
 import pytest
 
 from lyre.demo_model import DemoPaths, demo_model
+
+# The files that take longest on 2 CPU cores (`pytest --durations`), longest first. They run before the
+# rest, which keep their usual order: scripts/test.sh hands whole files to two workers in this order
+# (--no-loadscope-reorder), so neither worker is left running one long file alone at the end. A file
+# missing here only runs later; the order is a schedule, never a dependency.
+LONGEST_FIRST = (
+    "test_agent.py", "test_train_voice.py", "test_adapter_server.py", "test_router_fleet.py", "test_server.py",
+    "test_api_schema.py", "test_gpu_benchmark.py", "test_transcriptions.py", "test_smollm.py",
+    "test_bench_run.py", "test_baseline.py", "test_chat_server.py", "test_server_scheduling.py",
+    "test_agent_remote.py", "test_realtime_ws.py", "test_engine.py", "test_lora.py", "test_stt_transcriber.py",
+    "test_demo_model.py", "test_tts_stream.py", "test_cli.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each file's tests stay in order
 
 
 @pytest.fixture(scope="session")

@@ -274,10 +274,24 @@ def test_bad_prompts_and_a_full_queue_are_refused(make_engine: Callable[..., Eng
 def test_more_streams_resident_than_the_compute_batch_all_stay_ahead_of_their_listeners(
         make_engine: Callable[..., Engine]) -> None:
     # Six streams share a compute batch of two: each step advances the two closest to running dry.
-    # Listeners play one token per PACE seconds from their first token on; a token is late when it
-    # arrives after the tokens before it have played.
+    # Listeners play one token per `pace` seconds from their first token on; a token is late when it
+    # arrives after the tokens before it have played. The pace leaves the engine 2.5 times the steps the
+    # six need, measured here first: on a CPU another process is loading, a fixed pace measures the load,
+    # while a scheduler that starved some streams would leave those late at any pace.
     engine = make_engine(max_batch=6, compute_batch=2)
-    pace, tokens = 0.05, 84
+    tokens = 56
+
+    async def step_s() -> float:
+        stream = engine.generate(PROMPTS[0], _speech(9, max_tokens=28), constraint=AUDIO)
+        await stream.take(1)  # after the prefill
+        start, made = time.monotonic(), 0
+        while batch := await stream.take(28):
+            made += len(batch)
+        return (time.monotonic() - start) / max(1, made)
+
+    # Six streams, two a step: three steps per token each. A scheduler that ran two streams to their end
+    # before the others would leave those 56 / 7.5 paces, at least 0.75 s, late: past the grace.
+    pace = max(0.1, 2.5 * 3 * asyncio.run(step_s()))
 
     async def listen(i: int) -> tuple[bool, int]:
         stream = engine.generate(PROMPTS[i % len(PROMPTS)], _speech(i, max_tokens=tokens), constraint=AUDIO,
