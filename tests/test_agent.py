@@ -287,6 +287,7 @@ def test_the_playground_talks_through_the_browser_microphone(server: Server, tmp
     from selenium.webdriver.chrome.options import Options
     from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
+    from selenium.common.exceptions import TimeoutException
     from selenium.webdriver.support.ui import WebDriverWait
     from test_playground import CHROMEDRIVER, CHROMIUM
 
@@ -312,7 +313,11 @@ def test_the_playground_talks_through_the_browser_microphone(server: Server, tmp
         wait.until(lambda d: d.execute_script("return document.getElementById('voice').options.length >= 8"))
         browser.find_element(By.ID, "talk").click()
         # A reply that spoke: a speculative one, cancelled when the question went on, ends without audio.
-        wait.until(lambda d: d.execute_script("return window.lyreTalk.turns.some(t => t.firstAudio != null)"))
+        try:
+            wait.until(lambda d: d.execute_script("return window.lyreTalk.turns.some(t => t.firstAudio != null)"))
+        except TimeoutException:
+            pytest.fail(f"no reply spoke: {browser.find_element(By.ID, 'talkStatus').text!r}, "
+                        f"{browser.execute_script('return window.lyreTalk')}")
         talk = browser.execute_script("return window.lyreTalk")
         rows = [row.text for row in browser.find_elements(By.CSS_SELECTOR, "#turns tbody tr")]
         browser.find_element(By.ID, "hangUp").click()

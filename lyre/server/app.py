@@ -19,7 +19,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from lyre.agent import LocalThinker, RemoteThinker, SmartTurn, Thinker, find_smart_turn
 from lyre.api_keys import RequireKey
 from lyre.llm import Chat, ChatOptions, ChatServing
-from lyre.server import adapters_api, audio_speech, completions, realtime_socket, transcriptions, tts_socket
+from lyre.server import (adapters_api, alignments, audio_speech, completions, realtime_socket, transcriptions,
+                         tts_socket)
 from lyre.server.admission import Admission
 from lyre.server.config import ServerConfig
 from lyre.server.errors import document_errors, error_doc, error_response, install_error_handlers
@@ -180,6 +181,7 @@ def create_app(config: ServerConfig, tts: Synthesizer | None = None) -> FastAPI:
     app.include_router(audio_speech.router)
     app.include_router(tts_socket.router)
     app.include_router(transcriptions.router)
+    app.include_router(alignments.router)
     app.include_router(realtime_socket.router)
     app.include_router(completions.router)
 

@@ -114,6 +114,10 @@ class _StatsCollector(Collector):
                                 value=s.mean_partial_batch)
         yield CounterMetricFamily("lyre_stt_audio_seconds", "Audio seconds transcribed by final passes",
                                   value=s.audio_seconds)
+        yield CounterMetricFamily("lyre_stt_alignments", "Forced alignments (word timestamps of given text)",
+                                  value=s.alignments)
+        yield CounterMetricFamily("lyre_stt_aligned_seconds", "Audio seconds aligned with given text",
+                                  value=s.aligned_seconds)
         yield CounterMetricFamily("lyre_stt_busy_seconds", "Seconds the transcriber spent in the model",
                                   value=s.busy_seconds)
         yield CounterMetricFamily("lyre_stt_queue_wait_seconds", "Seconds jobs waited for the transcriber, summed",

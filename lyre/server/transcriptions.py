@@ -27,7 +27,7 @@ from lyre.stt import (
     decode_file,
 )
 
-__all__ = ["TRANSCRIPTIONS_PATH", "router"]
+__all__ = ["TRANSCRIPTIONS_PATH", "LimitedUpload", "router", "upload_limit"]
 
 TRANSCRIPTIONS_PATH = "/v1/audio/transcriptions"
 # Room in a multipart body beyond the file: part headers, boundaries and the other fields
@@ -40,9 +40,15 @@ Granularity = Literal["word", "segment"]
 assert ResponseFormat.__args__ == formats.RESPONSE_FORMATS  # type: ignore[attr-defined]
 
 
-def _upload_limit(request: Request) -> tuple[int, str]:
+def upload_limit(request: Request) -> tuple[int, str]:
+    """The largest audio file this server takes, and the error naming it."""
     limit = request.app.state.lyre.config.stt_max_file_bytes
-    return limit + _FORM_ROOM, f"file: the upload is over this server's limit of {limit / 2**20:g} MB ({limit} bytes)"
+    return limit, f"file: the upload is over this server's limit of {limit / 2**20:g} MB ({limit} bytes)"
+
+
+def _body_limit(request: Request) -> tuple[int, str]:
+    limit, too_large = upload_limit(request)
+    return limit + _FORM_ROOM, too_large
 
 
 def _stt_on_and_not_draining(request: Request) -> None:
@@ -53,12 +59,12 @@ def _stt_on_and_not_draining(request: Request) -> None:
         raise HTTPException(503, "server is shutting down")
 
 
-class _LimitedUpload(LimitedBodyRoute):
+class LimitedUpload(LimitedBodyRoute):
     """Refuses an upload over the limit before its body is read: by its Content-Length, or, for
     a chunked body, as soon as the bytes received pass the limit. So no more of a body than the
     limit reaches memory or the disk the form parser spools files to."""
 
-    body_limit = staticmethod(_upload_limit)
+    body_limit = staticmethod(_body_limit)
     before_body = staticmethod(_stt_on_and_not_draining)
 
 
@@ -94,7 +100,7 @@ class TranscriptionVerbose(BaseModel):
     words: list[TranscriptionWord] | None = None  # with the "word" granularity
 
 
-router = APIRouter(route_class=_LimitedUpload)
+router = APIRouter(route_class=LimitedUpload)
 
 
 @router.post(
@@ -129,8 +135,8 @@ async def create_transcription(
         if timestamp_granularities and response_format != "verbose_json":
             raise InvalidParam("timestamp_granularities[] needs response_format verbose_json, "
                                f"got {response_format}", "timestamp_granularities[]")
-        limit, too_large = _upload_limit(request)
-        if file.size is not None and file.size > limit - _FORM_ROOM:
+        limit, too_large = upload_limit(request)
+        if file.size is not None and file.size > limit:
             raise HTTPException(413, too_large)
         granularities = set(timestamp_granularities or ("segment",))
         options = TranscribeOptions(language=(language or "").strip().lower() or None, prompt=prompt or None,

@@ -9,11 +9,13 @@ OpenAI Realtime transcription events and knows nothing of the transport.
 """
 
 from lyre.stt.agreement import LocalAgreement
+from lyre.stt.align import AlignedWord, Alignment, written_words
 from lyre.stt.audio import SAMPLE_RATE, AudioError, PcmResampler, decode_file
 from lyre.stt.model import demo_whisper, resolve_whisper
 from lyre.stt.realtime import RealtimeConfig, RealtimeSession, TurnListener
 from lyre.stt.realtime_events import DEFAULT_MODEL, RealtimeError, error_event
 from lyre.stt.transcriber import (
+    MAX_ALIGN_SECONDS,
     MAX_PARTIAL_SECONDS,
     PartialPolicy,
     STTConfig,
@@ -28,6 +30,9 @@ from lyre.stt.whisper import FULL_WINDOW, MAX_PROMPT_CHARS, FinalWindow, Segment
 
 __all__ = [
     "DEFAULT_MODEL",
+    "MAX_ALIGN_SECONDS",
+    "AlignedWord",
+    "Alignment",
     "FULL_WINDOW",
     "MAX_PROMPT_CHARS",
     "MAX_PARTIAL_SECONDS",
@@ -58,4 +63,5 @@ __all__ = [
     "demo_whisper",
     "error_event",
     "resolve_whisper",
+    "written_words",
 ]

@@ -36,6 +36,7 @@ import numpy as np
 
 from lyre.batching import BatchLimits
 from lyre.loops import settle_futures
+from lyre.stt.align import Alignment, align_passes
 from lyre.stt.audio import SAMPLE_RATE
 from lyre.stt.model import resolve_whisper
 from lyre.stt.whisper import FULL_WINDOW, FinalWindow, TranscribeOptions, Transcript, final_pass, partial_passes
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
     from lyre.stt.fitted import FittedWhisperModel
 
 __all__ = [
+    "MAX_ALIGN_SECONDS",
     "MAX_PARTIAL_SECONDS",
     "PartialPolicy",
     "STTConfig",
@@ -55,6 +57,7 @@ __all__ = [
 ]
 
 MAX_PARTIAL_SECONDS = 30.0  # Whisper's window: a partial pass sees one
+MAX_ALIGN_SECONDS = 30.0  # and so does an alignment
 
 
 class TranscriberBusy(RuntimeError):
@@ -117,6 +120,8 @@ class STTStats:
     partials: int
     partial_batches: int
     audio_seconds: float  # audio transcribed by final passes
+    alignments: int
+    aligned_seconds: float  # audio aligned with given text
     busy_seconds: float  # worker time spent in the model
     queue_wait_total_s: float
     queue_wait_max_s: float
@@ -132,13 +137,18 @@ class _Job:
     audio: np.ndarray  # float32, 16 kHz mono
     future: asyncio.Future
     loop: asyncio.AbstractEventLoop
-    options: TranscribeOptions | None = None  # None: a partial pass
-    language: str | None = None  # partials only
+    options: TranscribeOptions | None = None  # a final pass's; None: a partial or an alignment
+    language: str | None = None  # partials and alignments
+    words: list[str] | None = None  # an alignment's
     enqueued: float = field(default_factory=time.perf_counter)
 
     @property
+    def kind(self) -> str:
+        return "final" if self.options is not None else "align" if self.words is not None else "partial"
+
+    @property
     def partial(self) -> bool:
-        return self.options is None
+        return self.kind == "partial"
 
 
 class Transcriber:
@@ -154,8 +164,8 @@ class Transcriber:
         self._pending = 0
         self._cond = threading.Condition()
         self._closed = False
-        self._counts = {"finals": 0, "partials": 0, "partial_batches": 0}
-        self._audio_s = self._busy_s = self._wait_total = self._wait_max = 0.0
+        self._counts = {"finals": 0, "partials": 0, "partial_batches": 0, "alignments": 0}
+        self._audio_s = self._aligned_s = self._busy_s = self._wait_total = self._wait_max = 0.0
         self._thread = threading.Thread(target=self._work, name="lyre-stt", daemon=True)
         self._thread.start()
 
@@ -189,13 +199,23 @@ class Transcriber:
         audio = audio[-int(MAX_PARTIAL_SECONDS * SAMPLE_RATE):]
         return await self._submit(_Job(session, audio, *self._future(), language=language))
 
+    async def align(self, audio: np.ndarray, words: list[str], language: str | None, session: Hashable,
+                    ) -> Alignment:
+        """When each of ``words`` is spoken in ``audio`` (float32 at 16 kHz, at most 30 s); see lyre.stt.align."""
+        self.check_language(language)
+        if audio.size > MAX_ALIGN_SECONDS * SAMPLE_RATE:
+            raise ValueError(f"audio: at most {MAX_ALIGN_SECONDS:g} s can be aligned at once, "
+                             f"got {audio.size / SAMPLE_RATE:.1f} s")
+        return await self._submit(_Job(session, audio, *self._future(), language=language or "en", words=words))
+
     def final_window(self, options: TranscribeOptions) -> FinalWindow:
         """The first window a final pass with ``options`` encodes: the live path's or the files'."""
         return self.config.live_window if options.live else self.config.file_window
 
     def stats(self) -> STTStats:
         with self._cond:
-            return STTStats(pending=self._pending, audio_seconds=self._audio_s, busy_seconds=self._busy_s,
+            return STTStats(pending=self._pending, audio_seconds=self._audio_s, aligned_seconds=self._aligned_s,
+                            busy_seconds=self._busy_s,
                             queue_wait_total_s=self._wait_total, queue_wait_max_s=self._wait_max, **self._counts)
 
     def close(self) -> None:
@@ -246,6 +266,16 @@ class Transcriber:
 
     # -- the worker thread --
 
+    def _align(self, batch: list[_Job]) -> list[object]:
+        """Alignments of a batch, one language at a time (one decoder prompt per language)."""
+        results: dict[int, object] = {}
+        for language in {job.language for job in batch}:
+            index = [i for i, job in enumerate(batch) if job.language == language]
+            found = align_passes(self.model, [batch[i].audio for i in index], [batch[i].words or [] for i in index],
+                                 language or "en")
+            results.update(zip(index, found))
+        return [results[i] for i in range(len(batch))]
+
     def _work(self) -> None:
         while (batch := self._next_batch()) is not None:
             start = time.perf_counter()
@@ -253,6 +283,8 @@ class Transcriber:
                 if batch[0].partial:
                     results: list[object] = partial_passes(self.model, [j.audio for j in batch],
                                                            [j.language for j in batch])
+                elif batch[0].kind == "align":
+                    results = self._align(batch)
                 else:
                     job = batch[0]
                     results = [final_pass(self.model, job.audio, job.options, self.final_window(job.options))]
@@ -267,6 +299,9 @@ class Transcriber:
                 if batch[0].partial:
                     self._counts["partials"] += len(batch)
                     self._counts["partial_batches"] += 1
+                elif batch[0].kind == "align":
+                    self._counts["alignments"] += len(batch)
+                    self._aligned_s += sum(job.audio.size for job in batch) / SAMPLE_RATE
                 else:
                     self._counts["finals"] += 1
                     self._audio_s += batch[0].audio.size / SAMPLE_RATE
@@ -279,13 +314,13 @@ class Transcriber:
                 self._cond.wait()
             if self._closed:
                 return None
-            first = self._pop_turn(lambda job: not job.partial) or self._pop_turn(lambda job: True)
+            first = self._pop_turn(lambda job: job.kind == "final") or self._pop_turn(lambda job: True)
             batch = [first]
-            if first.partial and self.policy.max_batch > 1:
+            if first.kind != "final" and self.policy.max_batch > 1:  # partials batch; so do alignments
                 deadline = first.enqueued + self.policy.max_wait_ms / 1000
                 while len(batch) < self.policy.max_batch:
-                    taken = {j.session for j in batch}  # one job per session: a session's partials go in order
-                    job = self._pop_turn(lambda job: job.partial and job.session not in taken)
+                    taken = {j.session for j in batch}  # one job per session: a session's jobs go in order
+                    job = self._pop_turn(lambda job: job.kind == first.kind and job.session not in taken)
                     if job is not None:
                         batch.append(job)
                         continue

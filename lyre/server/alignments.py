@@ -1,0 +1,100 @@
+"""``POST /v1/audio/alignments``: forced alignment, an audio file and the text it speaks in, word times out."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated
+
+from fastapi import APIRouter, File, Form, Request, UploadFile
+from pydantic import BaseModel
+from starlette.exceptions import HTTPException
+
+from lyre.server.admission import Overloaded
+from lyre.server.errors import InvalidParam, error_doc
+from lyre.server.state import ServerState
+from lyre.server.transcriptions import LimitedUpload, upload_limit
+from lyre.stt import (
+    MAX_ALIGN_SECONDS,
+    SAMPLE_RATE,
+    AudioError,
+    TranscriberBusy,
+    TranscriberClosed,
+    TranscriptionFailed,
+    decode_file,
+    written_words,
+)
+
+__all__ = ["ALIGNMENTS_PATH", "MAX_ALIGN_CHARS", "MAX_WORDS_PER_SECOND", "router"]
+
+ALIGNMENTS_PATH = "/v1/audio/alignments"
+MAX_ALIGN_CHARS = 5000
+# Fast speech runs at 4-5 words a second; more words than this per second of audio cannot all be in it.
+MAX_WORDS_PER_SECOND = 8.0
+_RETRY_AFTER_S = 1
+
+
+class AlignedWordJson(BaseModel):
+    text: str
+    start: float
+    end: float
+
+
+class AlignmentJson(BaseModel):
+    words: list[AlignedWordJson]
+    duration: float
+
+
+router = APIRouter(route_class=LimitedUpload)
+
+
+@router.post(
+    ALIGNMENTS_PATH,
+    response_model=AlignmentJson,
+    responses={
+        404: error_doc("Speech to text is not enabled on this server"),
+        413: error_doc("The file is over the server's upload limit"),
+        503: error_doc("The server is shutting down"),
+    },
+)
+async def create_alignment(
+    request: Request,
+    file: Annotated[UploadFile, File(description="Audio in any format ffmpeg reads, at most 30 s")],
+    text: Annotated[str, Form(max_length=MAX_ALIGN_CHARS, description="What the audio says. Words come back "
+                                                                     "as written; tags such as <laugh> are not "
+                                                                     "words")],
+    language: Annotated[str, Form(max_length=20, description="ISO-639-1 code (default: en)")] = "en",
+) -> AlignmentJson:
+    state: ServerState = request.app.state.lyre
+    stt = state.require_stt()
+    limit, too_large = upload_limit(request)
+    if file.size is not None and file.size > limit:
+        raise HTTPException(413, too_large)
+    words = written_words(text)
+    if not words:
+        raise InvalidParam("text: no words to align (empty, or only tags and punctuation)", "text")
+    language = language.strip().lower() or "en"
+    try:
+        stt.check_language(language)
+    except ValueError as exc:
+        raise InvalidParam(str(exc), "language") from None
+    try:
+        audio = await asyncio.to_thread(decode_file, await file.read(), file.filename or "file")
+    except AudioError as exc:
+        raise InvalidParam(f"file: {exc}", "file") from None
+    seconds = audio.size / SAMPLE_RATE
+    if seconds > MAX_ALIGN_SECONDS:
+        raise InvalidParam(f"file: at most {MAX_ALIGN_SECONDS:g} s of audio can be aligned, got {seconds:.1f} s",
+                           "file")
+    if len(words) > MAX_WORDS_PER_SECOND * seconds + 2:
+        raise InvalidParam(f"text: {len(words)} words cannot all be spoken in {seconds:.2f} s of audio", "text")
+    client = request.client.host if request.client else None
+    try:
+        found = await stt.align(audio, words, language, session=("align", client))
+    except TranscriberBusy as exc:
+        raise Overloaded(str(exc), _RETRY_AFTER_S) from None
+    except TranscriberClosed:
+        raise HTTPException(503, "server is shutting down") from None
+    except TranscriptionFailed as exc:
+        raise HTTPException(500, str(exc)) from exc
+    return AlignmentJson(words=[AlignedWordJson(text=w.text, start=w.start, end=w.end) for w in found.words],
+                         duration=round(found.duration, 3))

@@ -1,0 +1,215 @@
+"""Forced alignment: when each word of a known text is spoken in audio that speaks it.
+
+Cheaper than transcribing: one encoder pass over the audio (a window fitted to
+it, not Whisper's 30 s) and one decoder pass over the given text's tokens, the
+word times read from the alignment heads' cross-attention by CTranslate2's
+``align`` (dynamic time warping, as faster-whisper's word timestamps do). That
+raw alignment gives pauses no time (each word starts where the one before
+ended, the first at 0), so each word's span is then snapped to the voiced
+10 ms frames inside it.
+
+Words come back exactly as written, punctuation attached to the word before it
+(or, at the start, after it); emotion tags such as ``<laugh>`` are not words and
+get no entry of their own.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from lyre.stt.audio import SAMPLE_RATE
+from lyre.stt.whisper import FULL_WINDOW_FRAMES, SAMPLES_PER_FRAME
+
+if TYPE_CHECKING:
+    from faster_whisper import WhisperModel
+
+__all__ = ["AlignedWord", "Alignment", "align_passes", "snap_to_voice", "written_words"]
+
+TAG = re.compile(r"<[A-Za-z_]+>")  # Orpheus's emotion tags: <laugh>, <sigh>, <chuckle>, ...
+_ENCODER_FRAMES_PER_S = 50  # one encoder frame per 20 ms
+_PAD_FRAMES = 100  # feature frames (10 ms) of silence after the audio in the encoded window
+_MEDIAN_FILTER = 7  # over the attention weights, as faster-whisper's word timestamps use
+_VOICE_FRAME = SAMPLE_RATE // 100  # 10 ms
+_VOICE_BELOW_PEAK_DB = 35.0  # a 10 ms frame is voiced within this many dB of the loudest
+_VOICE_FLOOR_DBFS = -55.0  # and above this, whatever the peak
+_MIN_PAUSE_FRAMES = 5  # an unvoiced run of 50 ms or more (longer than a stop consonant's closure) is a pause
+_PAUSE_REACH_S = 0.3  # how far from the alignment heads' boundary a pause may be and still be it
+
+
+@dataclass(frozen=True)
+class AlignedWord:
+    text: str  # as written in the input, punctuation attached
+    start: float  # seconds from the start of the audio
+    end: float
+
+
+@dataclass(frozen=True)
+class Alignment:
+    words: tuple[AlignedWord, ...]
+    duration: float  # of the audio, in seconds
+
+
+def written_words(text: str) -> list[str]:
+    """``text``'s words as written: split on whitespace, emotion tags dropped, a piece with no letter or
+    digit (a dash, a lone quote) joined to the word before it, or at the start to the word after it."""
+    words: list[str] = []
+    leading = ""
+    for piece in TAG.sub(" ", text).split():
+        if any(ch.isalnum() for ch in piece):
+            words.append(leading + piece)
+            leading = ""
+        elif words:
+            words[-1] = f"{words[-1]} {piece}"
+        else:
+            leading = piece + " "
+    return words
+
+
+def encoded_frames(samples: int) -> int:
+    """Feature frames (10 ms) encoded to align ``samples`` of audio: the audio and 1 s of silence,
+    rounded up to an even count, at most Whisper's 30 s."""
+    frames = math.ceil(samples / SAMPLES_PER_FRAME) + _PAD_FRAMES
+    return min(FULL_WINDOW_FRAMES, frames + frames % 2)
+
+
+def align_passes(model: WhisperModel, audios: list[np.ndarray], texts: list[list[str]],
+                 language: str = "en") -> list[Alignment]:
+    """Align each audio (float32, 16 kHz, at most 30 s) with its words, all in one encoder batch.
+
+    Raw times from the alignment heads, then `snap_to_voice`; an empty word list aligns to nothing.
+    """
+    from faster_whisper.audio import pad_or_trim
+    from faster_whisper.tokenizer import Tokenizer
+
+    tokenizer = Tokenizer(model.hf_tokenizer, model.model.is_multilingual, task="transcribe", language=language)
+    # The warping path starts at the window's first frame: leading silence would go to the first word and
+    # push every later word early. Each audio is aligned from just before its voice starts.
+    offsets = [_voice_start(a) for a in audios]
+    full, audios = audios, [a[o:] for a, o in zip(audios, offsets)]
+    frames = encoded_frames(max(a.size for a in audios))
+    features = np.stack([pad_or_trim(model.feature_extractor(a)[..., :-1], frames) for a in audios])
+    encoded = model.encode(features)
+    per_word = [[tokenizer.encode(" " + word) for word in words] for words in texts]
+    tokens = [[t for word in words for t in word] for words in per_word]
+    wanted = [i for i, t in enumerate(tokens) if t]
+    results = {}
+    if wanted:
+        import ctranslate2
+
+        # CTranslate2 aligns a batch whose rows share the encoder output's batch: align the rows with words.
+        rows = encoded if len(wanted) == len(audios) else ctranslate2.StorageView.from_array(
+            np.asarray(encoded)[wanted])
+        found = model.model.align(rows, tokenizer.sot_sequence, [tokens[i] for i in wanted],
+                                  [math.ceil(audios[i].size / SAMPLES_PER_FRAME) for i in wanted],
+                                  median_filter_width=_MEDIAN_FILTER)
+        results = dict(zip(wanted, found))
+    out = []
+    for i, (audio, words) in enumerate(zip(full, texts)):
+        duration = audio.size / SAMPLE_RATE
+        if i not in results:
+            out.append(Alignment((), duration))
+            continue
+        starts, ends = _word_times(results[i].alignments, [len(t) for t in per_word[i]])
+        shift = offsets[i] / SAMPLE_RATE
+        spans = snap_to_voice(audio, np.clip(starts + shift, 0, duration), np.clip(ends + shift, 0, duration))
+        out.append(Alignment(tuple(AlignedWord(w, round(s, 3), round(e, 3)) for w, (s, e) in zip(words, spans)),
+                             duration))
+    return out
+
+
+def _word_times(alignments: list[tuple[int, int]], counts: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """Each word's start and end in seconds from the warping path of (text token, time frame) pairs:
+    a word starts where the path first reaches its first token, and ends where it reaches the next word's
+    (the last word: the end-of-text token's)."""
+    text_index = np.array([pair[0] for pair in alignments])
+    time_index = np.array([pair[1] for pair in alignments])
+    jumps = np.pad(np.diff(text_index), (1, 0), constant_values=1).astype(bool)
+    jump_times = time_index[jumps] / _ENCODER_FRAMES_PER_S  # one per text token, then the end of text
+    bounds = np.concatenate(([0], np.cumsum(counts)))
+    bounds = np.minimum(bounds, len(jump_times) - 1)
+    return jump_times[bounds[:-1]], jump_times[bounds[1:]]
+
+
+def _voiced_frames(audio: np.ndarray) -> np.ndarray:
+    """Whether each 10 ms frame of ``audio`` is voiced: within 35 dB of the loudest, above -55 dBFS."""
+    n = audio.size // _VOICE_FRAME
+    if n == 0:
+        return np.zeros(0, bool)
+    blocks = audio[: n * _VOICE_FRAME].astype(np.float64).reshape(n, _VOICE_FRAME)
+    level = 10 * np.log10(np.mean(blocks**2, axis=1) + 1e-12)
+    return level > max(_VOICE_FLOOR_DBFS, float(level.max()) - _VOICE_BELOW_PEAK_DB)
+
+
+def _voice_start(audio: np.ndarray) -> int:
+    """The sample 100 ms before the first voiced frame (0 when there is none)."""
+    voiced = np.flatnonzero(_voiced_frames(audio))
+    return 0 if not voiced.size else max(0, int(voiced[0]) - 10) * _VOICE_FRAME
+
+
+def _pauses(voiced: np.ndarray) -> list[tuple[int, int]]:
+    """The unvoiced runs between voiced frames, at least `_MIN_PAUSE_FRAMES` long: (first, past last) frame."""
+    edges = np.flatnonzero(np.diff(np.concatenate(([1], voiced.astype(np.int8), [1]))))
+    runs = list(zip(edges[::2], edges[1::2]))  # unvoiced runs, including any at either end
+    return [(int(a), int(b)) for a, b in runs if b - a >= _MIN_PAUSE_FRAMES and a > 0 and b < voiced.size]
+
+
+def snap_to_voice(audio: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> list[tuple[float, float]]:
+    """Word spans moved onto the audio's pauses, then made ordered and not overlapping.
+
+    The alignment heads place a boundary between two words within a couple of hundred milliseconds;
+    where a pause lies that close, the boundary is the pause (the word before ends where it starts, the
+    word after starts where it ends), each pause used once, in order. The first word starts no earlier
+    than the voice does and the last ends no later, and every span shrinks to the voiced frames inside it.
+    """
+    voiced = _voiced_frames(audio)
+    n = voiced.size
+    if n == 0 or not voiced.any():
+        return _ordered([float(x) for x in starts], [float(x) for x in ends])
+    frame_s = _VOICE_FRAME / SAMPLE_RATE
+    starts, ends = [float(x) for x in starts], [float(x) for x in ends]
+    heard = np.flatnonzero(voiced)
+    starts[0] = max(starts[0], heard[0] * frame_s)
+    ends[-1] = min(ends[-1], (heard[-1] + 1) * frame_s)
+    pauses = [(a * frame_s, b * frame_s) for a, b in _pauses(voiced)]
+    next_pause = 0
+    for k in range(len(starts) - 1):
+        boundary = (ends[k] + starts[k + 1]) / 2
+        best, best_distance = None, _PAUSE_REACH_S
+        for i in range(next_pause, len(pauses)):
+            a, b = pauses[i]
+            if a <= starts[k]:
+                continue  # the word before would end before it starts
+            distance = max(a - boundary, boundary - b, 0.0)
+            if distance <= best_distance:
+                best, best_distance = i, distance
+            if a - boundary > _PAUSE_REACH_S:
+                break
+        if best is not None:
+            ends[k], starts[k + 1] = pauses[best]
+            next_pause = best + 1
+    spans = []
+    for start, end in zip(starts, ends):  # each span tight on the voice inside it
+        first, last = int(start / frame_s), min(n, math.ceil(end / frame_s))
+        inside = np.flatnonzero(voiced[first:last])
+        if inside.size:
+            start, end = (first + inside[0]) * frame_s, (first + inside[-1] + 1) * frame_s
+        spans.append((start, end))
+    return _ordered([a for a, _ in spans], [b for _, b in spans])
+
+
+def _ordered(starts: list[float], ends: list[float]) -> list[tuple[float, float]]:
+    """Each word starting no earlier than the one before ends, and ending no earlier than it starts."""
+    spans = []
+    previous_end = 0.0
+    for start, end in zip(starts, ends):
+        start = max(float(start), previous_end)
+        end = max(float(end), start)
+        spans.append((start, end))
+        previous_end = end
+    return spans
