@@ -9,10 +9,9 @@ from fastapi import APIRouter, File, Form, Request, UploadFile
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 
-from lyre.server.admission import Overloaded
 from lyre.server.errors import InvalidParam, error_doc
 from lyre.server.state import ServerState
-from lyre.server.transcriptions import LimitedUpload, upload_limit
+from lyre.server.transcriptions import LimitedUpload, as_http_error, upload_limit
 from lyre.stt import (
     MAX_ALIGN_SECONDS,
     SAMPLE_RATE,
@@ -30,7 +29,6 @@ ALIGNMENTS_PATH = "/v1/audio/alignments"
 MAX_ALIGN_CHARS = 5000
 # Fast speech runs at 4-5 words a second; more words than this per second of audio cannot all be in it.
 MAX_WORDS_PER_SECOND = 8.0
-_RETRY_AFTER_S = 1
 
 
 class AlignedWordJson(BaseModel):
@@ -80,7 +78,7 @@ async def create_alignment(
     try:
         audio = await asyncio.to_thread(decode_file, await file.read(), file.filename or "file")
     except AudioError as exc:
-        raise InvalidParam(f"file: {exc}", "file") from None
+        raise as_http_error(exc) from None
     seconds = audio.size / SAMPLE_RATE
     if seconds > MAX_ALIGN_SECONDS:
         raise InvalidParam(f"file: at most {MAX_ALIGN_SECONDS:g} s of audio can be aligned, got {seconds:.1f} s",
@@ -90,11 +88,7 @@ async def create_alignment(
     client = request.client.host if request.client else None
     try:
         found = await stt.align(audio, words, language, session=("align", client))
-    except TranscriberBusy as exc:
-        raise Overloaded(str(exc), _RETRY_AFTER_S) from None
-    except TranscriberClosed:
-        raise HTTPException(503, "server is shutting down") from None
-    except TranscriptionFailed as exc:
-        raise HTTPException(500, str(exc)) from exc
+    except (TranscriberBusy, TranscriberClosed, TranscriptionFailed) as exc:
+        raise as_http_error(exc) from exc
     return AlignmentJson(words=[AlignedWordJson(text=w.text, start=w.start, end=w.end) for w in found.words],
                          duration=round(found.duration, 3))

@@ -27,7 +27,7 @@ from lyre.stt import (
     decode_file,
 )
 
-__all__ = ["TRANSCRIPTIONS_PATH", "LimitedUpload", "router", "upload_limit"]
+__all__ = ["TRANSCRIPTIONS_PATH", "LimitedUpload", "as_http_error", "router", "upload_limit"]
 
 TRANSCRIPTIONS_PATH = "/v1/audio/transcriptions"
 # Room in a multipart body beyond the file: part headers, boundaries and the other fields
@@ -154,16 +154,21 @@ async def create_transcription(
         state.metrics.transcription_latency.observe(time.perf_counter() - received)
         outcome = "ok"
         return response
-    except AudioError as exc:
-        raise InvalidParam(f"file: {exc}", "file") from None
-    except TranscriberBusy as exc:
-        raise Overloaded(str(exc), _RETRY_AFTER_S) from None
-    except TranscriberClosed:
-        raise HTTPException(503, "server is shutting down") from None
-    except TranscriptionFailed as exc:
-        raise HTTPException(500, str(exc)) from exc
+    except (AudioError, TranscriberBusy, TranscriberClosed, TranscriptionFailed) as exc:
+        raise as_http_error(exc) from exc
     finally:
         state.metrics.transcriptions.labels(response_format, outcome).inc()
+
+
+def as_http_error(exc: Exception) -> Exception:
+    """What a client gets for the speech-to-text worker's refusal or failure, or for audio it cannot read."""
+    if isinstance(exc, AudioError):
+        return InvalidParam(f"file: {exc}", "file")
+    if isinstance(exc, TranscriberBusy):
+        return Overloaded(str(exc), _RETRY_AFTER_S)
+    if isinstance(exc, TranscriberClosed):
+        return HTTPException(503, "server is shutting down")
+    return HTTPException(500, str(exc))
 
 
 def _respond(transcript: Transcript, response_format: ResponseFormat, granularities: set[str]) -> Response:
