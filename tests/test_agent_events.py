@@ -27,10 +27,11 @@ from websockets.asyncio.client import ClientConnection, connect
 
 from lyre.agent import AgentSession
 from lyre.agent.conversation import Conversation
-from lyre.stt import TranscriberBusy
+from lyre.stt import TranscriberBusy, written_words
 
 TOOLS = [{"type": "function", "name": "get_weather", "description": "The weather in a city.",
           "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}]
+STORY = "One day a fox found a well. It looked down, saw the moon, and jumped in after it."
 FAR = 5_000  # a tool-call index far past any reply's calls, small enough that lyre before the bound survives it
 
 
@@ -58,6 +59,8 @@ class _Front:
         if "two tools" in said:  # one the session declared, one it did not
             chunks = [_chunk({"content": "Let me look. "}), _chunk(_call(0, "launch_rockets", "{}")),
                       _chunk(_call(1, "get_weather", '{"city": "Paris"}'))]
+        elif "story" in said:
+            chunks = [_chunk({"content": STORY})]
         elif "far call" in said:
             chunks = [_chunk(_call(FAR, "get_weather", '{"city": "Paris"}'))]
         else:
@@ -154,6 +157,40 @@ def test_truncating_an_assistant_item_the_client_made_keeps_the_socket(agent: Se
     assert talk.of("response.done")[0]["response"]["status"] == "completed"
     # A text item has no audio to cut: the model still reads all of it.
     assert {"role": "assistant", "content": "The pharmacy closes at nine."} in front.asked[-1]
+
+
+def test_truncating_a_spoken_reply_keeps_the_words_that_ended_before_the_cut(agent: Server, front: _Front) -> None:
+    """The demo model speaks noise, so where the aligner puts each word means nothing; what must hold: the
+    words come ordered inside the audio, the history keeps whole words up to the cut and exactly the
+    playing segment's words that end by then, and the next think step reads that."""
+    async def run() -> tuple[Talk, int]:
+        talk = await _open(agent)
+        async with talk.ws:
+            await talk.send(_say("Tell me a story."))
+            await talk.send({"type": "response.create"})
+            done = (await talk.until("response.done", timeout=60))["response"]
+            samples = sum(len(base64.b64decode(e["delta"])) // 2 for e in talk.of("response.output_audio.delta"))
+            cut = int(1000 * samples / 24_000 * 0.6)
+            await talk.send({"type": "conversation.item.truncate", "item_id": done["output"][0]["id"],
+                             "content_index": 0, "audio_end_ms": cut})
+            await talk.until("conversation.item.truncated")
+            await talk.send(_say("Go on."))
+            await talk.send({"type": "response.create"})
+            await talk.until("response.done", count=2, timeout=60)
+            return talk, cut
+
+    talk, cut = asyncio.run(run())
+    assert not talk.of("error")
+    (truncated,) = talk.of("conversation.item.truncated")
+    assert truncated["audio_end_ms"] == cut
+    heard, words = truncated["lyre"]["transcript"], truncated["lyre"]["words"]
+    assert words and all(0 <= w["start_ms"] <= w["end_ms"] for w in words)
+    assert all(a["end_ms"] <= b["start_ms"] for a, b in zip(words, words[1:]))
+    kept = written_words(heard)
+    assert kept == written_words(STORY)[:len(kept)]  # whole words, from the start, in order
+    ended = [w["text"] for w in words if w["end_ms"] <= cut]
+    assert kept[len(kept) - len(ended):] == ended and len(kept) < len(written_words(STORY))
+    assert {"role": "assistant", "content": heard} in front.asked[-1]
 
 
 def test_a_tool_the_session_did_not_declare_is_an_error_not_a_call(agent: Server) -> None:

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from align_truth import ALIGN_SENTENCES, KnownUtterance, known_utterance
-from lyre.stt import Alignment, Transcriber, written_words
+from lyre.stt import Alignment, Transcriber, TranscriberBusy, WordTimer, written_words
 from lyre.stt.align import snap_to_voice
 from serving import Server, running_server
 
@@ -93,6 +93,49 @@ def test_an_alignment_batched_with_others_matches_it_alone(stt: Transcriber,
     assert [w.text for w in together.words] == [w.text for w in alone.words]
     # The batch pads every encoder input to the longest: a word may move by an attention frame or two.
     assert max(abs(a.start - b.start) + abs(a.end - b.end) for a, b in zip(alone.words, together.words)) <= 0.1
+
+
+def test_a_streams_segments_are_timed_in_order_from_the_streams_start(stt: Transcriber,
+                                                                    utterances: list[KnownUtterance]) -> None:
+    """`WordTimer`: three utterances back to back as one stream, each aligned once it has ended (the second
+    while the third is still streaming); the aligner refuses the second, which gets no words alone."""
+    pieces = [(u, (np.clip(u.audio, -1, 1) * 32767).astype(np.int16)) for u in utterances[:3]]
+    calls = 0
+
+    async def aligner() -> Transcriber:
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            raise TranscriberBusy("the queue is full")
+        return stt
+
+    async def run() -> tuple[list[list], WordTimer]:
+        timer = WordTimer(aligner, "stream", rate=16_000)
+        got: list[list] = []
+        collect = asyncio.create_task(_collect(timer, got))
+        at = 0
+        for utterance, pcm in pieces:
+            for i in range(0, pcm.size, 1600):  # 100 ms chunks
+                timer.add(pcm[i:i + 1600])
+            timer.segment(utterance.text, at, at + pcm.size)
+            at += pcm.size
+        timer.finish()
+        await collect
+        return got, timer
+
+    async def _collect(timer: WordTimer, got: list[list]) -> None:
+        async for words in timer.results():
+            got.append(words)
+
+    got, timer = asyncio.run(run())
+    assert len(got) == 3 and got[1] == [] and timer.failures == 1
+    offset, errors = 0.0, []
+    for (utterance, pcm), words in zip(pieces, got):
+        if words:
+            assert [w.text for w in words] == written_words(utterance.text)
+            errors += [abs(w.start - (start + offset)) for (_, start, _), w in zip(utterance.words, words)]
+        offset += pcm.size / 16_000
+    assert np.median(errors) <= MEDIAN_TOLERANCE_S, errors
 
 
 # -- the API ---------------------------------------------------------------------------------------------

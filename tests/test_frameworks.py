@@ -30,6 +30,7 @@ from pipecat.frames.frames import (
     TranscriptionFrame,
     TTSAudioRawFrame,
     TTSSpeakFrame,
+    TTSTextFrame,
 )
 from pipecat.observers.base_observer import BaseObserver, FramePushed
 from pipecat.pipeline.pipeline import Pipeline
@@ -67,7 +68,7 @@ def server() -> Iterator[Server]:
 class _Sink(FrameProcessor, Generic[F]):
     """The pipeline's last processor, where a transport's output would be: keeps the frames of one kind."""
 
-    def __init__(self, kind: type[F]) -> None:
+    def __init__(self, kind: type[F] | tuple[type[Frame], ...]) -> None:
         super().__init__()
         self.kind = kind
         self.frames: list[F] = []
@@ -92,7 +93,7 @@ class _Errors(BaseObserver):
 
 
 async def _run(processors: Sequence[FrameProcessor], frames: Sequence[Frame],
-               keep: type[F]) -> tuple[list[F], list[str]]:
+               keep: type[F] | tuple[type[Frame], ...]) -> tuple[list[F], list[str]]:
     """Run ``processors`` then a sink on ``frames`` and an EndFrame: the ``keep`` frames that reached the
     sink, and every error.
 
@@ -123,18 +124,22 @@ def _check_audio(audio: list[TTSAudioRawFrame]) -> None:
     assert all(f.audio and len(f.audio) % 2 == 0 for f in audio)  # whole 16-bit samples
 
 
-def test_cartesia_tts_speaks_an_llm_reply(server: Server) -> None:
+def test_cartesia_tts_speaks_an_llm_reply_and_says_which_words_were_spoken(server: Server) -> None:
+    """Pipecat asks for word timestamps (add_timestamps) and turns them into the TTSTextFrames an agent's
+    context is built from; the demo model's noise makes the times meaningless, the words must all come."""
     tts = CartesiaTTSService(
         api_key="unused",
         url=f"{server.ws_url}/v1/tts/websocket",
         sample_rate=SAMPLE_RATE,
         settings=CartesiaTTSService.Settings(voice="tara", model="orpheus"),
     )
-    reply = [LLMFullResponseStartFrame(), *map(LLMTextFrame, ["Hello", " there.", " How", " are", " you?"]),
-             LLMFullResponseEndFrame()]
-    audio, errors = asyncio.run(_run([tts], reply, TTSAudioRawFrame))
+    pieces = ["Hello", " there.", " How", " are", " you", " today?"]
+    reply = [LLMFullResponseStartFrame(), *map(LLMTextFrame, pieces), LLMFullResponseEndFrame()]
+    frames, errors = asyncio.run(_run([tts], reply, (TTSAudioRawFrame, TTSTextFrame)))
     assert errors == []
-    _check_audio(audio)
+    _check_audio([f for f in frames if isinstance(f, TTSAudioRawFrame)])
+    spoken = [f.text.strip() for f in frames if isinstance(f, TTSTextFrame)]
+    assert spoken == "".join(pieces).split()
 
 
 def test_openai_tts_speaks_with_an_openai_voice_name(server: Server) -> None:

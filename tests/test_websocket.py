@@ -21,6 +21,7 @@ from websockets.exceptions import InvalidStatus
 from lyre.demo_model import DemoPaths
 from lyre.orpheus import FRAME_TOKENS, SAMPLES_PER_FRAME
 from lyre.server.admission import Admission
+from lyre.server.aligner import ALIGNER_OFF, Aligner
 from lyre.server import ws_messages as msg
 from lyre.server.config import ServerConfig
 from lyre.server.metrics import Metrics
@@ -128,6 +129,21 @@ def test_text_in_two_pieces_is_spoken_then_done(server: _Server) -> None:
     assert _metric(server, "lyre_requests_total", api="websocket", outcome="ok") == ok_before + 1
     assert _metric(server, "lyre_time_to_first_audio_seconds_count", api="websocket") >= 1
     assert _metric(server, "lyre_audio_seconds_total", api="websocket") > 0
+
+
+def test_with_word_times_off_a_context_asking_for_them_still_speaks(server: _Server) -> None:
+    """``--aligner off``: Pipecat's Cartesia service always sends add_timestamps; it gets its audio and done."""
+    async def main() -> dict[str, list[dict[str, Any]]]:
+        async with connect(server.url) as ws:
+            await ws.send(_msg("c1", "Hello there.", False, max_tokens=SHORT, seed=1, add_timestamps=True))
+            return await _until_done(ws, "c1")
+
+    server.state.aligner = Aligner(ALIGNER_OFF, None, "cpu")
+    try:
+        seen = asyncio.run(main())
+    finally:
+        server.state.aligner = None
+    assert len(_audio(seen["c1"])) > 0  # chunks then done, and no timestamps message
 
 
 def test_an_openai_voice_name_is_accepted_and_keeps_the_voice_it_stands_for(server: _Server) -> None:

@@ -50,17 +50,28 @@ class Conversation:
         """An assistant reply that was heard for ``heard_ms`` of its ``audio_ms``, and the functions it called."""
         if text:  # a reply that only called functions says nothing
             self.add({"id": item_id, "type": "message", "role": "assistant", "full_text": text,
-                      "audio_ms": audio_ms, "text": heard_text(text, heard_ms, audio_ms)})
+                      "audio_ms": audio_ms, "text": heard_text(text, heard_ms, audio_ms), "heard_ms": heard_ms})
         for call in calls:
             self.add({"id": call["id"], "type": "function_call", "call_id": call["call_id"], "name": call["name"],
                       "arguments": call["arguments"]})
 
     def cut(self, item_id: str, heard_ms: float) -> None:
-        """Keep of an assistant item only what was heard in its first ``heard_ms``."""
+        """Keep of an assistant item only what was heard in its first ``heard_ms`` (by the text's length
+        until `heard` gives the words the audio placed)."""
         item = self.find(item_id)
         # An assistant item the client made has no audio ("full_text" and "audio_ms" are a spoken reply's).
         if item is not None and item.get("role") == "assistant" and "full_text" in item:
             item["text"] = heard_text(item["full_text"], heard_ms, item["audio_ms"])
+            item["heard_ms"] = heard_ms
+
+    def heard(self, item_id: str, heard_ms: float, text: str) -> bool:
+        """The words of a spoken reply heard in its first ``heard_ms``, placed in its audio; ignored (False)
+        if the item is gone or has been cut at another point since."""
+        item = self.find(item_id)
+        if item is None or "full_text" not in item or item.get("heard_ms") != heard_ms:
+            return False
+        item["text"] = text
+        return True
 
     def truncate(self, item_id: object, content_index: object, end_ms: object) -> None:
         """``conversation.item.truncate``: checked, then `cut` (RealtimeError naming what is wrong)."""

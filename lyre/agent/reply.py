@@ -21,16 +21,19 @@ import asyncio
 import base64
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from lyre.agent.calls import ToolCalls
 from lyre.agent.events import EventNames, new_id
 from lyre.agent.gate import SentenceGate
+from lyre.agent.conversation import heard_text
 from lyre.agent.think import ThinkError, Thinker, ToolCallDelta
-from lyre.stt import RealtimeError, error_event
+from lyre.stt import AlignedWord, RealtimeError, WordTimer, error_event
 from lyre.tts import SpeechOptions, Synthesizer
 
 __all__ = ["Reply", "ReplySpec", "ReplyTimes"]
@@ -99,6 +102,8 @@ class Reply:
         self._audio_out_at: float | None = None  # perf_counter() when the client got its first audio
         self._gate = SentenceGate(spec.first_sentences)
         self._speaking: Any = None  # the speech stream, while text may go to it
+        self._stream: Any = None  # the speech stream, from its start (its segments tell which text is where)
+        self._pcm: list[np.ndarray] = []  # the reply's audio, kept to find which words were heard
         self._where: dict[str, Any] = {"response_id": self.id, "item_id": self.item_id, "output_index": 0,
                                        "content_index": 0}
         self._message: dict[str, Any] = {"id": self.item_id, "type": "message", "role": "assistant",
@@ -147,6 +152,27 @@ class Reply:
         if self._audio_out_at is None:
             return 0.0
         return min(self.audio_ms, 1000 * (time.perf_counter() - self._audio_out_at))
+
+    async def heard(self, heard_ms: float, aligner: Callable[[], Awaitable[Any]]) -> tuple[str, list[AlignedWord]]:
+        """What the listener heard of the reply in its first ``heard_ms``: the text of each segment heard
+        whole, then the words of the segment playing at ``heard_ms`` that end by then, as the aligner
+        places them in its audio (only that segment is aligned); and that segment's words with their times,
+        in ms from the reply's start. If it cannot be aligned, that segment is cut by its length instead."""
+        cut = heard_ms * _SAMPLE_RATE / 1000
+        segments = self._stream.segments_so_far() if self._stream is not None else []
+        heard = [s.text for s in segments if s.end <= cut]
+        playing = next((s for s in segments if s.start < cut < s.end), None)
+        found: list[AlignedWord] = []
+        if playing is not None:
+            timer = WordTimer(aligner, ("truncate", self.id), rate=_SAMPLE_RATE)
+            timer.add(np.concatenate(self._pcm))
+            timer.segment(playing.text, playing.start, playing.end)
+            found = [w for words in await timer.rest() for w in words]
+            if found:
+                heard.append(" ".join(w.text for w in found if 1000 * w.end <= heard_ms))
+            else:  # no words to place (tags only), or no aligner: by the segment's length
+                heard.append(heard_text(playing.text, cut - playing.start, playing.end - playing.start))
+        return " ".join(part.strip() for part in heard if part.strip()), found
 
     # -- the work --
 
@@ -209,7 +235,7 @@ class Reply:
     async def _speak(self) -> None:
         gate = self._gate
         stream = self._open_speech()
-        self._speaking = stream
+        self._speaking = self._stream = stream
         audio = asyncio.create_task(self._audio(stream), name=f"lyre-reply-audio-{self.id}")
         thinking = self._think()
         try:
@@ -253,6 +279,7 @@ class Reply:
             if self.times.first_audio is None:
                 self.times.first_audio = time.perf_counter()
             pcm = chunk.astype("<i2", copy=False).tobytes()
+            self._pcm.append(chunk)
             self.audio_samples += len(chunk)
             self._send(self.spec.names.audio_delta, **self._where, delta=base64.b64encode(pcm).decode("ascii"))
 

@@ -17,13 +17,18 @@ actions (`update`, `add_item`, `truncate`, `respond`, `cancel_response`).
 Barge-in: speech starting while a released reply is still playing cancels it
 (``interrupt_response``), and the assistant item keeps the text of the audio
 the client had time to play (by the server's playback clock, or the client's
-own ``conversation.item.truncate``).
+own ``conversation.item.truncate``): the words that end by then, placed in the
+audio by forced alignment of the one segment playing at the cut (until that
+is done, a cut by the text's length stands in). A truncation's
+``conversation.item.truncated`` comes once the words are placed and carries
+them in lyre's extra (``lyre.transcript``, ``lyre.words``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
@@ -37,7 +42,15 @@ from lyre.agent.events import BETA, AgentSettings, new_id, session_object
 from lyre.agent.reply import Reply, ReplySpec
 from lyre.agent.speculation import Speculator
 from lyre.agent.think import Thinker
-from lyre.stt import PcmResampler, RealtimeConfig, RealtimeError, RealtimeSession, Transcriber, error_event
+from lyre.stt import (
+    AlignedWord,
+    PcmResampler,
+    RealtimeConfig,
+    RealtimeError,
+    RealtimeSession,
+    Transcriber,
+    error_event,
+)
 from lyre.stt.realtime_events import session_object as heard_object
 from lyre.stt.utterances import Utterance
 from lyre.stt.whisper import Transcript
@@ -46,6 +59,12 @@ from lyre.tts import Synthesizer
 __all__ = ["AgentConfig", "AgentSession", "EndOfTurn"]
 
 EndOfTurn = Callable[[np.ndarray], Awaitable[float]]  # 16 kHz audio -> probability the turn is over
+_SPOKEN_KEPT = 8  # replies whose audio is kept for a later conversation.item.truncate
+
+
+def _word_objects(words: list[AlignedWord]) -> list[dict[str, Any]]:
+    """Aligned words as lyre's extras show them: milliseconds from the reply's first audio."""
+    return [{"text": w.text, "start_ms": round(1000 * w.start), "end_ms": round(1000 * w.end)} for w in words]
 
 
 @dataclass(frozen=True)
@@ -81,6 +100,7 @@ class AgentSession:
         self._untranscribed: set[str] = set()  # committed utterances whose final pass is still running
         self._reply_when_transcribed = False  # a response.create waits for them
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._spoken: OrderedDict[str, Reply] = OrderedDict()  # the last replies heard, by item id
         self._speculator = Speculator(self._think_ahead, self._spawn)
         self.ear = RealtimeSession(transcriber, self._heard, config.realtime, listener=self)
         self._events = ClientEvents(self, self.ear.config.max_message_bytes)
@@ -156,8 +176,17 @@ class AgentSession:
 
     def truncate(self, item_id: object, content_index: object, audio_end_ms: object) -> None:
         self.conversation.truncate(item_id, content_index, audio_end_ms)
-        self._send("conversation.item.truncated", item_id=item_id, content_index=content_index,
-                   audio_end_ms=audio_end_ms)
+        reply = self._spoken.get(item_id)  # type: ignore[arg-type]
+        if reply is None or audio_end_ms >= reply.audio_ms:  # type: ignore[operator]  # nothing to place
+            self._send("conversation.item.truncated", item_id=item_id, content_index=content_index,
+                       audio_end_ms=audio_end_ms)
+            return
+
+        async def truncated() -> None:  # once the words are placed; the socket reads on meanwhile
+            text, words = await self._cut_by_words(reply, float(audio_end_ms))  # type: ignore[arg-type]
+            self._send("conversation.item.truncated", item_id=item_id, content_index=content_index,
+                       audio_end_ms=audio_end_ms, lyre={"transcript": text, "words": _word_objects(words)})
+        self._spawn(truncated())
 
     def respond(self) -> None:
         if (self.reply is not None and not self.reply.over) or self._reply_when_transcribed:
@@ -273,6 +302,12 @@ class AgentSession:
                                       kind="server_error"))
         heard = reply.played_ms() if reply.status == "cancelled" else reply.audio_ms
         self.conversation.add_reply(reply.item_id, reply.text, reply.audio_ms, heard, reply.calls)
+        if reply.text and reply.audio_samples:
+            self._spoken[reply.item_id] = reply
+            while len(self._spoken) > _SPOKEN_KEPT:
+                self._spoken.popitem(last=False)
+            if heard < reply.audio_ms:
+                self._spawn(self._cut_by_words(reply, heard))
 
     def _barge_in(self) -> None:
         """Speech while the client still plays a reply: stop it, and keep only what was heard."""
@@ -281,8 +316,18 @@ class AgentSession:
             return
         if not reply.over:
             reply.cancel()  # its history entry is cut when it is over
-        else:  # all made, perhaps not all played yet
-            self.conversation.cut(reply.item_id, reply.played_ms())
+        elif (played := reply.played_ms()) < reply.audio_ms:  # all made, not all played yet
+            self.conversation.cut(reply.item_id, played)
+            self._spawn(self._cut_by_words(reply, played))
+
+    async def _cut_by_words(self, reply: Reply, heard_ms: float) -> tuple[str, list[AlignedWord]]:
+        """Cut a reply's history entry, already cut by its length at ``heard_ms``, at the words the aligner
+        places in the audio heard (a reply started meanwhile has the first cut)."""
+        async def aligner() -> Transcriber:
+            return self._stt
+        text, words = await reply.heard(heard_ms, aligner)
+        self.conversation.heard(reply.item_id, heard_ms, text)
+        return text, words
 
     # -- plumbing --
 

@@ -78,6 +78,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                      help="largest audio file accepted, in MiB (default: 25, OpenAI's limit)")
     stt.add_argument("--stt-max-sessions", type=int, default=8,
                      help="realtime transcription sessions at once; more are refused (default: 8)")
+    stt.add_argument("--aligner", metavar="PATH_OR_HUB_ID",
+                     help="the CTranslate2 Whisper that times words (word timestamps, /v1/audio/alignments), e.g. "
+                          "a tiny.en, loaded on first use; off: no word timestamps (default: --stt's model, or "
+                          "without --stt the built-in Whisper base, loaded on first use)")
 
     _add_fleet_args(serve)
 

@@ -9,6 +9,7 @@ from fastapi import APIRouter, File, Form, Request, UploadFile
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 
+from lyre.server.aligner import AlignerUnavailable
 from lyre.server.errors import InvalidParam, error_doc
 from lyre.server.state import ServerState
 from lyre.server.transcriptions import LimitedUpload, as_http_error, upload_limit
@@ -49,9 +50,9 @@ router = APIRouter(route_class=LimitedUpload)
     ALIGNMENTS_PATH,
     response_model=AlignmentJson,
     responses={
-        404: error_doc("Speech to text is not enabled on this server"),
+        404: error_doc("Forced alignment is off on this server (--aligner off)"),
         413: error_doc("The file is over the server's upload limit"),
-        503: error_doc("The server is shutting down"),
+        503: error_doc("The server is shutting down, or its aligner cannot be loaded"),
     },
 )
 async def create_alignment(
@@ -63,7 +64,8 @@ async def create_alignment(
     language: Annotated[str, Form(max_length=20, description="ISO-639-1 code (default: en)")] = "en",
 ) -> AlignmentJson:
     state: ServerState = request.app.state.lyre
-    stt = state.require_stt()
+    if state.aligner is None or state.aligner.off:
+        raise HTTPException(404, "forced alignment is off on this server (started with --aligner off)")
     limit, too_large = upload_limit(request)
     if file.size is not None and file.size > limit:
         raise HTTPException(413, too_large)
@@ -71,6 +73,10 @@ async def create_alignment(
     if not words:
         raise InvalidParam("text: no words to align (empty, or only tags and punctuation)", "text")
     language = language.strip().lower() or "en"
+    try:
+        stt = await state.aligner.get()  # loaded on first use where it is not the speech-to-text worker's
+    except AlignerUnavailable as exc:
+        raise HTTPException(503, str(exc)) from None
     try:
         stt.check_language(language)
     except ValueError as exc:

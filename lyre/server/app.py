@@ -22,6 +22,7 @@ from lyre.llm import Chat, ChatOptions, ChatServing
 from lyre.server import (adapters_api, alignments, audio_speech, completions, realtime_socket, transcriptions,
                          tts_socket)
 from lyre.server.admission import Admission
+from lyre.server.aligner import Aligner
 from lyre.server.config import ServerConfig
 from lyre.server.errors import document_errors, error_doc, error_response, install_error_handlers
 from lyre.server.metrics import Metrics
@@ -119,6 +120,8 @@ def create_app(config: ServerConfig, tts: Synthesizer | None = None) -> FastAPI:
             if config.stt:
                 stt = await asyncio.to_thread(_load_stt, config)
                 models.push_async_callback(asyncio.to_thread, stt.close)
+            aligner = Aligner(config.aligner, stt, config.stt_device or config.serving.device)
+            models.push_async_callback(aligner.aclose)
             chat = None
             if config.llm is not None:
                 chat = await asyncio.to_thread(_load_chat, config)
@@ -139,11 +142,14 @@ def create_app(config: ServerConfig, tts: Synthesizer | None = None) -> FastAPI:
                 chat=chat,
                 thinker=thinker,
                 end_of_turn=end_of_turn,
+                aligner=aligner,
                 admission=Admission(config.serving.max_streams, config.max_queue, config.queue_timeout_s),
                 metrics=Metrics(loaded.engine_stats if loaded else None, loaded.codec_stats if loaded else None,
                                 stt.stats if stt else None, chat.stats if chat else None,
                                 loaded.adapters.stats if loaded is not None and loaded.adapters else None),
             )
+            if aligner.separate:
+                state.metrics.watch_aligner(lambda: own.stats() if (own := aligner.loaded) is not None else None)
             app.state.lyre = state
             if loaded is not None:
                 await _load_adapters(loaded, config)

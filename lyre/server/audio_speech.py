@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import AsyncExitStack
 from typing import Any, Literal
 
@@ -14,10 +14,12 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException
 
+from lyre.server.aligner import word_timestamps
 from lyre.server.body_limit import LimitedBodyRoute
 from lyre.server.encoding import FORMATS, StreamEncoder, make_encoder
 from lyre.server.errors import InvalidParam, error_doc
 from lyre.server.state import ServerState
+from lyre.stt import AlignedWord, WordTimer
 from lyre.tts import AdapterBusy, AdapterError, SpeechOptions
 
 __all__ = ["SpeechRequest", "router"]
@@ -61,6 +63,9 @@ class SpeechRequest(BaseModel):
     max_tokens: int | None = Field(None, ge=1, le=100_000)
     seed: int | None = Field(None, ge=0, lt=2**63)
     trim_silence: bool = True
+    timestamps: bool = Field(False, description="lyre's extra: word times. With stream_format sse, "
+                             "speech.word_timestamps events among the audio deltas; otherwise one JSON answer "
+                             "with the whole audio base64-encoded and its words")
     priority: Literal["realtime", "batch"] = Field(
         "realtime", description="realtime: played as it streams, scheduled on the listener's playback deadline; "
                                 "batch: a file nobody plays live, made with spare capacity")
@@ -74,7 +79,8 @@ def _sse(event: dict[str, object]) -> bytes:
 
 
 _AUDIO_TYPES = {"audio/pcm": {}, "audio/wav": {}, "audio/mpeg": {}, "audio/ogg": {}, "audio/flac": {},
-                "audio/aac": {}, "audio/basic": {}, "audio/x-alaw-basic": {}, "text/event-stream": {}}
+                "audio/aac": {}, "audio/basic": {}, "audio/x-alaw-basic": {}, "text/event-stream": {},
+                "application/json": {}}
 
 
 @router.post(
@@ -117,32 +123,57 @@ async def create_speech(body: SpeechRequest, request: Request) -> StreamingRespo
         if isinstance(exc, AdapterError):
             raise HTTPException(503, f"voice {body.voice!r} cannot be loaded: {exc}") from None
         raise
-    api = "sse" if body.stream_format == "sse" else "http"
-    media = "text/event-stream" if api == "sse" else encoder.content_type
-    return StreamingResponse(_body(state, stream, encoder, api, received, exits), media_type=media)
+    api = "sse" if body.stream_format == "sse" else "json" if body.timestamps else "http"
+    timer = state.word_timer(("speech", id(stream))) if body.timestamps else None
+    media = {"sse": "text/event-stream", "json": "application/json"}.get(api, encoder.content_type)
+    return StreamingResponse(_body(state, stream, encoder, api, received, exits, timer), media_type=media)
 
 
 async def _body(state: ServerState, stream: Any, encoder: StreamEncoder, api: str, received: float,
-                exits: AsyncExitStack) -> AsyncIterator[bytes]:
-    """Encode chunks as they come; on disconnect the task is cancelled and everything is freed."""
+                exits: AsyncExitStack, timer: WordTimer | None) -> AsyncIterator[bytes]:
+    """Encode chunks as they come (the "json" answer: all at the end); on disconnect the task is
+    cancelled and everything is freed."""
     metrics = state.metrics
     outcome = "cancelled"
+    encoded: list[bytes] = []  # the "json" answer's audio
+    words: list[AlignedWord] = []
     try:
         async for chunk in stream:
             if stream.samples == len(chunk):  # the first audio of this request
                 metrics.ttfa.labels(api).observe(time.perf_counter() - received)
-            data = encoder.feed(chunk)
-            if data:
-                yield _sse({"type": "speech.audio.delta", "audio": base64.b64encode(data).decode()}) if api == "sse" else data
+            if data := encoder.feed(chunk):
+                if api == "sse":
+                    yield _sse({"type": "speech.audio.delta", "audio": base64.b64encode(data).decode()})
+                elif api == "json":
+                    encoded.append(data)
+                else:
+                    yield data
+            if timer is not None:  # after the audio: word times never hold it back
+                timer.add(chunk)
+                timer.follow(stream.spoken)
+                for event in _word_events(timer.ready(), api, words):
+                    yield event
         tail = encoder.finish()
+        if timer is not None:
+            timer.follow(stream.spoken)
         if api == "sse":
             if tail:
                 yield _sse({"type": "speech.audio.delta", "audio": base64.b64encode(tail).decode()})
+            if timer is not None:
+                for event in _word_events(await timer.rest(), api, words):
+                    yield event
             prompt_tokens = stream.prompt_tokens
             output_tokens = 7 * stream.frames
             usage = {"input_tokens": prompt_tokens, "output_tokens": output_tokens,
                      "total_tokens": prompt_tokens + output_tokens}
             yield _sse({"type": "speech.audio.done", "usage": usage})
+        elif api == "json":
+            if timer is not None:
+                list(_word_events(await timer.rest(), api, words))
+            yield json.dumps({
+                "audio": base64.b64encode(encoder.whole(b"".join(encoded) + tail)).decode(), "content_type": encoder.content_type,
+                "duration": round(stream.audio_seconds, 3),
+                "words": [{"text": w.text, "start": w.start, "end": w.end} for w in words]}).encode()
         elif tail:
             yield tail
         outcome = "ok"
@@ -154,5 +185,16 @@ async def _body(state: ServerState, stream: Any, encoder: StreamEncoder, api: st
         raise
     finally:
         metrics.requests.labels(api, outcome).inc()
+        if timer is not None:
+            timer.close()
+            metrics.count_word_times(api, timer)
         await stream.aclose()
         await exits.aclose()
+
+
+def _word_events(aligned: list[list[AlignedWord]], api: str, words: list[AlignedWord]) -> Iterator[bytes]:
+    """Each segment's words: an SSE event each, and all of them kept in ``words``."""
+    for found in aligned:
+        words.extend(found)
+        if found and api == "sse":
+            yield _sse({"type": "speech.word_timestamps", "word_timestamps": word_timestamps(found)})

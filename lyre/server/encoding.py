@@ -118,6 +118,10 @@ class StreamEncoder(ABC):
         self._finished = True
         return self._flush()
 
+    def whole(self, data: bytes) -> bytes:
+        """The finished file from all that `feed` and `finish` returned, when it is sent in one piece."""
+        return data
+
     @abstractmethod
     def _encode(self, pcm: np.ndarray) -> bytes:
         """Encode a validated, non-empty chunk."""
@@ -178,6 +182,11 @@ class _WavEncoder(_PcmEncoder):
 
     def _flush(self) -> bytes:
         return self._header()  # an empty stream is still a valid (empty) WAV
+
+    def whole(self, data: bytes) -> bytes:
+        """The finished file, its sizes known now."""
+        size = len(data) - _WAV_HEADER.size
+        return data[:4] + struct.pack("<I", size + 36) + data[8:40] + struct.pack("<I", size) + data[44:]
 
 
 class _G711Encoder(StreamEncoder):

@@ -129,6 +129,22 @@ class _StatsCollector(Collector):
 class Metrics:
     """One registry per app, so several apps in one process never collide."""
 
+    def watch_aligner(self, stats: Callable[[], Any]) -> None:
+        """The aligner's queue and work where it is a model of its own (``--aligner MODEL``, or a server
+        without speech to text); ``stats()`` is None until it is loaded. The STT worker's are lyre_stt_*."""
+        def read(name: str) -> float:
+            return float(getattr(s, name)) if (s := stats()) is not None else 0.0
+        Gauge("lyre_aligner_pending", "Alignment jobs queued on the aligner's own worker",
+              registry=self.registry).set_function(lambda: read("pending"))
+        Gauge("lyre_aligner_aligned_seconds", "Audio seconds aligned by the aligner's own worker",
+              registry=self.registry).set_function(lambda: read("aligned_seconds"))
+
+    def count_word_times(self, api: str, timer: Any) -> None:
+        """A stream's word times are over: the audio they covered, and each segment that got none."""
+        self.word_times.labels(api).inc(timer.aligned_s)
+        if timer.failures:
+            self.errors.labels("timestamps").inc(timer.failures)
+
     def __init__(self, engine_stats: Stats | None = None, codec_stats: Stats | None = None,
                  stt_stats: Stats | None = None, chat_stats: Stats | None = None,
                  adapter_stats: Stats | None = None) -> None:
@@ -145,6 +161,8 @@ class Metrics:
         self.audio = Counter("lyre_audio_seconds", "Audio seconds sent", ["api"], registry=r)
         self.requests = Counter("lyre_requests", "Requests by outcome", ["api", "outcome"], registry=r)
         self.errors = Counter("lyre_errors", "Errors by kind", ["kind"], registry=r)
+        self.word_times = Counter("lyre_word_timestamps_audio_seconds",
+                                  "Audio seconds given word timestamps, by API", ["api"], registry=r)
         self.transcriptions = Counter("lyre_transcription_requests", "Transcription requests by format and outcome",
                                       ["format", "outcome"], registry=r)
         self.transcription_latency = Histogram(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass
 
 from starlette.exceptions import HTTPException
@@ -9,9 +10,10 @@ from starlette.exceptions import HTTPException
 from lyre.agent import EndOfTurn, Thinker
 from lyre.llm import Chat
 from lyre.server.admission import Admission
+from lyre.server.aligner import Aligner
 from lyre.server.config import ServerConfig
 from lyre.server.metrics import Metrics
-from lyre.stt import Transcriber
+from lyre.stt import Transcriber, WordTimer
 from lyre.tts import Synthesizer
 
 __all__ = ["AGENT_OFF", "CHAT_OFF", "STT_OFF", "TTS_OFF", "ServerState"]
@@ -33,6 +35,7 @@ class ServerState:
     chat: Chat | None = None  # None: started without a chat model
     thinker: Thinker | None = None  # the voice agent's think step: the chat model's, or --llm-url's
     end_of_turn: EndOfTurn | None = None  # the agent's semantic end-of-turn model (Smart Turn), if loaded
+    aligner: Aligner | None = None  # word times and /v1/audio/alignments; None only in an app not started
     chat_active: int = 0  # chat completions in flight (a draining server waits for them)
     ready: bool = False  # models loaded and warmed up
     draining: bool = False  # shutting down: admit nothing new
@@ -41,6 +44,12 @@ class ServerState:
     def converses(self) -> bool:
         """It can hold a /v1/realtime conversation: it hears, thinks and speaks."""
         return self.stt is not None and self.tts is not None and self.thinker is not None
+
+    def word_timer(self, session: Hashable) -> WordTimer | None:
+        """Word times for one speech stream; None where they are off (``--aligner off``)."""
+        if self.aligner is None or self.aligner.off:
+            return None
+        return WordTimer(self.aligner.get, session)
 
     def require_tts(self) -> Synthesizer:
         """The TTS pipeline; a 404 when text to speech is off."""

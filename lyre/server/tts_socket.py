@@ -5,13 +5,18 @@ Shaped like Cartesia's protocol, so agent-framework plugins can point at lyre:
     -> {"context_id": "c1", "voice": {"mode": "id", "id": "tara"}, "transcript": "Hello, ", "continue": true}
     -> {"context_id": "c1", "transcript": "how are you?", "continue": false}      (or "cancel": true)
     <- {"type": "chunk", "context_id": "c1", "data": "<base64 pcm_s16le>", "done": false}
+    <- {"type": "timestamps", "context_id": "c1", "done": false,               (with "add_timestamps": true)
+        "word_timestamps": {"words": ["Hello,"], "start": [0.08], "end": [0.41]}}
     <- {"type": "done", "context_id": "c1", "done": true}     (or "type": "error" with "error": "...")
 
 This module is the protocol only: each context is one `lyre.tts` speech
 stream (the same pipeline HTTP requests use) fed with the context's text as
 it arrives, on its own task, holding one admission slot for its whole life.
-A context's voice, sampling extras and ``trim`` come from its first message.
-A problem with one context ends it and leaves the socket and the others alone.
+A context's voice, sampling extras, ``trim`` and ``add_timestamps`` come from
+its first message. Word timestamps are seconds from the context's first audio,
+one message per spoken segment as soon as it is aligned (after its audio, never
+holding audio back), all before the context's ``done``. A problem with one
+context ends it and leaves the socket and the others alone.
 """
 
 from __future__ import annotations
@@ -25,9 +30,11 @@ from typing import Any
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 from starlette.websockets import WebSocketDisconnected
 
+from lyre.server.aligner import word_timestamps
 from lyre.server.auth import refuse_socket
 from lyre.server import ws_messages as msg
 from lyre.server.state import TTS_OFF, ServerState
+from lyre.stt import WordTimer
 from lyre.tts import TextError
 
 __all__ = ["WEBSOCKET_PATH", "router"]
@@ -50,9 +57,10 @@ class _Context:
     context is never refused halfway through a reply.
     """
 
-    def __init__(self, session: _Session, context_id: str, stream: Any) -> None:
+    def __init__(self, session: _Session, context_id: str, stream: Any, timestamps: bool) -> None:
         self.id = context_id
         self.stream = stream
+        self.timer = session.state.word_timer(("ws", id(session), context_id)) if timestamps else None
         self.closed = False  # `continue: false` has arrived: no more text
         self.outcome = "cancelled"  # for the requests metric, unless it ends otherwise
         self._session = session
@@ -86,20 +94,41 @@ class _Context:
             session.end(self.id, self)
 
     async def _speak(self) -> None:
-        state, stream = self._session.state, self.stream
+        state, stream, timer = self._session.state, self.stream, self.timer
         metrics = state.metrics
+        words = None
+        if timer is not None:  # each segment aligned as soon as its audio is out; sent as soon as aligned
+            stream.on_spoken(lambda ended: timer.segment(ended.text, ended.start, ended.end))
+            words = asyncio.create_task(self._send_words(timer), name=f"lyre-ws-words-{self.id}")
         try:
             async with state.admission.slot(state.tts.overloaded) as wait:
                 metrics.queue_wait.observe(wait)
                 async for chunk in stream:
                     if stream.samples == len(chunk) and (ttfa := stream.ttfa_s) is not None:
                         metrics.ttfa.labels(_API).observe(ttfa)  # from the context's first text
+                    if timer is not None:
+                        timer.add(chunk)
                     data = base64.b64encode(chunk.astype("<i2", copy=False).tobytes()).decode("ascii")
                     await self._session.send({"type": "chunk", "context_id": self.id, "data": data, "done": False})
+            if timer is not None and words is not None:  # the last words go out before `done`
+                timer.finish()
+                await words
         finally:
+            if timer is not None and words is not None:
+                words.cancel()
+                timer.close()
+                state.metrics.count_word_times(_API, timer)
             await stream.aclose()  # aborts the engine requests and drops codec work if we stopped early
         metrics.audio.labels(_API).inc(stream.audio_seconds)
         metrics.trimmed.observe(stream.trimmed_ms / 1000)
+
+    async def _send_words(self, timer: WordTimer) -> None:
+        """Each segment's words as a Cartesia timestamps message, as soon as it is aligned (the segment's
+        audio went out before: the alignment starts only once its last chunk has been handed out)."""
+        async for words in timer.results():
+            if words:
+                await self._session.send({"type": "timestamps", "context_id": self.id, "done": False,
+                                          "word_timestamps": word_timestamps(words)})
 
 
 class _Session:
@@ -212,7 +241,7 @@ class _Session:
                                   idle_timeout_s=config.ws_idle_timeout_s)
             except ValueError as exc:  # options the pipeline refuses, e.g. max_tokens over its limit
                 raise msg.ContextError(str(exc)) from None
-            context = self.contexts[context_id] = _Context(self, context_id, stream)
+            context = self.contexts[context_id] = _Context(self, context_id, stream, settings.timestamps)
             self._tasks.add(context.task)
             context.task.add_done_callback(self._tasks.discard)
         elif "voice" in message and (msg.voice_of(message, voices, self.state.tts.adapters)

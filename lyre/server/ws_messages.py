@@ -32,6 +32,7 @@ class Settings:
     voice: str  # a voice of the model: named, or its first
     options: SpeechOptions
     trim: bool
+    timestamps: bool  # add_timestamps: word times, as `timestamps` messages before the context's done
 
 
 def voice_of(message: dict[str, Any], voices: Voices, adapters: Any = None) -> str:
@@ -71,7 +72,12 @@ def settings(message: dict[str, Any], voices: Voices, adapters: Any = None) -> S
     trim = message.get("trim", True)
     if not isinstance(trim, bool):
         raise ContextError(f"trim must be true or false, got {trim!r}")
-    return Settings(voice_of(message, voices, adapters), options, trim)
+    timestamps = message.get("add_timestamps", False)
+    if not isinstance(timestamps, bool):
+        raise ContextError(f"add_timestamps must be true or false, got {timestamps!r}")
+    if message.get("add_phoneme_timestamps") is True:
+        raise ContextError("add_phoneme_timestamps is not supported; lyre sends word timestamps (add_timestamps)")
+    return Settings(voice_of(message, voices, adapters), options, trim, timestamps)
 
 
 def describe(exc: Exception, context_id: str) -> tuple[str, str]:

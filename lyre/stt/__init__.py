@@ -26,6 +26,7 @@ from lyre.stt.transcriber import (
     TranscriptionFailed,
 )
 from lyre.stt.vad import SpeechEvent, StreamingVAD, VADConfig
+from lyre.stt.word_timer import WordTimer
 from lyre.stt.whisper import FULL_WINDOW, MAX_PROMPT_CHARS, FinalWindow, Segment, TranscribeOptions, Transcript, Word
 
 __all__ = [
@@ -59,6 +60,7 @@ __all__ = [
     "Transcript",
     "VADConfig",
     "Word",
+    "WordTimer",
     "decode_file",
     "demo_whisper",
     "error_event",

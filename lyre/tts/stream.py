@@ -13,8 +13,8 @@
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
-from dataclasses import replace
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -34,12 +34,22 @@ from lyre.tts.windows import WindowPlanner
 if TYPE_CHECKING:
     from lyre.engine.adapters import AdapterLease
 
-__all__ = ["SpeechStream", "to_int16"]
+__all__ = ["SpeechStream", "SpokenSegment", "to_int16"]
 
 # A window of a request nobody plays as it streams (a whole file) is due this long after it is queued:
 # behind every stream about to run dry, never starved by them.
 BATCH_GRACE_S = 1.0
 _SEED_SPACE = 2**63
+
+
+@dataclass(frozen=True)
+class SpokenSegment:
+    """One segment once all its audio is out: output samples [start, end) of the stream speak ``text``
+    (the segment's text as the pipeline cleaned it)."""
+
+    text: str
+    start: int
+    end: int
 
 
 def to_int16(pcm: np.ndarray) -> np.ndarray:
@@ -78,6 +88,10 @@ class SpeechStream:
         self.first_chunk_at: float | None = None
         self.segment_started: list[float] = []  # when each segment's generation was submitted
         self.segment_done: list[float] = []  # when each segment's last chunk was handed out
+        self.spoken: list[SpokenSegment] = []  # the segments whose audio is all out, in order
+        self._texts: list[str] = []  # each started segment's text
+        self._speaking: tuple[int, int] | None = None  # (index, first sample) of the segment coming out now
+        self._on_spoken: list[Callable[[SpokenSegment], None]] = []
         self.sampling = sampling  # the stream's; each segment's seed follows from its seed
         self._ctx = context
         self._trim = trim
@@ -112,6 +126,19 @@ class SpeechStream:
         """The stream's: the first segment's that did not stop on its own, else STOP."""
         unusual = [r for r in self.finish_reasons if r is not FinishReason.STOP]
         return unusual[0] if unusual else (FinishReason.STOP if self.finish_reasons else None)
+
+    def on_spoken(self, callback: Callable[[SpokenSegment], None]) -> None:
+        """Call ``callback`` with each segment as soon as its audio is all out (before the stream waits for
+        more text), after its last chunk has been handed out."""
+        self._on_spoken.append(callback)
+
+    def segments_so_far(self) -> list[SpokenSegment]:
+        """`spoken`, then the segment whose audio was coming out when the stream stopped or is now (its
+        ``end``: the audio out so far)."""
+        if self._speaking is None or self.samples <= self._speaking[1]:
+            return list(self.spoken)
+        index, first = self._speaking
+        return [*self.spoken, SpokenSegment(self._texts[index], first, self.samples)]
 
     @property
     def trimmed_ms(self) -> float:
@@ -149,6 +176,7 @@ class SpeechStream:
             raise PipelineBusy(str(exc)) from None
         self._live.append(stream)
         self.segments += 1
+        self._texts.append(text)
         self.prompt_tokens += len(prompt)
         self.segment_started.append(time.perf_counter())
         return stream
@@ -173,6 +201,8 @@ class SpeechStream:
             current = None if text is None else self._start(text, deadline=None)
             while current is not None:
                 index = self.segments - 1
+                first_sample = self.samples
+                self._speaking = (index, first_sample)
                 trimmer = LeadingSilenceTrimmer(cfg.trim if index == 0 else cfg.segment_trim) if self._trim else None
                 planner = WindowPlanner(cfg.window, seed=self._segment_seed(index))
                 assembler = FrameAssembler()
@@ -204,6 +234,10 @@ class SpeechStream:
                         yield chunk
                 self._live.remove(current)
                 self.segment_done.append(time.perf_counter())
+                self.spoken.append(ended := SpokenSegment(self._texts[index], first_sample, self.samples))
+                self._speaking = None
+                for callback in self._on_spoken:
+                    callback(ended)
                 if following is None and (text := await self.intake.next(idle_since=time.monotonic())) is not None:
                     following = self._start(text, deadline=self.clock.runs_dry_at())
                 current = following
