@@ -23,4 +23,7 @@ WORKERS="${LYRE_TEST_WORKERS:-2}"
 THREADS=$(( $(nproc) / (WORKERS > 0 ? WORKERS : 1) ))
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-$(( THREADS > 0 ? THREADS : 1 ))}"
 export MKL_NUM_THREADS="${MKL_NUM_THREADS:-$OMP_NUM_THREADS}"
+# The one test that compiles (FlexAttention on the CPU) compiles in its own process, not a pool of
+# compile workers that would each import torch first.
+export TORCHINDUCTOR_COMPILE_THREADS="${TORCHINDUCTOR_COMPILE_THREADS:-1}"
 exec .venv/bin/python -m pytest -n "$WORKERS" --dist loadfile --no-loadscope-reorder "$@"

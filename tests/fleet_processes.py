@@ -13,9 +13,10 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from serving import _free_port
+from serving import _Forked, _free_port, start_server
 
 REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
+_LYRE = [sys.executable, "-m", "lyre.cli"]
 
 
 @dataclass
@@ -24,12 +25,15 @@ class Process:
 
     cmd: list[str]
     url: str
-    process: subprocess.Popen[bytes] = field(init=False)
+    process: subprocess.Popen[bytes] | _Forked = field(init=False)
     log: object = field(init=False)
 
     def start(self) -> Process:
-        self.log = tempfile.TemporaryFile()
-        self.process = subprocess.Popen(self.cmd, stdout=self.log, stderr=subprocess.STDOUT)
+        self.log = log = tempfile.NamedTemporaryFile()
+        if self.cmd[:3] == _LYRE:  # forked like every test server (tests/serving.py)
+            self.process = start_server(self.cmd[3:], log)
+        else:
+            self.process = subprocess.Popen(self.cmd, stdout=log, stderr=subprocess.STDOUT)
         return self
 
     def output(self) -> str:

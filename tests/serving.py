@@ -1,7 +1,16 @@
-"""Run `lyre serve` as a real process on a free loopback port, for tests."""
+"""Run `lyre serve` as a real process on a free loopback port, for tests.
+
+A server process is forked from a process that has already imported lyre, torch and the web stack
+(multiprocessing's fork server, started once per test process): the same ``lyre serve`` command line
+through `lyre.cli.main`, in its own process with its own models, without paying those imports (about 4 s
+of CPU) again for each of the suite's ~40 servers. A test whose environment has changed since that
+process started (an offline hub, say) gets a fresh ``python -m lyre.cli`` process instead, and
+tests/test_cli.py runs the real command line itself.
+"""
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import signal
 import socket
@@ -12,16 +21,75 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import IO
+from typing import IO, Any
 
 import httpx
+
+# What a server imports before it reads its arguments: loaded once, in the fork server.
+_PRELOAD = ["lyre.cli", "lyre.cli.serve", "lyre.server.app", "uvicorn", "snac", "serving"]
+_forks: Any = None  # the fork server's multiprocessing context, once started
+_forks_env: dict[str, str] = {}  # the environment it started with
+
+
+def _serve(argv: list[str], log_path: str) -> None:
+    """The forked server's body: output to ``log_path``, then the command line as `lyre` runs it."""
+    fd = os.open(log_path, os.O_WRONLY | os.O_APPEND)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    from lyre.cli import main
+
+    sys.exit(main(argv))
+
+
+class _Forked:
+    """A forked server with the part of `subprocess.Popen`'s interface the tests use."""
+
+    def __init__(self, process: Any) -> None:
+        self._process = process
+        self.pid: int = process.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self._process.exitcode
+
+    def poll(self) -> int | None:
+        return self._process.exitcode
+
+    def wait(self, timeout: float | None = None) -> int:
+        self._process.join(timeout)
+        if self._process.exitcode is None:
+            raise subprocess.TimeoutExpired(["lyre", "serve"], timeout or 0)
+        return self._process.exitcode
+
+    def send_signal(self, sig: int) -> None:
+        if self._process.exitcode is None:
+            os.kill(self.pid, sig)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
+def start_server(argv: list[str], log: IO[bytes]) -> subprocess.Popen[bytes] | _Forked:
+    """``lyre ARGV`` with its output in ``log`` (a named temporary file): forked from the fork server
+    when this process's environment is the one it started with, else a fresh process."""
+    global _forks
+    if _forks is None:
+        _forks = multiprocessing.get_context("forkserver")
+        _forks.set_forkserver_preload(_PRELOAD)
+        _forks_env.update(os.environ)
+    if dict(os.environ) != _forks_env:
+        return subprocess.Popen([sys.executable, "-m", "lyre.cli", *argv], stdout=log, stderr=subprocess.STDOUT)
+    process = _forks.Process(target=_serve, args=(argv, log.name), daemon=False)
+    process.start()
+    return _Forked(process)
 
 
 @dataclass(frozen=True)
 class Server:
     url: str
     ws_url: str
-    process: subprocess.Popen[bytes]
+    process: subprocess.Popen[bytes] | _Forked
     log: IO[bytes] | None = None  # its stdout and stderr together
 
     def output(self) -> str:
@@ -57,9 +125,8 @@ def running_server(*args: str, timeout_s: float = 180.0) -> Iterator[Server]:
     it runs, and a server that logs 64 KiB into a full pipe would block.
     """
     port = _free_port()
-    cmd = [sys.executable, "-m", "lyre.cli", "serve", "--port", str(port), "--log-level", "warning", *args]
-    log = tempfile.TemporaryFile()
-    process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    log = tempfile.NamedTemporaryFile()
+    process = start_server(["serve", "--port", str(port), "--log-level", "warning", *args], log)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + timeout_s
