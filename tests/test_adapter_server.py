@@ -201,11 +201,6 @@ def test_unloading_an_adapter_in_use_is_refused_unless_forced(server: Server) ->
     assert len(_speak(server, voice="calm")) > 0  # everyone else keeps speaking
 
 
-def test_adapter_routes_are_off_without_an_admin_key() -> None:
-    with running_server("--max-streams", "1") as plain:
-        assert httpx.get(f"{plain.url}/v1/adapters", headers=ADMIN, timeout=10).status_code == 404
-
-
 def test_a_diverged_adapter_is_refused_naming_the_file_and_the_tensor_by_the_api_and_at_start(
         server: Server, folders: dict[str, Path], tmp_path: Path) -> None:
     from adapters import diverged_copy

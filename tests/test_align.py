@@ -195,3 +195,24 @@ def test_audio_over_thirty_seconds_is_refused_naming_the_file(server: Server) ->
     reply = httpx.post(f"{server.url}/v1/audio/alignments", data={"text": "Hello."},
                        files={"file": ("long.wav", long)}, timeout=60)
     assert reply.status_code == 400 and "file: at most 30 s" in reply.text, reply.text
+
+
+def test_an_aligner_of_its_own_loads_once_on_first_use_and_a_bad_one_is_named(tmp_path) -> None:
+    """``--aligner``: a named Whisper folder, loaded on the first request that needs it and then kept; a folder
+    that is no Whisper fails that request with its reason (the next may try again); ``off`` is off."""
+    from lyre.server.aligner import ALIGNER_OFF, Aligner, AlignerUnavailable
+    from lyre.stt import demo_whisper
+
+    async def run() -> None:
+        named = Aligner(str(demo_whisper()), None, "cpu")
+        assert named.separate and named.loaded is None  # nothing loaded before it is asked for
+        first, again = await asyncio.gather(named.get(), named.get())
+        assert first is again is named.loaded
+        await named.aclose()
+        broken = Aligner(str(tmp_path), None, "cpu")
+        with pytest.raises(AlignerUnavailable, match="could not be loaded"):
+            await broken.get()
+        with pytest.raises(AlignerUnavailable, match="--aligner off"):
+            await Aligner(ALIGNER_OFF, None, "cpu").get()
+
+    asyncio.run(run())

@@ -17,9 +17,9 @@ CHECKS = "not_a_server_error,status_code_conformance,content_type_conformance,re
 
 
 def test_api_conforms_to_its_own_schema(tmp_path: Path) -> None:
-    # A small KV cache keeps every valid request short (at most 28 tokens, four frames) on a CPU: the
+    # A small KV cache keeps every valid request short (at most 14 tokens, two frames) on a CPU: the
     # schema's checks need well-formed answers, not long audio.
-    with running_server("--max-streams", "2", "--max-queue", "64", "--max-seq-len", "284") as server:
+    with running_server("--max-streams", "2", "--max-queue", "64", "--max-seq-len", "270") as server:
         cli = Path(sys.executable).with_name("st")
         done = subprocess.run(
             [str(cli), "run", f"{server.url}/openapi.json", "--checks", CHECKS, "--max-examples", "25",

@@ -16,6 +16,7 @@ import asyncio
 from collections.abc import Iterator, Sequence
 from typing import Generic, TypeVar
 
+import httpx
 import openai
 import pytest
 from pipecat.audio.vad.silero import SileroVADAnalyzer
@@ -41,7 +42,7 @@ from pipecat.services.cartesia.tts import CartesiaTTSService
 from pipecat.services.openai.stt import OpenAISTTService
 from pipecat.services.openai.tts import OpenAITTSService
 from pipecat.workers.runner import WorkerRunner
-from speech import SENTENCES, speak_pcm16, wer
+from speech import SENTENCES, speak_pcm16, speak_wav, wer
 
 from lyre.orpheus import SAMPLE_RATE
 from serving import Server, running_server
@@ -140,6 +141,20 @@ def test_cartesia_tts_speaks_an_llm_reply_and_says_which_words_were_spoken(serve
     _check_audio([f for f in frames if isinstance(f, TTSAudioRawFrame)])
     spoken = [f.text.strip() for f in frames if isinstance(f, TTSTextFrame)]
     assert spoken == "".join(pieces).split()
+
+
+def test_one_server_speaks_and_transcribes_side_by_side(server: Server) -> None:
+    """The server these services share serves both models: the SDK reaches each on the same URL."""
+    with openai.OpenAI(base_url=f"{server.url}/v1", api_key="x", max_retries=0) as client:
+        speech = client.audio.speech.create(model="orpheus", voice="tara", input="Hello.", response_format="wav",
+                                            extra_body={"max_tokens": 70, "seed": 1})
+        assert speech.read()[:4] == b"RIFF"
+        said = SENTENCES[2]  # "Please cancel my appointment with the dentist."
+        transcript = client.audio.transcriptions.create(model="whisper-1", file=("speech.wav", speak_wav(said)),
+                                                        language="en")
+        assert wer([said], [transcript.text]) <= 0.3, transcript.text
+    models = httpx.get(f"{server.url}/v1/models", timeout=10).json()["data"]
+    assert [m["id"] for m in models] == ["orpheus", "whisper-1"]
 
 
 def test_openai_tts_speaks_with_an_openai_voice_name(server: Server) -> None:

@@ -208,6 +208,13 @@ def test_api_key_guards_everything_but_health() -> None:
             assert w.getframerate() == SAMPLE_RATE
 
 
+def test_adapter_routes_are_off_without_an_admin_key(server: Server) -> None:
+    """This server has no --admin-key: whatever key is sent, the adapter admin routes are not there."""
+    for key in ("admin-secret", "unused"):
+        response = httpx.get(f"{server.url}/v1/adapters", headers={"Authorization": f"Bearer {key}"}, timeout=10)
+        assert response.status_code == 404
+
+
 # -- word timestamps ---------------------------------------------------------------------------------------
 # This server runs without --stt: its aligner (Whisper base) is loaded on the first request that asks for word
 # times. The demo model speaks noise, so where each word lands is meaningless; what holds on any audio is

@@ -145,19 +145,6 @@ def test_metrics_count_transcriptions(server: Server, client: openai.OpenAI) -> 
         server.metric("lyre_engine_steps_total")  # no TTS engine in this server
 
 
-def test_speech_and_transcription_side_by_side() -> None:
-    with running_server("--stt", "--max-streams", "2") as both, \
-            openai.OpenAI(base_url=f"{both.url}/v1", api_key="x", max_retries=0) as client:
-        speech = client.audio.speech.create(model="orpheus", voice="tara", input="Hello.", response_format="wav",
-                                            extra_body={"max_tokens": 70, "seed": 1})
-        assert speech.read()[:4] == b"RIFF"
-        said = SENTENCES[4]
-        transcript = client.audio.transcriptions.create(model="whisper-1", file=_wav(said), language="en")
-        assert _heard(said, transcript.text) >= 0.7, transcript.text
-        models = httpx.get(f"{both.url}/v1/models", timeout=10).json()["data"]
-        assert [m["id"] for m in models] == ["orpheus", "whisper-1"]
-
-
 def test_a_file_is_transcribed_on_whisper_s_full_window(monkeypatch: pytest.MonkeyPatch) -> None:
     # Files keep Whisper's 30 s window: a fitted one was measured less accurate on some speech, and nobody
     # waits on a file as on a live turn (docs/benchmarks.md, "Speech to text: the final pass's window"). In

@@ -93,7 +93,8 @@ async def _load_adapters(tts: Synthesizer, config: ServerConfig) -> None:
 
 async def _warm_up(tts: Synthesizer) -> None:
     """One short utterance through engine and codec, so the first user does not pay for it."""
-    async for _ in tts.stream("Ready.", None, SpeechOptions(max_tokens=21, seed=0), trim=False, streamed=False):
+    options = SpeechOptions(max_tokens=min(21, tts.max_tokens_limit), seed=0)  # a tiny KV cache allows less
+    async for _ in tts.stream("Ready.", None, options, trim=False, streamed=False):
         pass
 
 
