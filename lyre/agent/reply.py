@@ -31,9 +31,9 @@ import numpy as np
 from lyre.agent.calls import ToolCalls
 from lyre.agent.events import EventNames, new_id
 from lyre.agent.gate import SentenceGate
-from lyre.agent.conversation import heard_text
+from lyre.agent.heard import heard_words
 from lyre.agent.think import ThinkError, Thinker, ToolCallDelta
-from lyre.stt import AlignedWord, RealtimeError, WordTimer, error_event
+from lyre.stt import AlignedWord, RealtimeError, error_event
 from lyre.tts import SpeechOptions, Synthesizer
 
 __all__ = ["Reply", "ReplySpec", "ReplyTimes"]
@@ -154,25 +154,9 @@ class Reply:
         return min(self.audio_ms, 1000 * (time.perf_counter() - self._audio_out_at))
 
     async def heard(self, heard_ms: float, aligner: Callable[[], Awaitable[Any]]) -> tuple[str, list[AlignedWord]]:
-        """What the listener heard of the reply in its first ``heard_ms``: the text of each segment heard
-        whole, then the words of the segment playing at ``heard_ms`` that end by then, as the aligner
-        places them in its audio (only that segment is aligned); and that segment's words with their times,
-        in ms from the reply's start. If it cannot be aligned, that segment is cut by its length instead."""
-        cut = heard_ms * _SAMPLE_RATE / 1000
+        """What the listener heard in the reply's first ``heard_ms``, by its words (lyre.agent.heard)."""
         segments = self._stream.segments_so_far() if self._stream is not None else []
-        heard = [s.text for s in segments if s.end <= cut]
-        playing = next((s for s in segments if s.start < cut < s.end), None)
-        found: list[AlignedWord] = []
-        if playing is not None:
-            timer = WordTimer(aligner, ("truncate", self.id), rate=_SAMPLE_RATE)
-            timer.add(np.concatenate(self._pcm))
-            timer.segment(playing.text, playing.start, playing.end)
-            found = [w for words in await timer.rest() for w in words]
-            if found:
-                heard.append(" ".join(w.text for w in found if 1000 * w.end <= heard_ms))
-            else:  # no words to place (tags only), or no aligner: by the segment's length
-                heard.append(heard_text(playing.text, cut - playing.start, playing.end - playing.start))
-        return " ".join(part.strip() for part in heard if part.strip()), found
+        return await heard_words(segments, self._pcm, _SAMPLE_RATE, heard_ms, aligner, ("truncate", self.id))
 
     # -- the work --
 

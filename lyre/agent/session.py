@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
@@ -39,6 +38,7 @@ import numpy as np
 from lyre.agent.client_events import ClientEvents
 from lyre.agent.conversation import Conversation, item_object
 from lyre.agent.events import BETA, AgentSettings, new_id, session_object
+from lyre.agent.heard import SpokenReplies, word_objects
 from lyre.agent.reply import Reply, ReplySpec
 from lyre.agent.speculation import Speculator
 from lyre.agent.think import Thinker
@@ -60,11 +60,6 @@ __all__ = ["AgentConfig", "AgentSession", "EndOfTurn"]
 
 EndOfTurn = Callable[[np.ndarray], Awaitable[float]]  # 16 kHz audio -> probability the turn is over
 _SPOKEN_KEPT = 8  # replies whose audio is kept for a later conversation.item.truncate
-
-
-def _word_objects(words: list[AlignedWord]) -> list[dict[str, Any]]:
-    """Aligned words as lyre's extras show them: milliseconds from the reply's first audio."""
-    return [{"text": w.text, "start_ms": round(1000 * w.start), "end_ms": round(1000 * w.end)} for w in words]
 
 
 @dataclass(frozen=True)
@@ -100,7 +95,7 @@ class AgentSession:
         self._untranscribed: set[str] = set()  # committed utterances whose final pass is still running
         self._reply_when_transcribed = False  # a response.create waits for them
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._spoken: OrderedDict[str, Reply] = OrderedDict()  # the last replies heard, by item id
+        self._spoken = SpokenReplies(_SPOKEN_KEPT)
         self._speculator = Speculator(self._think_ahead, self._spawn)
         self.ear = RealtimeSession(transcriber, self._heard, config.realtime, listener=self)
         self._events = ClientEvents(self, self.ear.config.max_message_bytes)
@@ -176,7 +171,7 @@ class AgentSession:
 
     def truncate(self, item_id: object, content_index: object, audio_end_ms: object) -> None:
         self.conversation.truncate(item_id, content_index, audio_end_ms)
-        reply = self._spoken.get(item_id)  # type: ignore[arg-type]
+        reply = self._spoken.get(item_id)
         if reply is None or audio_end_ms >= reply.audio_ms:  # type: ignore[operator]  # nothing to place
             self._send("conversation.item.truncated", item_id=item_id, content_index=content_index,
                        audio_end_ms=audio_end_ms)
@@ -185,7 +180,7 @@ class AgentSession:
         async def truncated() -> None:  # once the words are placed; the socket reads on meanwhile
             text, words = await self._cut_by_words(reply, float(audio_end_ms))  # type: ignore[arg-type]
             self._send("conversation.item.truncated", item_id=item_id, content_index=content_index,
-                       audio_end_ms=audio_end_ms, lyre={"transcript": text, "words": _word_objects(words)})
+                       audio_end_ms=audio_end_ms, lyre={"transcript": text, "words": word_objects(words)})
         self._spawn(truncated())
 
     def respond(self) -> None:
@@ -303,9 +298,7 @@ class AgentSession:
         heard = reply.played_ms() if reply.status == "cancelled" else reply.audio_ms
         self.conversation.add_reply(reply.item_id, reply.text, reply.audio_ms, heard, reply.calls)
         if reply.text and reply.audio_samples:
-            self._spoken[reply.item_id] = reply
-            while len(self._spoken) > _SPOKEN_KEPT:
-                self._spoken.popitem(last=False)
+            self._spoken.add(reply.item_id, reply)
             if heard < reply.audio_ms:
                 self._spawn(self._cut_by_words(reply, heard))
 

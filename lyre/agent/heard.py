@@ -1,0 +1,61 @@
+"""What the listener heard of a spoken reply cut short: the words that ended by the cut, placed in its audio.
+
+Only the one segment playing at the cut is aligned (the ones before it were heard whole), so a reply
+nobody interrupts is never aligned at all.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Hashable, Sequence
+from typing import Any
+
+import numpy as np
+
+from lyre.agent.conversation import heard_text
+from lyre.stt import AlignedWord, WordTimer
+
+__all__ = ["SpokenReplies", "heard_words", "word_objects"]
+
+
+async def heard_words(segments: Sequence[Any], pcm: list[np.ndarray], rate: int, heard_ms: float,
+                      aligner: Callable[[], Awaitable[Any]], session: Hashable) -> tuple[str, list[AlignedWord]]:
+    """The text heard in the first ``heard_ms`` of audio ``pcm`` (int16 chunks at ``rate``) whose
+    ``segments`` (each with ``text``, ``start`` and ``end`` in samples) speak it: each segment heard whole,
+    then the words of the one playing at the cut that end by then; and that segment's words with their
+    times. If it cannot be aligned, that segment is cut by its text's length instead."""
+    cut = heard_ms * rate / 1000
+    heard = [s.text for s in segments if s.end <= cut]
+    playing = next((s for s in segments if s.start < cut < s.end), None)
+    found: list[AlignedWord] = []
+    if playing is not None:
+        timer = WordTimer(aligner, session, rate=rate)
+        timer.add(np.concatenate(pcm))
+        timer.segment(playing.text, playing.start, playing.end)
+        found = [w for words in await timer.rest() for w in words]
+        if found:
+            heard.append(" ".join(w.text for w in found if 1000 * w.end <= heard_ms))
+        else:  # no words to place (tags only), or no aligner: by the segment's length
+            heard.append(heard_text(playing.text, cut - playing.start, playing.end - playing.start))
+    return " ".join(part.strip() for part in heard if part.strip()), found
+
+
+def word_objects(words: list[AlignedWord]) -> list[dict[str, Any]]:
+    """Aligned words as lyre's extras show them: milliseconds from the reply's first audio."""
+    return [{"text": w.text, "start_ms": round(1000 * w.start), "end_ms": round(1000 * w.end)} for w in words]
+
+
+class SpokenReplies:
+    """The last ``keep`` replies heard, by item id: their audio, for a later conversation.item.truncate."""
+
+    def __init__(self, keep: int) -> None:
+        self._keep = keep
+        self._replies: OrderedDict[str, Any] = OrderedDict()
+
+    def add(self, item_id: str, reply: Any) -> None:
+        self._replies[item_id] = reply
+        while len(self._replies) > self._keep:
+            self._replies.popitem(last=False)
+
+    def get(self, item_id: object) -> Any:
+        return self._replies.get(item_id) if isinstance(item_id, str) else None
