@@ -169,11 +169,11 @@ async def _body(state: ServerState, stream: Any, encoder: StreamEncoder, api: st
             yield _sse({"type": "speech.audio.done", "usage": usage})
         elif api == "json":
             if timer is not None:
-                list(_word_events(await timer.rest(), api, words))
-            yield json.dumps({
-                "audio": base64.b64encode(encoder.whole(b"".join(encoded) + tail)).decode(), "content_type": encoder.content_type,
-                "duration": round(stream.audio_seconds, 3),
-                "words": [{"text": w.text, "start": w.start, "end": w.end} for w in words]}).encode()
+                words.extend(w for found in await timer.rest() for w in found)
+            audio = base64.b64encode(encoder.whole(b"".join(encoded) + tail)).decode()
+            yield json.dumps({"audio": audio, "content_type": encoder.content_type,
+                              "duration": round(stream.audio_seconds, 3),
+                              "words": [{"text": w.text, "start": w.start, "end": w.end} for w in words]}).encode()
         elif tail:
             yield tail
         outcome = "ok"
