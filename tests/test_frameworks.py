@@ -58,6 +58,9 @@ PIPELINE_TIMEOUT_S = 60.0
 INPUT_RATE = 16_000  # Pipecat's default audio_in_sample_rate
 INPUT_FRAME_BYTES = 2 * INPUT_RATE // 50  # 20 ms of pcm16, as a transport delivers it
 MAX_WER = 0.2  # one word in seven
+# Pipecat ends a speech context that sends nothing for 3 s. On a loaded 2-core machine (two test workers, a
+# one-thread server) first audio can take longer; how fast it comes is benchmarks' business, not this file's.
+QUIET_S = 20.0
 
 
 @pytest.fixture(scope="module")
@@ -133,6 +136,7 @@ def test_cartesia_tts_speaks_an_llm_reply_and_says_which_words_were_spoken(serve
         url=f"{server.ws_url}/v1/tts/websocket",
         sample_rate=SAMPLE_RATE,
         settings=CartesiaTTSService.Settings(voice="tara", model="orpheus"),
+        stop_frame_timeout_s=QUIET_S,
     )
     pieces = ["Hello", " there.", " How", " are", " you", " today?"]
     reply = [LLMFullResponseStartFrame(), *map(LLMTextFrame, pieces), LLMFullResponseEndFrame()]
@@ -166,6 +170,7 @@ def test_openai_tts_speaks_with_an_openai_voice_name(server: Server) -> None:
                 http_client=http,
                 sample_rate=SAMPLE_RATE,
                 settings=OpenAITTSService.Settings(voice="alloy", model="orpheus"),
+                stop_frame_timeout_s=QUIET_S,
             )
             return await _run([tts], [TTSSpeakFrame("Hello there.")], TTSAudioRawFrame)
 
