@@ -52,7 +52,6 @@ class WordTimer:
         self._language = language
         self._chunks: list[np.ndarray] = []  # the stream's audio from sample ``_base`` on
         self._base = 0
-        self._held = 0  # samples in _chunks
         self._pending: list[asyncio.Task[list[AlignedWord]]] = []  # oldest first
         self._seen = 0  # segments of `follow`'s list already aligned
         self._more = asyncio.Event()  # a segment was added, or `finish` was called
@@ -64,7 +63,6 @@ class WordTimer:
         """The stream's next audio (int16 at ``rate``)."""
         if len(pcm):
             self._chunks.append(np.asarray(pcm, dtype=np.int16))
-            self._held += len(pcm)
 
     def segment(self, text: str, start: int, end: int) -> None:
         """Samples [start, end) of the stream speak ``text``: align them (in the background). Segments
@@ -131,7 +129,7 @@ class WordTimer:
         audio = joined[max(0, start - self._base): max(0, end - self._base)]
         rest = joined[max(0, end - self._base):]
         self._chunks = [rest] if rest.size else []
-        self._base, self._held = max(self._base, end), rest.size
+        self._base = max(self._base, end)
         return audio
 
     async def _align(self, pcm: np.ndarray, words: list[str], offset_s: float) -> list[AlignedWord]:
