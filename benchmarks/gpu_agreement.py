@@ -1,13 +1,13 @@
 """Whether a decode lever draws the tokens of its reference: the GPU run's correctness check.
 
-Pairs: the fixed-shape path (and its CUDA graphs) against plain eager
-decoding with the same attention; in-place attention (sdpa, flex) against
-gather. Free-running draws cannot decide it: in bf16 on a GPU, kernels of
-other shapes (a padded batch, keys read to ``max_seq_len``) round differently,
-a near tie then parts one draw, and every later draw follows a different
-history. So the lever is teacher-forced on its reference's draws (fed the
-reference's ids and penalty history), and judged on what it wrote to the KV
-cache (every layer's keys and values) and on its greedy draws, step by step.
+benchmarks/gpu.py pairs every other lever set with one reference: sdpa's
+plain eager decoding in bf16. Free-running draws cannot decide it: in bf16 on
+a GPU, kernels of other shapes (a padded batch, keys read to ``max_seq_len``,
+blocks read in place) round differently, a near tie then parts one draw, and
+every later draw follows a different history. So the lever is teacher-forced
+on its reference's draws (fed the reference's ids and penalty history), and
+judged on what it wrote to the KV cache (every layer's keys and values) and
+on its greedy draws, step by step.
 
 Used by benchmarks/gpu.py; `token_agreement` returns plain figures for its JSON.
 """
@@ -21,6 +21,7 @@ import torch
 from gpu_levers import PROMPTS, Lever, free_memory, model_for, runner_for
 from lyre import orpheus
 from lyre.engine import SamplingParams
+from lyre.engine.by_hand import ByHand
 from lyre.engine.kv_cache import KVCache
 from lyre.engine.llama import Llama
 from lyre.engine.runner import ModelRunner
@@ -48,15 +49,16 @@ def _generate(runner: ModelRunner, steps: int, forced: list[list[int]] | None = 
     reference's id instead of its own, and its repetition-penalty history made the
     reference's, so every step runs on the reference's history and a near tie costs
     one draw, not the rest of the row."""
+    hand = ByHand(runner)
     reqs = []
     for i, (prompt, slot) in enumerate(zip(PROMPTS, (2, 0, 5))):
         params = SamplingParams(temperature=0.0, seed=i, max_tokens=steps + 1, stop_ids=(orpheus.STOP_TOKEN,))
         req = Request(f"g{i}", prompt, params, seed=i, constraint=AUDIO_CONSTRAINT)
-        req.slot = slot
+        hand.place(req, slot)
         reqs.append(req)
     drawn: list[list[int]] = [[] for _ in reqs]
     for step in range(steps + 1):
-        tokens = runner.step(reqs, []) if step == 0 else runner.step([], reqs)
+        tokens = hand.prefill(reqs) if step == 0 else hand.decode(reqs)
         for row, (req, token) in enumerate(zip(reqs, tokens)):
             drawn[row].append(token)
             req.output_ids.append(token if forced is None else forced[row][step])
@@ -64,20 +66,30 @@ def _generate(runner: ModelRunner, steps: int, forced: list[list[int]] | None = 
             with torch.inference_mode():
                 for req in reqs:  # what the reference's runner recorded: the prompt and its own draws
                     runner.seen[req.slot] = False
-                    runner.seen[req.slot, torch.tensor(req.prompt_ids + req.output_ids, device=runner.device)] = True
+                    runner.seen[req.slot, torch.tensor(req.tokens, device=runner.device)] = True
     return drawn, reqs
 
 
+def _positions(pool: torch.Tensor, req: Request, n: int) -> torch.Tensor:
+    """``req``'s first ``n`` positions of ``pool`` (a cache's keys or values), read through its block table:
+    (positions, layers * heads * head_dim)."""
+    assert req.kv is not None
+    blocks = torch.tensor(req.kv.blocks, device=pool.device)
+    layers, heads, _, size, dim = pool.shape
+    rows = pool[:, :, blocks].reshape(layers, heads, len(blocks) * size, dim)[:, :, :n]
+    return rows.float().permute(2, 0, 1, 3).reshape(n, -1)
+
+
 @torch.inference_mode()
-def _kv_error(got: KVCache, want: KVCache, reqs: list[Request]) -> float:
+def _kv_error(got: KVCache, want: KVCache, got_reqs: list[Request], want_reqs: list[Request]) -> float:
     """The largest relative error of one position's keys and values (all layers and heads) over the rows'
-    written positions: the prompt and every fed token but the last."""
+    written positions: the prompt and every fed token but the last. Each run's rows are read through their
+    own block tables (the two runners hand out different blocks, of different sizes for flex)."""
     worst = 0.0
-    for req in reqs:
-        n = req.num_tokens - 1
+    for mine, theirs in zip(got_reqs, want_reqs):
+        n = mine.num_tokens - 1
         for a, b in ((got.k, want.k), (got.v, want.v)):
-            x = a[:, req.slot, :, :n].float().permute(2, 0, 1, 3).reshape(n, -1)  # (positions, layers*heads*hd)
-            y = b[:, req.slot, :, :n].float().permute(2, 0, 1, 3).reshape(n, -1)
+            x, y = _positions(a, mine, n), _positions(b, theirs, n)
             worst = max(worst, float(((x - y).norm(dim=1) / y.norm(dim=1).clamp(min=1e-30)).max()))
     return worst
 
@@ -92,10 +104,10 @@ def token_agreement(base: Llama, pairs: list[tuple[Lever, Lever]], device: str, 
         entry: dict = {"lever": lever.name, "reference": reference.name}
         try:
             want_runner = runner_for(model_for(base, reference.fp8, models), reference, 8, 512, device)
-            want, _ = _generate(want_runner, steps)
+            want, want_reqs = _generate(want_runner, steps)
             got_runner = runner_for(model_for(base, lever.fp8, models), lever, 8, 512, device)
-            got, reqs = _generate(got_runner, steps, forced=want)
-            kv_error = _kv_error(got_runner.cache, want_runner.cache, reqs)
+            got, got_reqs = _generate(got_runner, steps, forced=want)
+            kv_error = _kv_error(got_runner.cache, want_runner.cache, got_reqs, want_reqs)
             same = sum(a == b for g, w in zip(got, want) for a, b in zip(g, w))
             total = sum(len(w) for w in want)
             entry |= {"agree": kv_error <= KV_TOLERANCE and same >= AGREE_SHARE * total, "equal": same == total,

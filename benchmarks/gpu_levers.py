@@ -1,10 +1,10 @@
 """The engine's and the codec's levers, each measured on and off: the first half of the GPU run.
 
 - decode step time at each batch and context, for every lever set
-  (attention: gather / sdpa / flex; CUDA graphs off / on; bf16 / fp8);
-- (in ``gpu_agreement``) whether each lever set draws the tokens its
-  reference draws: the fixed-shape path and its CUDA graphs against plain
-  eager decoding, in-place attention against gather;
+  (attention: sdpa, which gathers each row's KV blocks, / flex, which reads
+  them in place; CUDA graphs off / on; bf16 / fp8);
+- (in ``gpu_agreement``) whether each lever set draws the tokens the
+  reference draws: sdpa's plain eager decoding in bf16;
 - FP8's logits against bf16 (KL divergence, top-1 agreement);
 - SNAC per batch of windows, fp32 / bf16, eager / CUDA graphs, and bf16's SNR;
 - the decode step with 0 to 8 distinct LoRA adapters (rank 16, all seven
@@ -28,7 +28,8 @@ import torch
 from lyre import orpheus
 from lyre.codec import CodecWindow, SnacDecoder
 from lyre.engine import EngineConfig, SamplingParams
-from lyre.engine.attention import PrefillAttention
+from lyre.engine.attention import FreshPrefill
+from lyre.engine.by_hand import ByHand
 from lyre.engine.fp8 import quantize_fp8
 from lyre.engine.kv_cache import KVCache
 from lyre.engine.llama import Llama
@@ -54,7 +55,7 @@ MODES = ("eager", "fixed", "graphs")  # grouped eager decoding; the fixed-shape 
 
 @dataclass(frozen=True)
 class Lever:
-    attention: str  # gather, sdpa or flex
+    attention: str  # sdpa or flex
     mode: str  # one of MODES; "graphs" off CUDA runs the fixed-shape path eagerly
     fp8: bool
 
@@ -69,13 +70,17 @@ def runner_for(model: Llama, lever: Lever, max_batch: int, max_seq_len: int, dev
     return ModelRunner(model, config, AUDIO_CONSTRAINT.family, fixed_shape=lever.mode != "eager")
 
 
-def _placed(batch: int, context: int) -> list[Request]:
-    """``batch`` running requests whose next token sits at position ``context - 1`` (no prefill needed)."""
+def _placed(runner: ModelRunner, batch: int, context: int) -> list[Request]:
+    """``batch`` running requests whose next token sits at position ``context - 1``, with blocks for every
+    position (no prefill needed). Each call hands out ``runner``'s whole pool afresh: the rows of the call
+    before are done with their blocks."""
+    hand = ByHand(runner)
     reqs = []
     for slot in range(batch):
         req = Request(f"r{slot}", [PROMPTS[0][0]] * (context - 1), SamplingParams(), seed=slot,
                       constraint=AUDIO_CONSTRAINT)
-        req.slot, req.output_ids = slot, [orpheus.AUDIO_TOKEN_BASE]
+        req.output_ids = [orpheus.AUDIO_TOKEN_BASE]
+        hand.place(req, slot)
         reqs.append(req)
     return reqs
 
@@ -105,7 +110,7 @@ def step_grid(base: Llama, levers: list[Lever], batches: list[int], contexts: li
             row["setup_s"] = time.perf_counter() - started
             for batch in batches:
                 for context in contexts:
-                    reqs = _placed(batch, context)
+                    reqs = _placed(runner, batch, context)
                     for _ in range(2):  # warm-up: compiles, autotunes
                         runner.step([], reqs)
                     start = time.perf_counter()
@@ -156,7 +161,7 @@ def lora_grid(base: Llama, batches: list[int], distinct: list[int], context: int
             runner = ModelRunner(base, config, AUDIO_CONSTRAINT.family, fixed_shape=mode != "eager", bank=bank)
             for batch in batches:
                 for n in distinct:
-                    reqs = _placed(batch, context)
+                    reqs = _placed(runner, batch, context)
                     for i, req in enumerate(reqs):
                         req.adapter_slot = i % n if n else None
                     for _ in range(2):
@@ -186,10 +191,9 @@ def fp8_quality(base: Llama, device: str) -> dict:
     for prompt in PROMPTS:
         logits = []
         for model in (base, quantized):
-            cache = KVCache(model.config, 1, 128, model.output_weight.dtype, torch.device(device))
+            cache = KVCache(model.config, 1, 128, model.output_weight.dtype, torch.device(device))  # one block
             positions = torch.arange(len(prompt), device=device)[None]
-            hidden = model(torch.tensor([prompt], device=device), positions,
-                           PrefillAttention(cache, torch.tensor([0], device=device), positions))
+            hidden = model(torch.tensor([prompt], device=device), positions, FreshPrefill(cache, positions[0]))
             logits.append(model.logits(hidden[0], orpheus.AUDIO_TOKEN_BASE, orpheus.AUDIO_TOKEN_BASE + 4096))
         want, got = (x.float().log_softmax(-1) for x in logits)
         kls.append((want.exp() * (want - got)).sum(-1))

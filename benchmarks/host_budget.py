@@ -42,12 +42,16 @@ import sys
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 import numpy as np
 
 from lyre import bench, orpheus
 from lyre.bench.prometheus import parse_metrics
+
+if TYPE_CHECKING:
+    from lyre.engine import EngineConfig
 
 REAL_TIME_TOKENS_PER_S = orpheus.FRAME_TOKENS * orpheus.SAMPLE_RATE / orpheus.SAMPLES_PER_FRAME  # 82.03
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -74,15 +78,18 @@ class _PacedPending:
 class PacedRunner:
     """Stands in for ModelRunner: valid audio ids, one step per ``step_s``, no tensors."""
 
-    def __init__(self, vocab_size: int, step_s: float) -> None:
+    def __init__(self, vocab_size: int, step_s: float, config: EngineConfig) -> None:
         self.vocab_size = vocab_size
         self.kv_cache_bytes = 0
+        # The blocks the engine hands out: the real runner's default pool, with no tensors behind it.
+        self.block_size = config.resolved_block_size
+        self.kv_blocks = config.max_batch * -(-config.max_seq_len // self.block_size)
         self.forward_seconds = 0.0
         self._step_s = step_s
 
     def launch(self, prefill: list, decode: list) -> _PacedPending:  # type: ignore[type-arg]
         tokens = []
-        for req in prefill + decode:
+        for req in [chunk.req for chunk in prefill if chunk.final] + decode:  # only a prompt's last chunk samples
             n = len(req.output_ids)
             allowed = req.constraint.allowed(n)
             tokens.append(allowed.start + (n * 611 + 17) % (allowed.stop - allowed.start))
@@ -125,6 +132,7 @@ def runner_step_ms(batches: list[int], context: int = 256, steps: int = 20) -> d
 
     from lyre.demo_model import demo_model
     from lyre.engine import EngineConfig, SamplingParams
+    from lyre.engine.by_hand import ByHand
     from lyre.engine.runner import ModelRunner
     from lyre.engine.sequence import Request
     from lyre.model_folder import load_config
@@ -136,11 +144,13 @@ def runner_step_ms(batches: list[int], context: int = 256, steps: int = 20) -> d
     runner = ModelRunner(model, config, AUDIO_CONSTRAINT.family)
     out = {}
     for batch in batches:
+        hand = ByHand(runner)  # a fresh pool's blocks: the last batch's rows are done with theirs
         reqs = []
-        for slot in range(batch):  # rows placed at their context: no prefill
+        for slot in range(batch):  # rows placed at their context, with its blocks: no prefill
             req = Request(f"r{slot}", [orpheus.AUDIO_TOKEN_BASE] * (context - 1), SamplingParams(), seed=slot,
                           constraint=AUDIO_CONSTRAINT)
-            req.slot, req.output_ids = slot, [orpheus.AUDIO_TOKEN_BASE]
+            req.output_ids = [orpheus.AUDIO_TOKEN_BASE]
+            hand.place(req, slot)
             reqs.append(req)
         runner.step([], reqs)  # warm-up
         start = time.process_time()
@@ -174,8 +184,8 @@ def serve(port: int, max_streams: int, step_ms: float, real_runner: bool = False
         engine = Engine(tiny_deep_model(vocab), EngineConfig(max_batch=max_streams, max_seq_len=_MODEL_SEQ_LEN),
                         AUDIO_CONSTRAINT.family)
     else:
-        engine = Engine(None, EngineConfig(max_batch=max_streams, max_seq_len=2048),
-                        runner=PacedRunner(vocab, step_ms / 1000))
+        config = EngineConfig(max_batch=max_streams, max_seq_len=2048)
+        engine = Engine(None, config, runner=PacedRunner(vocab, step_ms / 1000, config))
     # A GPU deployment's codec policy: gather up to 64 windows for at most 15 ms.
     codec = CodecService(NoiseDecoder(), BatchPolicy(max_batch=64, max_wait_ms=15.0))  # type: ignore[arg-type]
     tts = TTS(engine, load_tokenizer(demo.model), codec, Voices.with_aliases(orpheus.VOICES))

@@ -41,6 +41,7 @@ import torch
 from lyre.demo_model import DEMO_LLAMA_CONFIG
 from lyre.model_choice import choose_model
 from lyre.engine import Engine, EngineConfig, SamplingParams
+from lyre.engine.by_hand import ByHand
 from lyre.engine.loader import load_llama
 from lyre.engine.lora import LoraBank, attach_lora
 from lyre.engine.peft_folder import LORA_TARGETS, read_peft_adapter
@@ -88,12 +89,14 @@ def step_ms(folder: Path, adapters: list[Path], distinct: list[int], batch: int,
     config = EngineConfig(max_batch=batch, max_seq_len=seq)
 
     def timed(runner: ModelRunner, n: int) -> float:
+        hand = ByHand(runner)  # a fresh pool's blocks: the last timing's rows are done with theirs
         reqs = []
-        for slot in range(batch):
+        for slot in range(batch):  # rows placed at their context, with its blocks: no prefill
             req = Request(f"r{slot}", PROMPT[:1] * (context - 1), SamplingParams(), seed=slot,
                           constraint=AUDIO_CONSTRAINT)
-            req.slot, req.output_ids = slot, [128266]
+            req.output_ids = [128266]
             req.adapter_slot = slot % n if n else None
+            hand.place(req, slot)
             reqs.append(req)
         for _ in range(3):
             runner.step([], reqs)  # warm-up

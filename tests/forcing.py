@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from lyre.engine import runner as runner_module
+from lyre.engine.by_hand import ByHand
 from lyre.engine.runner import ModelRunner
 from lyre.engine.sequence import Request
 
@@ -39,7 +40,8 @@ class Forced:
 
 def request(prompt: list[int], seed: int, sampling: Any, slot: int, adapter_slot: int | None = None,
             constraint: Any = None) -> Request:
-    """A request already placed in KV slot ``slot`` (and LoRA slot ``adapter_slot``), as the engine would."""
+    """A request for row ``slot`` (and LoRA slot ``adapter_slot``), as the engine would place it; `forced_run`
+    gives it its blocks."""
     req = Request(f"r{slot}", list(prompt), sampling, seed=seed, constraint=constraint)
     req.slot, req.adapter_slot = slot, adapter_slot
     return req
@@ -64,11 +66,15 @@ def forced_run(runner: ModelRunner, reqs: list[Request], steps: int,
     per_step: list[torch.Tensor] = []
     drawn: list[list[int]] = [[] for _ in reqs]
     fed: list[list[int]] = [[] for _ in reqs]
+    hand = ByHand(runner)
+    for req in reqs:
+        assert req.slot is not None
+        hand.place(req, req.slot)
     runner_module.sample = spy  # type: ignore[assignment]
     try:
         for step in range(steps):
             calls.clear()
-            ids = runner.step(reqs, []) if step == 0 else runner.step([], reqs)
+            ids = hand.prefill(reqs) if step == 0 else hand.decode(reqs)
             assert len(calls) == 1 and calls[0].shape[0] == n, "rows of a step must share one sampling call"
             per_step.append(calls[0])
             for i, (req, token) in enumerate(zip(reqs, ids)):

@@ -11,11 +11,11 @@ from torch import nn
 from lyre import orpheus
 from lyre.demo_model import DemoPaths
 from lyre.engine import Engine, EngineConfig, SamplingParams
-from lyre.engine.attention import PrefillAttention
+from lyre.engine.attention import FreshPrefill
 from lyre.engine.fp8 import FP8_PROJECTIONS, Fp8Linear, quantize_fp8
-from lyre.engine.kv_cache import KVCache
 from lyre.engine.loader import load_llama
 from lyre.tts import AUDIO_CONSTRAINT
+from llama_calls import cache_for
 
 PROMPT = [128259, 128000, 83, 5169, 25, 22691, 1070, 13, 128009, 128260, 128261, 128257]
 
@@ -73,9 +73,9 @@ def test_the_quantised_model_keeps_its_next_token_distribution(demo: DemoPaths) 
     assert quant.model.embed_tokens.weight.dtype == torch.float32  # embeddings and output stay as they were
 
     def logits(model: torch.nn.Module) -> torch.Tensor:
-        cache = KVCache(model.config, 1, 64, torch.float32, torch.device("cpu"))
+        cache = cache_for(model, 1, 64)
         positions = torch.arange(len(PROMPT))[None]
-        hidden = model(torch.tensor([PROMPT]), positions, PrefillAttention(cache, torch.tensor([0]), positions))
+        hidden = model(torch.tensor([PROMPT]), positions, FreshPrefill(cache, positions.view(-1)))
         return model.logits(hidden[0], orpheus.AUDIO_TOKEN_BASE, orpheus.AUDIO_TOKEN_BASE + 4096)
 
     want, got = logits(full).log_softmax(-1), logits(quant).log_softmax(-1)

@@ -7,16 +7,16 @@ import torch
 from transformers import LlamaForCausalLM
 
 from lyre.demo_model import DemoPaths
-from lyre.engine.attention import FlexBlocks
+from lyre.engine.attention import BlockOwners, FlexBlocks, FreshPrefill
 from lyre.engine.kv_cache import KVCache
 from lyre.engine.llama import Llama
 from lyre.engine.loader import load_llama
-from llama_calls import cache_for, decode, prefill
+from llama_calls import cache_for, decode, prefill, tables, where
 
 ATOL = 1e-4
 SEQ = 128
 PROMPT = [128259, 128000, 83, 5169, 25, 22691, 1070, 13, 128009, 128260, 128261, 128257]
-IN_PLACE = ("gather", "sdpa")  # flex compiles for ~20 s on a CPU: its own test below
+IN_PLACE = ("sdpa", "blocks")  # flex compiles for ~20 s on a CPU: its own test below
 
 
 @pytest.fixture(scope="module")
@@ -81,18 +81,41 @@ def test_a_batch_of_very_different_lengths_matches_each_alone(models: tuple[Llam
         torch.testing.assert_close(got[row], want, atol=ATOL, rtol=0)
 
 
+@pytest.mark.parametrize("backend", IN_PLACE)
+@torch.inference_mode()
+def test_rows_that_share_a_prefix_block_each_read_it(models: tuple[Llama, LlamaForCausalLM], backend: str) -> None:
+    ours, theirs = models
+    cache = _cache(ours)
+    prefix = (PROMPT * 2)[:16]  # one whole block, written once (rows of slot 0's table)
+    prefill(ours, cache, [prefix + PROMPT[:5]], [0])
+    own = tables(cache, 4)
+    shared = torch.stack([own[0], torch.cat((own[0][:1], own[2][1:]))])  # row 1: slot 0's first block, then slot 2's
+    rows = [prefix + PROMPT[:5], prefix + PROMPT[5:9]]
+    positions = torch.arange(len(rows[1]))[None]
+    ours(torch.tensor([rows[1]]), positions, FreshPrefill(cache, where(cache, shared[1:], positions)))
+    nxt = [131000, 132000]
+    owners = BlockOwners.of(shared, torch.tensor([len(r) + 1 for r in rows]), cache.block_size)
+    assert owners.extra is not None and owners.extra[1].tolist() == [int(own[0][0])]  # the shared block, twice read
+    got = decode(ours, cache, backend, nxt, [len(r) for r in rows], [0, 2], table=shared)
+    for row, prompt in enumerate(rows):
+        want = theirs(torch.tensor([prompt + [nxt[row]]])).logits[0, -1].float()
+        torch.testing.assert_close(got[row], want, atol=ATOL, rtol=0)
+
+
 @pytest.mark.slow
 @torch.inference_mode()
 def test_flex_attention_reads_the_cache_in_place_and_matches(models: tuple[Llama, LlamaForCausalLM]) -> None:
     ours, theirs = models
-    cache = _cache(ours)
-    blocks = FlexBlocks(cache.slots + 1, SEQ, torch.device("cpu"))
+    cache = cache_for(ours, 4, 2 * SEQ, block_size=128)
+    blocks = FlexBlocks(4 + 1, cache)
     prompts = {2: PROMPT, 0: (PROMPT * 11)[:127]}  # the second ends one key short of a whole block
     for slot, prompt in prompts.items():
         prefill(ours, cache, [prompt], [slot])
     slots = list(prompts)
     got = decode(ours, cache, "flex", [131000, 132000], [len(prompts[s]) for s in slots], slots, blocks)
     assert blocks.full.view(-1).tolist()[:3] == [1, 0, 0] and blocks.partial.view(-1).tolist()[:3] == [0, 0, 1]
+    # slot 0 read its own last block (blocks run backwards from the end of each slot's share)
+    assert blocks.full_index[0, 0, 0, 0].item() == 1 and blocks.partial_index[2, 0, 0, 0].item() == 5
     for row, slot in enumerate(slots):
         want = theirs(torch.tensor([prompts[slot] + [[131000, 132000][row]]])).logits[0, -1].float()
         torch.testing.assert_close(got[row], want, atol=ATOL, rtol=0)

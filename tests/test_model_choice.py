@@ -229,7 +229,6 @@ def test_settings_that_cost_a_gpu_user_dearly_are_warned_of() -> None:
     assert _facts().warnings == ()
     assert "eager decoding is host-bound" in " ".join(_facts(cuda_graphs=False).warnings)
     assert "~14 ms a step" in " ".join(_facts(cuda_graphs=False).warnings)  # 28 layers x 0.5 ms
-    assert "--attention sdpa" in " ".join(_facts(attention="gather").warnings)
     assert "float32 on CUDA" in " ".join(_facts(dtype="float32").warnings)
     assert "although torch sees a CUDA device" in " ".join(_facts(device="cpu", dtype="float32").warnings)
     demo = _facts(model=Weights("demo", Path("/d"), "default", random=True))
@@ -274,10 +273,11 @@ def test_the_server_loads_the_cached_codec_and_its_summary_matches_its_settings(
     for name, value in offline_env(home).items():
         monkeypatch.setenv(name, value)  # the server process inherits them
     args = ("--model", str(demo.model), "--max-streams", "3", "--max-queue", "5", "--max-seq-len", "512",
-            "--scheduler", "fcfs", "--max-adapters", "2", "--lora-rank", "8")
+            "--scheduler", "fcfs", "--max-adapters", "2", "--lora-rank", "8", "--kv-cache-gb", "0.01")
     with running_server(*args) as server:
         health = httpx.get(f"{server.url}/health", timeout=10).json()
         kv_bytes = server.metric("lyre_engine_kv_cache_bytes")
+        free_blocks = server.metric('lyre_engine_kv_blocks{state="free"}')
         output = server.output()
     assert health["status"] == "ok"
     summary = health["summary"]
@@ -287,10 +287,18 @@ def test_the_server_loads_the_cached_codec_and_its_summary_matches_its_settings(
     assert (summary["max_streams"], summary["max_queue"], summary["stt"], summary["chat"]) == (3, 5, None, None)
     assert (tts["device"], tts["dtype"], tts["attention"], tts["cuda_graphs"], tts["fp8"]) == (
         "cpu", "float32", "sdpa", False, False)  # --device auto, on this CPU
+    # 0.01 GiB in blocks of 64 positions (a CPU's), 256 KiB each on the demo model in float32: 40 blocks, 5 requests
+    # of 512.
     assert (tts["kv_slots"], tts["kv_positions"], tts["kv_bytes"]) == (3, 512, kv_bytes)
+    assert (tts["kv_blocks"], tts["block_size"]) == (40, 64) and kv_bytes == 41 * 256 * 2**10  # and the trash block
+    assert health["kv_cache"]["tts"] | {"cached": 0, "prefix_hit_rate": 0} == {
+        "block_size": 64, "blocks": 40, "used": 0, "cached": 0, "free": 40, "prefix_hit_rate": 0, "evictions": 0,
+        "preemptions": 0}  # the warm-up's request has ended (its blocks may stay cached)
+    assert free_blocks == 40
     assert (tts["scheduler"], tts["max_adapters"], tts["lora_rank"], tts["adapters"]) == ("fcfs", 2, 8, [])
     assert summary["warnings"] == tts["warnings"] == []
     assert f"lyre: no codec named; using SNAC 24 kHz (hubertsiuzdak/snac_24khz) from {snapshot}" in output
     assert "no model named" not in output
     assert output.count("lyre: ready in") == 1  # the summary, once
-    assert "KV cache  3 slots x 512 positions" in output and "streams   3 at once, 5 queued at most" in output
+    assert "KV cache  40 blocks x 64 positions, 10.2 MiB: 5.0 requests of 512 positions" in output
+    assert "streams   3 at once, 5 queued at most" in output

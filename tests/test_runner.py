@@ -12,6 +12,7 @@ from lyre.batching import bucket_for
 from lyre.engine.graphs import batch_buckets, warm_up
 from lyre.engine.llama import Llama
 from lyre.engine.loader import load_llama
+from lyre.engine.by_hand import ByHand
 from lyre.engine.runner import ModelRunner
 from lyre.engine.sequence import Request
 from lyre.tts import AUDIO_CONSTRAINT
@@ -49,19 +50,20 @@ def _run(runner: ModelRunner, steps: int, constrained: bool = True, temperature:
         sampling = SamplingParams(seed=i, max_tokens=steps + 1, stop_ids=(orpheus.STOP_TOKEN,),
                                   temperature=temperature)
         req = Request(f"r{i}", prompt, sampling, seed=i, constraint=AUDIO_CONSTRAINT if constrained else None)
-        req.slot = slot
         reqs.append(req)
-    for req, token in zip(reqs, runner.step(reqs, [])):
+    hand = ByHand(runner)
+    for req, slot in zip(reqs, (4, 0, 2)):
+        hand.place(req, slot)
+    for req, token in zip(reqs, hand.prefill(reqs)):
         req.output_ids.append(token)
     for _ in range(steps):
-        for req, token in zip(reqs, runner.step([], reqs)):
+        for req, token in zip(reqs, hand.decode(reqs)):
             req.output_ids.append(token)
     return [r.output_ids for r in reqs]
 
 
-@pytest.mark.parametrize("attention", ["sdpa", "gather"])
-def test_fixed_shape_decode_with_padding_draws_the_eager_tokens(model: Llama, attention: str) -> None:
-    config = EngineConfig(max_batch=8, max_seq_len=256, attention=attention)
+def test_fixed_shape_decode_with_padding_draws_the_eager_tokens(model: Llama) -> None:
+    config = EngineConfig(max_batch=8, max_seq_len=256)
     eager = _run(ModelRunner(model, config, AUDIO_CONSTRAINT.family), steps=30)
     fixed_runner = ModelRunner(model, config, AUDIO_CONSTRAINT.family, fixed_shape=True)
     assert bucket_for(3, fixed_runner.buckets) == 4  # one padding row every step

@@ -1,9 +1,10 @@
-"""Slot and queue bookkeeping, without tensors."""
+"""Slot, block and queue bookkeeping, without tensors."""
 
 from __future__ import annotations
 
 import pytest
 
+from lyre.engine.block_manager import BlockManager
 from lyre.engine.sampling import SamplingParams
 from lyre.engine.scheduler import EngineFull, RequestTooLong, Scheduler, SchedulingPolicy
 from lyre.engine.sequence import FinishReason, Request, RequestStatus
@@ -19,9 +20,10 @@ def test_admits_in_arrival_order_into_the_lowest_free_slots() -> None:
     for r in reqs:
         s.add(r)
     batch = s.schedule()
-    assert [r.request_id for r in batch.prefill] == ["r0", "r1"] and not batch.decode
-    assert [r.slot for r in batch.prefill] == [0, 1]
+    assert [c.req.request_id for c in batch.prefill] == ["r0", "r1"] and not batch.decode
+    assert [c.req.slot for c in batch.prefill] == [0, 1]
     assert reqs[2].status is RequestStatus.WAITING
+    s.ran(batch)
     batch = s.schedule()
     assert not batch.prefill and [r.request_id for r in batch.decode] == ["r0", "r1"]
 
@@ -31,11 +33,11 @@ def test_finishing_frees_the_slot_for_the_next_in_line() -> None:
     reqs = [_req(f"r{i}") for i in range(3)]
     for r in reqs:
         s.add(r)
-    s.schedule()
+    s.ran(s.schedule())
     s.finish(reqs[1], FinishReason.ABORT)
     assert s.free_slots == 1 and reqs[1].finish_reason is FinishReason.ABORT
     batch = s.schedule()
-    assert batch.prefill == [reqs[2]] and reqs[2].slot == 1
+    assert [c.req for c in batch.prefill] == [reqs[2]] and reqs[2].slot == 1
     assert batch.decode == [reqs[0]]
 
 
@@ -91,7 +93,9 @@ def _stream(rid: str, deadline: float | None, pace: float | None = PACE) -> Requ
 def _resident(s: Scheduler, *reqs: Request, now: float = 0.0) -> None:
     for r in reqs:
         s.add(r)
-    assert len(s.schedule(now).prefill) == len(reqs)
+    batch = s.schedule(now)
+    assert len(batch.prefill) == len(reqs)
+    s.ran(batch)
 
 
 def _ids(batch: list[Request]) -> list[str]:
@@ -191,3 +195,80 @@ def test_with_every_stream_parked_the_engine_knows_how_long_to_sleep() -> None:
     assert s.idle_for(now=0.0) == pytest.approx(2.5)  # b: 4.0 - 0.5 - 1.0
     s.add(_req("new"))
     assert s.idle_for(now=0.0) is None  # someone is waiting to be admitted
+
+
+# ---- the KV cache's blocks: chunks, admission, preemption -------------------------------------------
+
+
+def _chunks(batch: list) -> list[tuple[str, int, int]]:  # type: ignore[type-arg]
+    return [(c.req.request_id, c.start, c.end) for c in batch]
+
+
+def test_a_long_prompt_is_prefilled_in_chunks_beside_the_decode_rows() -> None:
+    s = Scheduler(max_batch=4, max_seq_len=256, max_waiting=8, step_tokens=20)
+    short = _req("short", prompt=5)
+    _resident(s, short)
+    s.append_token(short, 7)
+    s.add(_req("long", prompt=50))
+    batch = s.schedule(0.0)
+    assert _ids(batch.decode) == ["short"] and _chunks(batch.prefill) == [("long", 0, 19)]  # 20 less one decode row
+    assert not batch.prefill[0].final and batch.sampled == [short]
+    s.ran(batch)
+    s.append_token(short, 7)
+    batch = s.schedule(0.0)
+    assert _chunks(batch.prefill) == [("long", 19, 38)]
+    s.ran(batch)
+    s.append_token(short, 7)
+    batch = s.schedule(0.0)
+    assert _chunks(batch.prefill) == [("long", 38, 50)] and batch.prefill[0].final
+    assert [r.request_id for r in batch.sampled] == ["long", "short"]
+    s.ran(batch)
+    assert not s.running["long"].prefilling
+
+
+def test_a_request_waits_for_blocks_and_nobody_jumps_the_queue() -> None:
+    s = Scheduler(max_batch=4, max_seq_len=16, max_waiting=8, blocks=BlockManager(6, 4))
+    big, small = _req("big", prompt=12, max_tokens=4), _req("small", prompt=2, max_tokens=4)
+    _resident(s, big)  # 3 blocks
+    other = _req("also-big", prompt=12, max_tokens=4)
+    other.prompt_ids = [t + 50 for t in other.prompt_ids]  # not big's prefix
+    s.add(other)
+    s.add(small)
+    batch = s.schedule(0.0)
+    assert not batch.prefill and len(s.waiting) == 2  # 3 free, less the watermark: not enough for 12 tokens
+    s.finish(big, FinishReason.STOP)
+    assert _chunks(s.schedule(0.0).prefill) == [("also-big", 0, 12), ("small", 0, 2)]
+
+
+def test_a_dry_pool_preempts_the_request_that_can_best_wait_and_it_resumes_with_its_tokens() -> None:
+    s = Scheduler(max_batch=4, max_seq_len=16, max_waiting=8, blocks=BlockManager(4, 4),
+                  policy=SchedulingPolicy(park_above_s=50.0, unpark_below_s=10.0))
+    playing, file = _req("playing", max_tokens=10), _req("file", max_tokens=10)
+    playing.pace, playing.deadline = PACE, 1.0
+    file.prompt_ids = [t + 50 for t in file.prompt_ids]
+    _resident(s, playing, file)  # 1 block each
+    for req in playing, file:
+        s.append_token(req, 7)  # 5 tokens each: the next key needs a second block
+    batch = s.schedule(0.0)
+    s.ran(batch)
+    assert _ids(batch.decode) == ["playing", "file"] and s.blocks.free == 0
+    for _ in range(4):
+        s.append_token(playing, 7)
+        s.append_token(file, 8)
+    batch = s.schedule(0.0)  # both need a third block; one is left for both: the file gives way
+    assert _ids(batch.decode) == ["playing"] and s.preemptions == 1 and file.preemptions == 1
+    assert file.status is RequestStatus.WAITING and file.slot is None and file.kv is None
+    assert list(s.waiting) == [file]
+    s.ran(batch)
+    s.finish(playing, FinishReason.STOP)
+    batch = s.schedule(0.0)
+    # Its prompt and the 5 it made, less its first block, still cached from before.
+    assert _chunks(batch.prefill) == [("file", 4, 9)] and batch.prefill[0].first
+    assert file.tokens == list(range(50, 54)) + [7] + [8] * 4
+
+
+def test_a_pool_too_small_for_one_request_or_a_budget_with_no_room_for_prompts_is_refused() -> None:
+    with pytest.raises(ValueError, match="cannot hold one request of max_seq_len 64"):
+        Scheduler(max_batch=2, max_seq_len=64, max_waiting=8, blocks=BlockManager(3, 16))
+    with pytest.raises(ValueError, match="step_tokens"):
+        Scheduler(max_batch=8, max_seq_len=64, max_waiting=8, step_tokens=8)

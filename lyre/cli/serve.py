@@ -32,7 +32,20 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                        help="experiments on hardware too slow for real time: listeners are taken to play at this "
                             "times real time, and deadlines scale with it (default: 1)")
     serve.add_argument("--max-queue", type=int, default=16, help="requests waiting beyond that; more get 429")
-    serve.add_argument("--max-seq-len", type=int, default=2048, help="KV-cache positions per stream")
+    serve.add_argument("--max-seq-len", type=int, default=2048,
+                       help="positions one request may use, prompt and audio together (default: 2048)")
+    kv = serve.add_argument_group("the KV cache (one pool of blocks that every stream takes from as it grows)")
+    kv.add_argument("--kv-cache-gb", type=float,
+                    help="its size in GiB (default: room for --max-streams requests of --max-seq-len); more "
+                         "streams than that fit when they are shorter, and the longest wait or are preempted")
+    kv.add_argument("--kv-cache-fraction", type=float,
+                    help="or this share of the device's free memory once the weights are loaded (e.g. 0.8)")
+    kv.add_argument("--max-step-tokens", type=int, default=512,
+                    help="tokens one engine step runs at most: decode rows first, then prompts, a longer prompt "
+                         "in chunks across steps, so no playing stream waits on it (default: 512)")
+    kv.add_argument("--prefix-caching", action=argparse.BooleanOptionalAction, default=True,
+                    help="keep released blocks findable by their tokens, so a prompt that starts as an earlier "
+                         "one did reuses its keys and values (default: on)")
     serve.add_argument("--api-key", default=os.environ.get("LYRE_API_KEY"),
                        help="require this Bearer key (default: $LYRE_API_KEY; none: open)")
     serve.add_argument("--voice-alias", action="append", default=[], metavar="NAME=VOICE",
@@ -55,9 +68,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                             "needs transformers) to compare against (default: lyre)")
     serve.add_argument("--log-level", default="info")
     gpu = serve.add_argument_group("engine and codec on a GPU")
-    gpu.add_argument("--attention", choices=("gather", "sdpa", "flex"),
-                     help="how decode attention reads the KV cache: sdpa or flex in place, gather copies it "
-                          "(default: sdpa on CPU, gather on CUDA until a GPU run has verified the in-place paths)")
+    gpu.add_argument("--attention", choices=("sdpa", "flex"),
+                     help="how decode attention reads the KV cache's blocks: sdpa gathers each stream's blocks "
+                          "then attends; flex reads them in place (compiled FlexAttention, blocks of 128; opt-in "
+                          "until a GPU run has shown its tokens equal sdpa's) (default: sdpa)")
     gpu.add_argument("--cuda-graphs", action=argparse.BooleanOptionalAction, default=False,
                      help="replay decode steps from CUDA graphs captured per batch bucket (CUDA only; "
                           "opt-in until a GPU run has shown their tokens equal eager decoding's)")
@@ -92,7 +106,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     llm.add_argument("--llm-name", help="the chat model's name in /v1/models (default: the file's stem)")
     llm.add_argument("--llm-max-batch", type=int, default=8, help="chat requests generating at once (default: 8)")
     llm.add_argument("--llm-max-seq-len", type=int, default=2048,
-                     help="KV-cache positions per chat request, prompt and answer together (default: 2048)")
+                     help="positions per chat request, prompt and answer together (default: 2048)")
+    llm.add_argument("--llm-kv-cache-gb", type=float,
+                     help="the chat engine's KV cache in GiB, where conversations' earlier turns stay cached for "
+                          "their next (default: room for --llm-max-batch requests of --llm-max-seq-len)")
     agent = serve.add_argument_group("voice agent (/v1/realtime conversations: needs --stt, TTS and a chat model)")
     agent.add_argument("--llm-url", metavar="URL",
                        help="the agent thinks with this OpenAI-compatible endpoint (e.g. http://host:8000/v1) "

@@ -43,6 +43,12 @@ class AdapterEntry:
     nbytes: int = 0  # of its weights, unpadded, once read
     holders: int = 0  # running requests and leases
     last_used: float = field(default_factory=time.monotonic)
+    serial: int = 0  # this registration's number: a name registered again (other weights) gets another
+
+    @property
+    def salt(self) -> str:
+        """Keys its requests' KV cache by these weights, not just this name."""
+        return f"adapter:{self.serial}:{self.name}"
 
     @property
     def resident(self) -> bool:
@@ -67,13 +73,15 @@ class AdapterRegistry:
         self.entries: dict[str, AdapterEntry] = {}
         self.reserved: dict[int, int] = {}  # slot -> bytes on their way into it (0: being emptied)
         self.stats = AdapterStats()
+        self._serial = 0
 
     def register(self, name: str, path: Path, speaker: str, pin: bool = False) -> AdapterEntry:
         if not name or "/" in name:
             raise ValueError(f"adapter name {name!r}: a non-empty name without '/'")
         if name in self.entries:
             raise ValueError(f"adapter {name!r} is already registered (from {self.entries[name].path})")
-        entry = self.entries[name] = AdapterEntry(name, path, speaker, pinned=pin)
+        self._serial += 1
+        entry = self.entries[name] = AdapterEntry(name, path, speaker, pinned=pin, serial=self._serial)
         return entry
 
     def get(self, name: str) -> AdapterEntry:

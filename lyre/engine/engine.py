@@ -23,6 +23,7 @@ from pathlib import Path
 
 from lyre.engine.adapter_registry import AdapterRegistry
 from lyre.engine.adapters import EngineAdapters
+from lyre.engine.block_manager import BlockManager
 from lyre.engine.config import EngineConfig
 from lyre.engine.constraint import Constraint, SliceFamily
 from lyre.engine.handoff import Outbox, StepOps
@@ -67,7 +68,9 @@ class Engine:
                 self.adapter_registry = AdapterRegistry(config.max_adapters, config.adapter_max_bytes)
                 self.adapters = EngineAdapters(self, self.adapter_registry, bank, model.config)
         self.runner: Runner = runner
-        self.scheduler = Scheduler(config.max_batch, config.max_seq_len, config.max_waiting, config.policy())
+        blocks = BlockManager(runner.kv_blocks, runner.block_size, caching=config.prefix_caching)
+        self.scheduler = Scheduler(config.max_batch, config.max_seq_len, config.max_waiting, config.policy(), blocks,
+                                   config.max_step_tokens)
         self.recorder = StatsRecorder(runner.kv_cache_bytes)
         self._aborts: deque[str] = deque()
         self._ops = StepOps()
@@ -129,7 +132,7 @@ class Engine:
             self.scheduler.add(req)  # validates length, queue room and id under the lock
             if entry is not None:  # held while the request runs: not evicted under it
                 self.adapter_registry.hold(entry)  # type: ignore[union-attr]
-                req.adapter_slot = entry.slot
+                req.adapter_slot, req.salt = entry.slot, entry.salt
             stream = self._outbox.open(req, self.abort)
             self._wake.notify()
         return stream
@@ -245,7 +248,6 @@ class Engine:
     def _step(self, batch: ScheduledBatch) -> None:
         """Run one scheduled batch: launch it, deliver the last step's tokens while the device works,
         then take this step's tokens (its one device-to-host copy) and book them."""
-        reqs = batch.prefill + batch.decode
         start = time.perf_counter()
         try:
             pending = self.runner.launch(batch.prefill, batch.decode)
@@ -254,9 +256,10 @@ class Engine:
             with self._wake:
                 self.runner.forward_seconds += pending.forward_seconds
                 self.recorder.record_step(batch, time.perf_counter() - start)
-                self._book(reqs, tokens)
+                self.scheduler.ran(batch)
+                self._book(batch.sampled, tokens)
         except Exception as exc:  # a failed step must not strand its requests, nor end the loop
-            self._fail_step(reqs, exc)
+            self._fail_step([c.req for c in batch.prefill] + batch.decode, exc)
             return
         self._failed_steps = 0
 

@@ -1,4 +1,4 @@
-"""The preallocated KV cache: one slot per resident request, plus a spare."""
+"""The preallocated KV cache: one pool of fixed-size blocks, shared by every request."""
 
 from __future__ import annotations
 
@@ -11,41 +11,56 @@ __all__ = ["KVCache"]
 
 
 class KVCache(nn.Module):
-    """Keys and values for ``slots`` requests of up to ``max_seq_len`` positions.
+    """Keys and values for ``blocks`` blocks of ``block_size`` positions, plus a trash block.
 
-    Allocated once; requests write by (slot, position) index, so nothing is
-    allocated per step and a freed slot is reused as is (stale entries past a
-    request's length are never attended: attention masks by length). Slot
-    ``spare`` (= ``slots``) belongs to nobody: rows that pad a fixed-shape
-    decode batch write there, so they can never touch a live request.
+    Allocated once. A request's positions live in the blocks of its block
+    table (`lyre.engine.block_manager`): position p is offset ``p %
+    block_size`` of block ``table[p // block_size]``. Block ``trash`` (=
+    ``blocks``) belongs to nobody: padding rows and padding positions write
+    there, and unused table entries point there, so nothing ever touches a
+    live request's blocks by accident.
 
-    The layout is slot-major, ``(layers, slots + 1, kv_heads, positions,
-    head_dim)``, so ``k[layer][:n]`` is a view of the first ``n`` slots that
-    attention reads in place.
+    The layout is ``(layers, kv_heads, blocks + 1, block_size, head_dim)``:
+    one layer's pool is a single ``(kv_heads, positions, head_dim)`` run that
+    FlexAttention reads in place, and gathering a row's blocks copies whole
+    ``block_size x head_dim`` runs.
     """
 
-    def __init__(self, model: LlamaConfig, slots: int, max_seq_len: int, dtype: torch.dtype, device: torch.device) -> None:
+    def __init__(self, model: LlamaConfig, blocks: int, block_size: int, dtype: torch.dtype,
+                 device: torch.device) -> None:
         super().__init__()
-        shape = (model.num_hidden_layers, slots + 1, model.num_key_value_heads, max_seq_len, model.head_dim)
+        shape = (model.num_hidden_layers, model.num_key_value_heads, blocks + 1, block_size, model.head_dim)
         self.register_buffer("k", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
         self.register_buffer("v", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
-        self.slots = slots
-        self.spare = slots
-        self.max_seq_len = max_seq_len
+        self.blocks = blocks
+        self.trash = blocks
+        self.block_size = block_size
 
-    def write(self, layer: int, slots: torch.Tensor, positions: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-        """Store k, v of shape (B, T, kv_heads, head_dim) at ``slots`` (B,) and ``positions`` (B, T)."""
-        index = (slots[:, None], slice(None), positions)  # advanced dims first: (B, T, kv_heads, head_dim)
-        self.k[layer][index] = k
-        self.v[layer][index] = v
+    @property
+    def nbytes(self) -> int:
+        return 2 * self.k.numel() * self.k.element_size()
 
-    def gather(self, layer: int, slots: torch.Tensor, length: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """A copy of ``slots``' keys and values for positions [0, length): each (B, kv_heads, length, head_dim).
+    def write(self, layer: int, where: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+        """Store k, v of shape (N, kv_heads, head_dim) at flat positions ``where`` (N,) = block * block_size + offset.
 
-        Only the gather attention path (kept for comparison) uses it: it
-        copies every row's K/V on every step."""
-        return self.k[layer, slots, :, :length], self.v[layer, slots, :, :length]
+        A non-finite entry is stored as 0. Attention masks keys by position, but a masked key still enters
+        the sums as score and weight 0, and 0 x NaN is NaN: a block's stale tail, a reused block or the
+        trash block would carry one request's NaN (a broken voice's) into another's output."""
+        keys, values = self.pool(layer)
+        keys[0].index_copy_(1, where, k.nan_to_num(0.0, 0.0, 0.0).transpose(0, 1))
+        values[0].index_copy_(1, where, v.nan_to_num(0.0, 0.0, 0.0).transpose(0, 1))
 
-    def view(self, layer: int, slots: int, length: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Slots [0, slots) and positions [0, length) of one layer, in place: each (slots, kv_heads, length, head_dim)."""
-        return self.k[layer, :slots, :, :length], self.v[layer, :slots, :, :length]
+    def gather(self, layer: int, tables: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The blocks of ``tables`` (B, n) in order, copied: keys and values each (B, kv_heads, n * block_size, head_dim)."""
+        b, n = tables.shape
+        flat = tables.reshape(-1)
+        k = self.k[layer].index_select(1, flat)  # (kv_heads, B * n, block_size, head_dim)
+        v = self.v[layer].index_select(1, flat)
+        shape = (k.shape[0], b, n * self.block_size, k.shape[-1])
+        return k.view(shape).transpose(0, 1), v.view(shape).transpose(0, 1)
+
+    def pool(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """One layer's whole pool, in place: keys and values each (1, kv_heads, (blocks + 1) * block_size, head_dim)."""
+        k, v = self.k[layer], self.v[layer]
+        shape = (1, k.shape[0], k.shape[1] * k.shape[2], k.shape[3])
+        return k.view(shape), v.view(shape)

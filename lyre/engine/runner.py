@@ -1,5 +1,11 @@
 """The one place that builds tensors: prefill, decode and sampling for a step.
 
+Every request's keys and values live in the blocks of its block table
+(`lyre.engine.block_manager`); the runner keeps each resident request's table
+in a device tensor, one row per slot, rewritten only when a table changes.
+A prefill runs prompt chunks (a whole prompt, or the part a cached prefix
+and earlier chunks left); only a prompt's last chunk samples a token.
+
 A decode step's inputs live in persistent buffers: the host writes one small
 packed int64 block (token, position, slot and the slice placement of every
 row) and copies it to the device in one transfer; everything else (each
@@ -28,7 +34,8 @@ from typing import Protocol
 import torch
 
 from lyre.batching import bucket_for
-from lyre.engine.attention import DecodeRows, FlexBlocks, PrefillAttention, decode_context
+from lyre.engine.attention import (BlockDecode, BlockOwners, CachedAttention, FlexBlocks, FlexDecode, FreshPrefill,
+                                   StepRows)
 from lyre.engine.config import EngineConfig
 from lyre.engine.constraint import SliceFamily, TokenSlice
 from lyre.engine.graphs import DecodeGraphs, batch_buckets
@@ -36,6 +43,7 @@ from lyre.engine.kv_cache import KVCache
 from lyre.engine.llama import Llama
 from lyre.engine.lora import LoraBank
 from lyre.engine.sampler import SamplingTensors, row_keys, sample
+from lyre.engine.scheduler import PrefillChunk
 from lyre.engine.sequence import Request
 
 __all__ = ["ModelRunner", "PendingTokens", "Runner"]
@@ -56,9 +64,11 @@ class Runner(Protocol):
 
     vocab_size: int
     kv_cache_bytes: int
+    kv_blocks: int  # blocks in the KV cache's pool
+    block_size: int  # positions per block
     forward_seconds: float  # cumulative, kept by the engine
 
-    def launch(self, prefill: list[Request], decode: list[Request]) -> Pending: ...
+    def launch(self, prefill: list[PrefillChunk], decode: list[Request]) -> Pending: ...
 
 
 class PendingTokens:
@@ -103,8 +113,11 @@ class ModelRunner:
         self.vocab_size = vocab = model.config.vocab_size
         self.attention = config.resolved_attention
         slots = config.max_batch
-        self.cache = KVCache(model.config, slots, config.max_seq_len, model.output_weight.dtype, device)
-        self.kv_cache_bytes = 2 * self.cache.k.numel() * self.cache.k.element_size()
+        self.cache = KVCache(model.config, config.kv_blocks(model.config), config.resolved_block_size,
+                             model.output_weight.dtype, device)
+        self.kv_cache_bytes = self.cache.nbytes
+        self.kv_blocks, self.block_size = self.cache.blocks, self.cache.block_size
+        self.spare = slots  # the spare slot: padding rows use it; its block table is all trash
         n = slots + 1  # the spare slot has state too, so padded rows index something real
         self.seen = torch.zeros(n, vocab, dtype=torch.bool, device=device)  # repetition-penalty history
         self.temperature = torch.zeros(n, device=device)
@@ -122,14 +135,19 @@ class ModelRunner:
         cuda = device.type == "cuda"
         self._host_rows = torch.zeros(fields, slots, dtype=torch.long, pin_memory=cuda)
         self._rows = torch.zeros(fields, slots, dtype=torch.long, device=device)
-        self._rows[_SLOT] = self.cache.spare
+        self._rows[_SLOT] = self.spare
         self._rows[_ADAPTER] = -1
-        self._slot_lengths = torch.zeros(n, dtype=torch.int32, device=device)
+        # Block tables by slot; a host copy, and which table (and how much of it) each slot's row holds.
+        self.max_blocks = -(-config.max_seq_len // self.cache.block_size)
+        self._host_tables = torch.full((n, self.max_blocks), self.cache.trash, dtype=torch.long, pin_memory=cuda)
+        self._tables = self._host_tables.to(device)
+        self._bound: list[tuple[object, int]] = [(None, 0)] * n
+        self._slot_lengths = torch.zeros(n, dtype=torch.int32, device=device)  # flex's mask
         self._out = torch.zeros(slots, dtype=torch.long, device=device)
         self._host_out = torch.zeros(2 * slots, dtype=torch.long, pin_memory=cuda)
         self._family_ids = torch.cat((torch.arange(self.family.lo, self.family.hi),
                                       torch.tensor(self.family.extras, dtype=torch.long))).to(device)
-        self.flex = FlexBlocks(n, config.max_seq_len, device) if self.attention == "flex" else None
+        self.flex = FlexBlocks(n, self.cache) if self.attention == "flex" else None
         self.buckets = batch_buckets(config.compute_batch or slots)
         self.fixed_shape = config.cuda_graphs if fixed_shape is None else fixed_shape
         # Captured here, at start-up, with autograd off (DecodeGraphs warms up and captures in inference mode).
@@ -146,14 +164,33 @@ class ModelRunner:
         self.top_k[slot] = s.top_k
         self.penalty[slot] = s.repetition_penalty
         self.seeds[slot] = req.seed
-        self.drawn[slot] = 0
+        self.drawn[slot] = len(req.output_ids)  # a resumed request draws on where it left off
         self.seen[slot] = False
-        self.seen[slot, torch.tensor(req.prompt_ids, device=self.device)] = True
+        self.seen[slot, torch.tensor(req.tokens, device=self.device)] = True
+
+    def _sync_tables(self, reqs: list[Request]) -> None:
+        """Bring the device's block tables up to date for ``reqs`` (new tables, and blocks added since)."""
+        dirty = False
+        for req in reqs:
+            table = req.kv
+            assert table is not None and req.slot is not None, f"request {req.request_id} holds no blocks"
+            bound, written = self._bound[req.slot]
+            if bound is table and written == len(table.blocks):
+                continue
+            if bound is not table:
+                self._host_tables[req.slot] = self.cache.trash
+                written = 0
+            self._host_tables[req.slot, written : len(table.blocks)] = torch.tensor(table.blocks[written:])
+            self._bound[req.slot] = (table, len(table.blocks))
+            dirty = True
+        if dirty:
+            self._tables.copy_(self._host_tables, non_blocking=True)
 
     # -- a step --------------------------------------------------------------
     @torch.inference_mode()
-    def launch(self, prefill: list[Request], decode: list[Request]) -> PendingTokens:
-        """Start the step: next token for every request, ``prefill`` ones first, then ``decode`` ones."""
+    def launch(self, prefill: list[PrefillChunk], decode: list[Request]) -> PendingTokens:
+        """Start the step: the next token of every ``prefill`` chunk that ends its prompt, then of every
+        ``decode`` request."""
         events = None
         if self.device.type == "cuda":
             events = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
@@ -164,35 +201,56 @@ class ModelRunner:
             parts.append(self._prefill(prefill))
         if decode:
             parts.append(self._decode(decode))
-        ids = torch.cat(parts) if len(parts) > 1 else parts[0]
+        ids = torch.cat(parts) if parts else self._out[:0]
         if events is not None:
             events[1].record()
         return PendingTokens(ids, self._host_out, started, events)
 
-    def step(self, prefill: list[Request], decode: list[Request]) -> list[int]:
+    def step(self, prefill: list[PrefillChunk], decode: list[Request]) -> list[int]:
         """`launch` and wait: the ids in request order (for callers without an engine loop)."""
         pending = self.launch(prefill, decode)
         tokens = pending.tokens()
         self.forward_seconds += pending.forward_seconds
         return tokens
 
-    def _prefill(self, reqs: list[Request]) -> torch.Tensor:
-        """Whole prompts, right-padded into one forward -> next ids (B,)."""
-        for req in reqs:
-            self._claim(req)
-        lengths = [len(r.prompt_ids) for r in reqs]
+    def _prefill(self, chunks: list[PrefillChunk]) -> torch.Tensor:
+        """Prompt chunks, right-padded into one forward -> next ids (F,) of the F chunks that end a prompt."""
+        for chunk in chunks:
+            if chunk.first:
+                self._claim(chunk.req)
+        reqs = [c.req for c in chunks]
+        self._sync_tables(reqs)
+        size, trash = self.cache.block_size, self.cache.trash
+        lengths = [c.end - c.start for c in chunks]
         width = max(lengths)
-        tokens = torch.zeros(len(reqs), width, dtype=torch.long)
-        for i, r in enumerate(reqs):
-            tokens[i, : lengths[i]] = torch.tensor(r.prompt_ids)
-        # Padding continues each row's positions; those cache entries are
-        # overwritten by later tokens before any query can see them.
-        positions = torch.arange(width).expand(len(reqs), width).to(self.device)
+        tokens = torch.zeros(len(chunks), width, dtype=torch.long)
+        # Padding writes to the trash block, at positions that stay inside the RoPE table.
+        positions = torch.zeros(len(chunks), width, dtype=torch.long)
+        where = torch.full((len(chunks), width), trash * size, dtype=torch.long)
+        for i, c in enumerate(chunks):
+            assert c.req.kv is not None
+            tokens[i, : lengths[i]] = torch.tensor(c.req.tokens[c.start : c.end])
+            at = torch.arange(c.start, c.end)
+            positions[i, : lengths[i]] = at
+            where[i, : lengths[i]] = torch.tensor(c.req.kv.blocks)[at // size] * size + at % size
         slots = torch.tensor([r.slot for r in reqs], device=self.device)
+        where = where.view(-1).to(self.device)
+        if all(c.start == 0 for c in chunks):
+            context: FreshPrefill | CachedAttention = FreshPrefill(self.cache, where)
+        else:  # after a reused prefix or an earlier chunk: attend to the cache as well
+            n = -(-max(c.end for c in chunks) // size)
+            context = CachedAttention(self.cache, StepRows(where, self._tables[slots, :n],
+                                                           torch.tensor([c.start for c in chunks], device=self.device),
+                                                           torch.tensor([c.end for c in chunks], device=self.device)),
+                                      width)
         self._use_adapters(reqs)
-        out = self.model(tokens.to(self.device), positions, PrefillAttention(self.cache, slots, positions))
-        last = torch.tensor(lengths, device=self.device) - 1
-        return self._sample_groups(reqs, slots, out[torch.arange(len(reqs), device=self.device), last])
+        out = self.model(tokens.to(self.device), positions.to(self.device), context)
+        final = [i for i, c in enumerate(chunks) if c.final]
+        if not final:
+            return self._out[:0]
+        rows = torch.tensor(final, device=self.device)
+        last = torch.tensor([lengths[i] - 1 for i in final], device=self.device)
+        return self._sample_groups([reqs[i] for i in final], slots[rows], out[rows, last])
 
     def _decode(self, reqs: list[Request]) -> torch.Tensor:
         """One new token per running request -> next ids (B,)."""
@@ -202,6 +260,7 @@ class ModelRunner:
         if rows is None:  # the scheduler never runs more rows than compute_batch, the largest bucket
             raise RuntimeError(f"{n} rows in one step, more than the largest batch bucket {self.buckets[-1]}")
         self._write_rows(reqs, rows, with_slices=fixed)
+        self._sync_tables(reqs)
         if fixed:
             if self.graphs is not None:
                 self.graphs.run(rows)
@@ -210,9 +269,14 @@ class ModelRunner:
             return self._out[:n]
         slots = self._rows[_SLOT, :n]
         self._use_adapters(reqs)
-        context = self._decode_context(n, n_slots=max(r.slot for r in reqs) + 1,  # type: ignore[type-var]
-                                       key_len=min(-(-max(r.num_tokens for r in reqs) // _KEY_ROUND) * _KEY_ROUND,
-                                                   self.config.max_seq_len))
+        if self.flex is None and self.device.type == "cpu":  # read in place, block by block
+            owners = BlockOwners.of(self._host_tables[[r.slot for r in reqs]],  # type: ignore[misc]
+                                    torch.tensor([r.num_tokens for r in reqs]), self.cache.block_size)
+            context: CachedAttention | FlexDecode | BlockDecode = BlockDecode(
+                self.cache, self._where(self._tables[slots], self._rows[_POSITION, :n]), owners)
+        else:
+            key_len = -(-max(r.num_tokens for r in reqs) // _KEY_ROUND) * _KEY_ROUND
+            context = self._decode_context(n, min(-(-key_len // self.cache.block_size), self.max_blocks))
         hidden = self.model(self._rows[_TOKEN, :n, None], self._rows[_POSITION, :n, None], context)[:, 0]
         return self._sample_groups(reqs, slots, hidden)
 
@@ -227,7 +291,7 @@ class ModelRunner:
 
     def _write_rows(self, reqs: list[Request], rows: int, with_slices: bool) -> None:
         """Pack rows [0, rows) (padding after the requests) and copy them to the device in one transfer."""
-        n, spare = len(reqs), self.cache.spare
+        n, spare = len(reqs), self.spare
         packed = [[r.output_ids[-1] for r in reqs], [r.num_tokens - 1 for r in reqs], [r.slot for r in reqs],
                   [-1 if r.adapter_slot is None else r.adapter_slot for r in reqs]]
         if with_slices:
@@ -242,19 +306,28 @@ class ModelRunner:
         host[_ADAPTER, n:rows] = -1
         self._rows[:, :rows].copy_(host[:, :rows], non_blocking=True)
 
-    def _decode_context(self, rows: int, n_slots: int, key_len: int):  # type: ignore[no-untyped-def]
+    def _decode_context(self, rows: int, blocks: int) -> CachedAttention | FlexDecode:
+        """Attention for decode rows [0, rows) of the persistent inputs, reading ``blocks`` blocks a row."""
         slots, positions = self._rows[_SLOT, :rows], self._rows[_POSITION, :rows]
-        self._slot_lengths.zero_()
-        self._slot_lengths[slots] = (positions + 1).to(torch.int32)
-        return decode_context(self.attention, self.cache, DecodeRows(slots, positions, self._slot_lengths),
-                              n_slots, key_len, self.flex)
+        tables = self._tables[slots, :blocks]  # (rows, blocks)
+        where = self._where(tables, positions)
+        if self.flex is not None:
+            self._slot_lengths.zero_()
+            self._slot_lengths[slots] = (positions + 1).to(torch.int32)
+            return FlexDecode(self.cache, where, slots, self.flex, self._tables, self._slot_lengths)
+        return CachedAttention(self.cache, StepRows(where, tables, positions, positions + 1), 1)
+
+    def _where(self, tables: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """The flat cache position of each row's new key: (rows,) from its table (rows, n) and position (rows,)."""
+        size = self.cache.block_size
+        return tables.gather(1, (positions // size)[:, None])[:, 0] * size + positions % size
 
     def _decode_fixed(self, rows: int) -> None:
         """Rows [0, rows) of the persistent inputs -> ids in ``_out[:rows]``. No host figure: capturable."""
         slots = self._rows[_SLOT, :rows]
         if self.bank is not None:  # always on in a fixed-shape step: a base row's mask is all zeros
             self.bank.use(self.bank.row_mask(self._rows[_ADAPTER, :rows]))
-        context = self._decode_context(rows, n_slots=self.cache.slots + 1, key_len=self.config.max_seq_len)
+        context = self._decode_context(rows, self.max_blocks)
         hidden = self.model(self._rows[_TOKEN, :rows, None], self._rows[_POSITION, :rows, None], context)[:, 0]
         family = self.family
         union = self.model.logits(hidden, family.lo, family.hi)  # (rows, hi - lo)

@@ -6,6 +6,7 @@ import enum
 import time
 from dataclasses import dataclass, field
 
+from lyre.engine.block_manager import BlockTable
 from lyre.engine.constraint import Constraint
 from lyre.engine.sampling import SamplingParams
 
@@ -64,6 +65,7 @@ class Request:
     constraint: Constraint | None = None
     adapter: str | None = None
     adapter_slot: int | None = None  # its adapter's slot in the LoRA bank, bound at submission
+    salt: str = ""  # what its keys and values depend on besides its tokens: which weights (a LoRA voice's)
     pace: float | None = None
     lag_s: float = 0.0
     deadline: float | None = None
@@ -71,7 +73,10 @@ class Request:
     behind: bool = False  # its listener has run dry (slack below zero)
     arrival: float = field(default_factory=time.monotonic)
     status: RequestStatus = RequestStatus.WAITING
-    slot: int | None = None
+    slot: int | None = None  # its row of per-request state in the runner (sampling, block table)
+    kv: BlockTable | None = None  # its KV-cache blocks while resident
+    prefilling: bool = False  # admitted, its prompt (or what it had made, when resumed) not all run yet
+    preemptions: int = 0  # times its blocks were taken back for others (it then runs its tokens again)
     output_ids: list[int] = field(default_factory=list)
     finish_reason: FinishReason | None = None
     admitted_at: float | None = None
@@ -83,6 +88,11 @@ class Request:
     @property
     def num_tokens(self) -> int:
         return len(self.prompt_ids) + len(self.output_ids)
+
+    @property
+    def tokens(self) -> list[int]:
+        """Every token so far, prompt then output: what a resumed request prefills."""
+        return self.prompt_ids + self.output_ids
 
     @property
     def finished(self) -> bool:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from lyre.engine.block_manager import CacheStats
+
 if TYPE_CHECKING:
     from lyre.engine.scheduler import ScheduledBatch, Scheduler
 
@@ -43,6 +45,9 @@ class EngineStats:
     slack_p10_p50_p90: tuple[float, float, float] | None  # seconds, over the streams at the last step
     kv_cache_bytes: int
     failure: str | None = None  # why the engine stopped serving, once it has failed (a server is then not ready)
+    kv_cache: CacheStats | None = None  # the pool's blocks and the prefix cache's hits (None: no block cache)
+    block_size: int = 0  # positions per KV-cache block
+    preemptions: int = 0  # times a request's blocks were taken back (it then runs its tokens again)  # why the engine stopped serving, once it has failed (a server is then not ready)
 
     @property
     def mean_batch_size(self) -> float:
@@ -65,11 +70,13 @@ class StatsRecorder:
     def record_step(self, batch: ScheduledBatch, seconds: float) -> None:
         size = len(batch.prefill) + len(batch.decode)
         self.steps += 1
-        self.tokens += size
+        self.tokens += len(batch.sampled)
         self.step_seconds += seconds
         self.last_batch_size = size
-        for req in batch.prefill:
-            wait = req.queue_wait or 0.0
+        for chunk in batch.prefill:
+            if not chunk.first or chunk.req.preemptions:  # admitted once, whatever the chunks and resumptions
+                continue
+            wait = chunk.req.queue_wait or 0.0
             self.admitted += 1
             self.queue_wait_total += wait
             self.queue_wait_max = max(self.queue_wait_max, wait)
@@ -91,5 +98,8 @@ class StatsRecorder:
             behind=scheduler.behind,
             slack_p10_p50_p90=slack_percentiles(scheduler.slacks),
             kv_cache_bytes=self.kv_cache_bytes,
+            kv_cache=scheduler.blocks.stats(),
+            block_size=scheduler.blocks.block_size,
+            preemptions=scheduler.preemptions,
             failure=failure,
         )

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lyre.engine import Engine, EngineConfig, EngineFull, EngineStats, FinishReason, RequestStream, SamplingParams
+from lyre.engine.config import gib_to_bytes
 from lyre.engine.gguf import load_gguf_llama, open_gguf
 from lyre.engine.loader import load_llama
 from lyre.llm.chat_format import DEMO, ChatFormat, chat_model_name, demo_gguf, folder_chat_format, gguf_chat_format
@@ -37,13 +38,15 @@ class ChatServing:
     """Where and how big the chat model's engine is: its own KV-cache budget beside any other model."""
 
     device: str = "cpu"
-    max_batch: int = 8  # chat requests generating at once (KV-cache slots)
+    max_batch: int = 8  # chat requests generating at once (rows of the engine)
     max_seq_len: int = 2048  # positions per request: prompt and answer together
     max_waiting: int = 256  # requests queued beyond that; more: ChatBusy
+    kv_cache_gb: float | None = None  # its KV cache (None: max_batch requests of max_seq_len), shared by the block,
+    # where a conversation's earlier turns stay cached for its next one
 
     def engine_config(self) -> EngineConfig:
         return EngineConfig(max_batch=self.max_batch, max_seq_len=self.max_seq_len, max_waiting=self.max_waiting,
-                            device=self.device)
+                            device=self.device, kv_cache_bytes=gib_to_bytes(self.kv_cache_gb))
 
 
 class ChatRequestError(ValueError):

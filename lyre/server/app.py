@@ -28,7 +28,7 @@ from lyre.server.errors import document_errors, error_doc, error_response, insta
 from lyre.server.metrics import Metrics
 from lyre.server.registration import join_fleet
 from lyre.server.state import ServerState
-from lyre.server.summary import build_summary, summary_json, summary_text
+from lyre.server.summary import build_summary, kv_cache_json, summary_json, summary_text
 from lyre.stt import DEFAULT_MODEL as STT_DEFAULT_MODEL
 from lyre.stt import SAMPLE_RATE, STTConfig, TranscribeOptions, Transcriber
 from lyre.tts import TTS, SpeechOptions, Synthesizer, TTSConfig
@@ -64,7 +64,8 @@ def _load_chat(config: ServerConfig) -> Chat:
     """The chat model on its own engine, on the same device, with its own KV-cache budget."""
     assert config.llm is not None
     serving = ChatServing(device=config.serving.device, max_batch=config.llm_max_batch,
-                          max_seq_len=config.llm_max_seq_len, max_waiting=max(1, config.max_queue))
+                          max_seq_len=config.llm_max_seq_len, max_waiting=max(1, config.max_queue),
+                          kv_cache_gb=config.llm_kv_cache_gb)
     return Chat.load(config.llm, serving, config.llm_name)
 
 
@@ -195,9 +196,14 @@ def create_app(config: ServerConfig, tts: Synthesizer | None = None) -> FastAPI:
     @app.get("/health")
     async def health(request: Request) -> dict[str, Any]:
         """Alive (the process answers); ``summary``: what it serves and how (the start-up summary's facts),
-        null until the models are loaded."""
+        null until the models are loaded; ``kv_cache``: each engine's blocks now (``tts``, ``chat``)."""
         state: ServerState | None = getattr(request.app.state, "lyre", None)
-        return {"status": "ok", "summary": summary_json(build_summary(state)) if state is not None else None}
+        if state is None:
+            return {"status": "ok", "summary": None, "kv_cache": None}
+        engines = {"tts": state.tts.engine_stats() if state.tts is not None else None,
+                   "chat": state.chat.stats() if state.chat is not None else None}
+        return {"status": "ok", "summary": summary_json(build_summary(state)),
+                "kv_cache": {name: kv_cache_json(stats) for name, stats in engines.items() if stats is not None}}
 
     @app.get("/ready", responses={503: {"description": "Loading, warming up, shutting down, or an engine failed"}})
     async def ready(request: Request) -> JSONResponse:

@@ -55,6 +55,7 @@ class ServerConfig:
     llm_name: str | None = None  # what /v1/models calls it; None: the file's stem or the folder's name
     llm_max_batch: int = 8  # chat requests generating at once (the chat engine's KV-cache slots)
     llm_max_seq_len: int = 2048  # KV-cache positions per chat request: prompt and answer together
+    llm_kv_cache_gb: float | None = None  # the chat engine's KV cache (None: llm_max_batch of llm_max_seq_len)
     register: str | None = None  # redis://... : join this fleet (lyre.fleet_member); None: stand alone
     advertise: str | None = None  # the URL routers reach this server at; needed with register
     fleet_ttl_s: float = 3.0  # the fleet record expires this long after the last heartbeat

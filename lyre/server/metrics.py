@@ -78,18 +78,21 @@ class _StatsCollector(Collector):
         yield slack
         yield GaugeMetricFamily("lyre_engine_kv_cache_bytes", "Bytes of the preallocated KV cache",
                                 value=e.kv_cache_bytes)
-        yield GaugeMetricFamily("lyre_engine_waiting", "Requests waiting for a KV-cache slot", value=e.waiting)
-        yield CounterMetricFamily("lyre_engine_queue_wait_seconds", "Seconds requests waited for a slot, summed",
+        yield GaugeMetricFamily("lyre_engine_waiting", "Requests waiting to be admitted (a row and KV-cache blocks)",
+                                value=e.waiting)
+        yield CounterMetricFamily("lyre_engine_queue_wait_seconds", "Seconds requests waited to be admitted, summed",
                                   value=e.queue_wait_total)
+        yield from _kv_cache_metrics("lyre_engine", e)
 
     @staticmethod
     def _chat_engine_metrics(e: Any) -> Iterator[Any]:
         yield CounterMetricFamily("lyre_chat_engine_steps", "Chat engine steps run", value=e.steps)
         yield GaugeMetricFamily("lyre_chat_engine_batch_size", "Requests in the chat engine's last step",
                                 value=e.last_batch_size)
-        yield GaugeMetricFamily("lyre_chat_engine_running", "Chat requests holding a KV-cache slot", value=e.running)
-        yield GaugeMetricFamily("lyre_chat_engine_waiting", "Chat requests waiting for a KV-cache slot",
-                                value=e.waiting)
+        yield GaugeMetricFamily("lyre_chat_engine_running", "Chat requests resident (holding KV-cache blocks)",
+                                value=e.running)
+        yield GaugeMetricFamily("lyre_chat_engine_waiting", "Chat requests waiting to be admitted", value=e.waiting)
+        yield from _kv_cache_metrics("lyre_chat_engine", e)
 
     @staticmethod
     def _codec_metrics(c: Any) -> Iterator[Any]:
@@ -124,6 +127,29 @@ class _StatsCollector(Collector):
                                   value=s.queue_wait_total_s)
         yield GaugeMetricFamily("lyre_stt_queue_wait_max_seconds", "Longest transcriber queue wait",
                                 value=s.queue_wait_max_s)
+
+
+def _kv_cache_metrics(prefix: str, e: Any) -> Iterator[Any]:
+    """The block pool and the prefix cache of one engine (``prefix``: lyre_engine or lyre_chat_engine)."""
+    kv = e.kv_cache
+    if kv is None:  # the naive baseline has no block cache
+        return
+    blocks = GaugeMetricFamily(f"{prefix}_kv_blocks", f"KV-cache blocks of {e.block_size} positions, by state: used "
+                               "(held by a request), cached (held by none, findable by a prefix), free (not held)",
+                               labels=["state"])
+    for state, value in (("used", kv.used), ("cached", kv.cached), ("free", kv.free)):
+        blocks.add_metric([state], value)
+    yield blocks
+    yield GaugeMetricFamily(f"{prefix}_kv_blocks_total", "Blocks in the KV cache's pool", value=kv.total)
+    yield CounterMetricFamily(f"{prefix}_prefix_cache_queries", "Whole prompt blocks looked up in the prefix cache",
+                              value=kv.queried)
+    yield CounterMetricFamily(f"{prefix}_prefix_cache_hits", "Prompt blocks found in the prefix cache (not prefilled)",
+                              value=kv.hits)
+    yield GaugeMetricFamily(f"{prefix}_prefix_cache_hit_rate", "Hits over queries since start", value=kv.hit_rate)
+    yield CounterMetricFamily(f"{prefix}_kv_evictions", "Cached blocks taken back for other contents",
+                              value=kv.evictions)
+    yield CounterMetricFamily(f"{prefix}_preemptions", "Times a request's blocks were taken back for others "
+                              "(it then runs its tokens again)", value=e.preemptions)
 
 
 class Metrics:

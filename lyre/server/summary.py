@@ -14,7 +14,7 @@ from lyre.model_choice import Weights
 from lyre.server.state import ServerState
 from lyre.tts import TTSFacts
 
-__all__ = ["ServerSummary", "SideModel", "build_summary", "summary_json", "summary_text"]
+__all__ = ["ServerSummary", "SideModel", "build_summary", "kv_cache_json", "summary_json", "summary_text"]
 
 
 @dataclass(frozen=True)
@@ -65,6 +65,16 @@ def summary_json(summary: ServerSummary) -> dict[str, Any]:
             "warnings": list(summary.warnings)}
 
 
+def kv_cache_json(stats: Any) -> dict[str, Any] | None:
+    """One engine's KV cache now, from its stats (None: it keeps no block cache, as the naive baseline)."""
+    kv = stats.kv_cache
+    if kv is None:
+        return None
+    return {"block_size": stats.block_size, "blocks": kv.total, "used": kv.used, "cached": kv.cached,
+            "free": kv.free, "prefix_hit_rate": kv.hit_rate, "evictions": kv.evictions,
+            "preemptions": stats.preemptions}
+
+
 def summary_text(summary: ServerSummary, header: str) -> str:
     """The summary as lines for a terminal: ``header``, one fact per line, then a line per warning."""
     rows: list[tuple[str, str]] = []
@@ -80,9 +90,10 @@ def summary_text(summary: ServerSummary, header: str) -> str:
                                    f"FP8 {_on(tts.fp8)}, scheduler {tts.scheduler}"))
         else:
             rows.append(("decode", "the naive baseline: transformers generate, a thread per request"))
-        if tts.kv_slots is not None and tts.kv_bytes is not None:
-            rows.append(("KV cache", f"{tts.kv_slots} slots x {tts.kv_positions} positions, "
-                                     f"{_bytes(tts.kv_bytes)} ({_bytes(tts.kv_bytes // tts.kv_slots)} a slot)"))
+        if tts.kv_blocks and tts.block_size and tts.kv_bytes is not None and tts.kv_positions:
+            longest = tts.kv_blocks * tts.block_size / tts.kv_positions
+            rows.append(("KV cache", f"{tts.kv_blocks} blocks x {tts.block_size} positions, {_bytes(tts.kv_bytes)}: "
+                                     f"{longest:.1f} requests of {tts.kv_positions} positions, more when shorter"))
     rows.append(("streams", f"{summary.max_streams} at once, {summary.max_queue} queued at most"))
     if tts is not None:
         rows.append(("adapters", "off" if not tts.max_adapters else

@@ -32,12 +32,12 @@ class TTSFacts:
     codec: Weights | None
     device: str
     dtype: str  # the model's compute dtype
-    attention: str  # the decode attention path ("sdpa", "flex", "gather"; "transformers" for the baseline)
+    attention: str  # the decode attention path ("sdpa", "flex"; "transformers" for the baseline)
     cuda_graphs: bool
     fp8: bool  # e4m3 projection weights
     layers: int | None  # decoder layers, where the model is at hand
-    kv_slots: int | None  # streams resident at once, each a preallocated KV-cache slot; None: no slots
-    kv_positions: int | None  # positions per slot
+    kv_slots: int | None  # streams resident at once (the engine's rows); None: no engine
+    kv_positions: int | None  # positions one request may use (max_seq_len)
     kv_bytes: int | None  # the whole KV cache, keys and values
     scheduler: str
     codec_device: str
@@ -47,6 +47,8 @@ class TTSFacts:
     lora_rank: int | None  # the rank every adapter slot holds; None: no slots
     adapters: tuple[str, ...]  # adapters resident now
     cuda_available: bool  # whether torch sees a CUDA device on this machine
+    kv_blocks: int | None = None  # blocks in the KV cache's pool, shared by every stream; None: no block cache
+    block_size: int | None = None  # positions per block
 
     @property
     def on_cuda(self) -> bool:
@@ -67,9 +69,6 @@ class TTSFacts:
                 per_step = f" (~{HOST_MS_PER_LAYER * self.layers:.0f} ms a step)" if self.layers else ""
                 out.append(f"CUDA graphs off: eager decoding is host-bound, about {HOST_MS_PER_LAYER} ms of host "
                            f"time per layer per step{per_step}, whatever the batch; --cuda-graphs replays steps")
-            if self.attention == "gather":
-                out.append("attention 'gather' copies every stream's keys and values each step; "
-                           "--attention sdpa reads the KV cache in place")
         if self.on_cuda and self.dtype == "float32":
             out.append("the model runs in float32 on CUDA: twice the memory and bandwidth of bfloat16")
         return tuple(out)
@@ -106,6 +105,8 @@ def pipeline_facts(context: PipelineContext, source: ModelChoice | None) -> TTSF
         kv_slots=config.max_batch,
         kv_positions=config.max_seq_len,
         kv_bytes=runner.kv_cache_bytes,
+        kv_blocks=runner.kv_blocks,
+        block_size=runner.block_size,
         scheduler=config.scheduler,
         codec_device=str(decoder.device),
         codec_dtype=decoder.dtype,

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from lyre.device import resolve_device
 from lyre.engine import ATTENTION_BACKENDS, SCHEDULERS, EngineConfig, SamplingParams
+from lyre.engine.config import gib_to_bytes
 from lyre.tts.sampling import speech_sampling
 
 __all__ = ["PipelineBusy", "SpeechOptions", "ServingConfig", "checked"]
@@ -54,9 +55,13 @@ class ServingConfig:
     """How the pipeline runs: where, how many streams, which levers. Validated once."""
 
     device: str = "cpu"  # or cuda[:N], or "auto" (resolved here: the first CUDA device, else the CPU)
-    max_streams: int = 8  # streams resident at once (KV-cache slots)
+    max_streams: int = 8  # streams resident at once (rows of the engine; the KV cache is shared, by the block)
     compute_batch: int | None = None  # streams advanced per engine step; None: all resident
-    max_seq_len: int = 2048
+    max_seq_len: int = 2048  # positions one request may use, prompt and audio together
+    kv_cache_gb: float | None = None  # the KV cache's size; None: max_streams requests of max_seq_len
+    kv_cache_fraction: float | None = None  # or this share of the device's free memory once the weights are in
+    max_step_tokens: int | None = 512  # tokens one engine step runs at most (prompts beyond it go in chunks)
+    prefix_caching: bool = True  # reuse the KV cache of prompt prefixes seen before
     attention: str | None = None  # see EngineConfig.attention
     cuda_graphs: bool = False
     quantize: str | None = None  # "fp8"
@@ -84,4 +89,6 @@ class ServingConfig:
         return EngineConfig(max_batch=self.max_streams, max_seq_len=self.max_seq_len, device=self.device,
                             attention=self.attention, cuda_graphs=self.cuda_graphs, quantize=self.quantize,
                             scheduler=self.scheduler, compute_batch=self.compute_batch, seed=seed,
-                            max_adapters=self.max_adapters, lora_rank=self.lora_rank)
+                            max_adapters=self.max_adapters, lora_rank=self.lora_rank,
+                            kv_cache_bytes=gib_to_bytes(self.kv_cache_gb), kv_cache_fraction=self.kv_cache_fraction,
+                            max_step_tokens=self.max_step_tokens, prefix_caching=self.prefix_caching)

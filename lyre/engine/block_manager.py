@@ -1,0 +1,198 @@
+"""The KV cache's blocks: who holds which, and which hold a prefix worth keeping. Plain Python, no tensors.
+
+The cache is a pool of fixed-size blocks of ``block_size`` positions. A
+request holds a block table (its blocks in position order), grown a block at
+a time as it writes past the last one and released when it ends.
+
+A block whose ``block_size`` positions are all written is sealed: keyed by a
+hash chain over every token up to its end and the salt it was computed with
+(a LoRA voice's keys and values are not the base model's). A new request
+whose leading tokens match sealed blocks reuses them and prefills only the
+rest (automatic prefix caching). Released blocks keep their contents: a
+sealed one stays findable until the pool needs it back, least recently used
+first; an unsealed one is reused at once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from array import array
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+__all__ = ["BlockManager", "BlockTable", "CacheStats", "chain_keys"]
+
+_NO_PARENT = b""
+
+
+def chain_keys(tokens: Sequence[int], block_size: int, salt: str, parent: bytes = _NO_PARENT,
+               start: int = 0) -> list[bytes]:
+    """Keys of the whole blocks of ``tokens`` from block ``start`` on; each key covers every token before
+    it (``parent`` is block ``start - 1``'s key) and the salt."""
+    keys = []
+    salted = salt.encode()
+    for first in range(start * block_size, len(tokens) - block_size + 1, block_size):
+        digest = hashlib.blake2b(parent, digest_size=16)
+        digest.update(array("q", tokens[first:first + block_size]).tobytes())
+        digest.update(salted)
+        parent = digest.digest()
+        keys.append(parent)
+    return keys
+
+
+@dataclass
+class BlockTable:
+    """One request's blocks, in position order, and what is known of them.
+
+    ``computed``: positions whose keys and values are in the cache (the
+    prefix reused plus what the request has run since). ``reused``: the
+    positions the prefix cache supplied at admission. ``keys``: the keys of
+    the leading sealed blocks.
+    """
+
+    blocks: list[int]
+    computed: int = 0
+    reused: int = 0
+    keys: list[bytes] | None = None
+
+    def __post_init__(self) -> None:
+        if self.keys is None:
+            self.keys = []
+
+
+@dataclass(frozen=True)
+class CacheStats:
+    total: int  # blocks in the pool
+    used: int  # held by at least one request
+    cached: int  # held by none, sealed, findable by a prefix
+    queried: int  # blocks looked up at admission, since start
+    hits: int  # of which found
+    evictions: int  # sealed blocks taken back for other contents
+
+    @property
+    def free(self) -> int:
+        return self.total - self.used
+
+    @property
+    def hit_rate(self) -> float:
+        return self.hits / self.queried if self.queried else 0.0
+
+
+class BlockManager:
+    """A pool of ``num_blocks`` blocks of ``block_size`` positions."""
+
+    def __init__(self, num_blocks: int, block_size: int, caching: bool = True) -> None:
+        """``caching``: find and reuse sealed prefixes (off: every request computes all its tokens)."""
+        if num_blocks < 1 or block_size < 1:
+            raise ValueError(f"a block pool needs blocks and positions, got {num_blocks} x {block_size}")
+        self.num_blocks = num_blocks
+        self.block_size = block_size
+        self.caching = caching
+        self._refs = [0] * num_blocks
+        self._key: list[bytes | None] = [None] * num_blocks  # a sealed block's key
+        self._by_key: dict[bytes, int] = {}
+        # Blocks no request holds, the next to be taken first: unsealed ones, then sealed ones least
+        # recently used first.
+        self._free: OrderedDict[int, None] = OrderedDict((b, None) for b in range(num_blocks))
+        self.queried = 0
+        self.hits = 0
+        self.evictions = 0
+
+    # -- sizes ---------------------------------------------------------------
+    def blocks_for(self, positions: int) -> int:
+        return -(-positions // self.block_size)
+
+    @property
+    def free(self) -> int:
+        """Blocks that can be taken now (unheld, sealed or not)."""
+        return len(self._free)
+
+    def stats(self) -> CacheStats:
+        used = sum(1 for refs in self._refs if refs)
+        cached = sum(1 for b in self._free if self._key[b] is not None)
+        return CacheStats(self.num_blocks, used, cached, self.queried, self.hits, self.evictions)
+
+    # -- admission -----------------------------------------------------------
+    def match(self, tokens: Sequence[int], salt: str) -> list[int]:
+        """The sealed blocks that hold ``tokens``' leading blocks. The last token is never matched: its
+        logits are what the request's prefill must compute."""
+        matched: list[int] = []
+        if not self.caching:
+            return matched
+        for key in chain_keys(tokens[: len(tokens) - 1], self.block_size, salt):
+            block = self._by_key.get(key)
+            if block is None:
+                break
+            matched.append(block)
+        return matched
+
+    def admit(self, tokens: Sequence[int], salt: str, spare: int = 0) -> BlockTable | None:
+        """Blocks for ``tokens``, reusing a cached prefix; None when taking them would leave fewer than
+        ``spare`` blocks free."""
+        matched = self.match(tokens, salt)
+        need = self.blocks_for(len(tokens)) - len(matched)
+        unheld_matches = sum(1 for b in matched if not self._refs[b])
+        if need + spare > len(self._free) - unheld_matches:
+            return None
+        if self.caching:
+            self.queried += (len(tokens) - 1) // self.block_size
+            self.hits += len(matched)
+        for block in matched:
+            self._hold(block)
+        table = BlockTable(matched + [self._take() for _ in range(need)])
+        table.computed = table.reused = len(matched) * self.block_size
+        table.keys = [self._key[b] for b in matched]  # type: ignore[misc]
+        return table
+
+    def grow(self, table: BlockTable, positions: int) -> bool:
+        """Room for ``positions`` in ``table``; False (and nothing taken) when the pool is dry."""
+        need = self.blocks_for(positions) - len(table.blocks)
+        if need > len(self._free):
+            return False
+        table.blocks.extend(self._take() for _ in range(need))
+        return True
+
+    def seal(self, table: BlockTable, tokens: Sequence[int], salt: str) -> None:
+        """Key every whole block of ``table`` that ``computed`` now covers (``tokens``: the request's
+        tokens so far), so later requests can find them."""
+        whole = min(table.computed, len(tokens)) // self.block_size
+        assert table.keys is not None
+        if not self.caching or whole <= len(table.keys):
+            return
+        parent = table.keys[-1] if table.keys else _NO_PARENT
+        for i, key in enumerate(chain_keys(tokens[: whole * self.block_size], self.block_size, salt,
+                                           parent, start=len(table.keys)), start=len(table.keys)):
+            table.keys.append(key)
+            block = table.blocks[i]
+            if key not in self._by_key and self._key[block] is None:
+                self._key[block] = key
+                self._by_key[key] = block
+
+    def release(self, table: BlockTable) -> None:
+        """Give back every block of ``table``. Its tail goes first into the eviction order, so a shared
+        prefix outlives the tails that hang off it."""
+        for block in reversed(table.blocks):
+            self._refs[block] -= 1
+            if self._refs[block] == 0:
+                self._free[block] = None
+                if self._key[block] is None:
+                    self._free.move_to_end(block, last=False)  # holds nothing findable: reuse first
+        table.blocks = []
+        table.computed = 0
+
+    # -- blocks --------------------------------------------------------------
+    def _hold(self, block: int) -> None:
+        if self._refs[block] == 0:
+            del self._free[block]
+        self._refs[block] += 1
+
+    def _take(self) -> int:
+        block, _ = self._free.popitem(last=False)
+        key = self._key[block]
+        if key is not None:
+            del self._by_key[key]
+            self._key[block] = None
+            self.evictions += 1
+        self._refs[block] = 1
+        return block

@@ -1,0 +1,112 @@
+"""The KV cache's blocks: tables, growth, prefix reuse by hash chain, eviction least recently used. No tensors."""
+
+from __future__ import annotations
+
+import pytest
+
+from lyre.engine.block_manager import BlockManager, chain_keys
+
+A = list(range(100, 140))  # 40 tokens: two whole blocks of 16 and 8 more
+B = list(range(500, 540))
+
+
+def _run(manager: BlockManager, tokens: list[int], salt: str = "") -> list[int]:
+    """Admit ``tokens``, compute them all, seal; the table's blocks."""
+    table = manager.admit(tokens, salt)
+    assert table is not None
+    table.computed = len(tokens)
+    manager.seal(table, tokens, salt)
+    blocks = list(table.blocks)
+    manager.release(table)
+    return blocks
+
+
+def test_a_table_takes_blocks_for_its_tokens_and_gives_them_back() -> None:
+    m = BlockManager(8, 16)
+    table = m.admit(A, "")
+    assert table is not None and len(table.blocks) == 3 and len(set(table.blocks)) == 3
+    assert table.computed == table.reused == 0 and m.free == 5 and m.stats().used == 3
+    assert m.grow(table, 48) and len(table.blocks) == 3  # still room in the third block
+    assert m.grow(table, 49) and len(table.blocks) == 4
+    m.release(table)
+    assert m.free == 8 and m.stats().used == 0 and table.blocks == []
+
+
+def test_a_later_request_reuses_the_sealed_blocks_of_its_prefix() -> None:
+    m = BlockManager(8, 16)
+    first = _run(m, A)
+    assert m.stats().cached == 2  # the two whole blocks; the partial third one holds nothing findable
+    again = m.admit(A[:32] + B[:5], "")
+    assert again is not None
+    assert again.blocks[:2] == first[:2] and again.computed == again.reused == 32
+    s = m.stats()
+    assert (s.queried, s.hits) == (4, 2) and s.hit_rate == 0.5  # the first found nothing
+
+
+def test_a_prefix_is_the_same_tokens_with_the_same_weights() -> None:
+    m = BlockManager(8, 16)
+    _run(m, A)
+    other_voice = m.admit(A, "adapter:1:calm")
+    assert other_voice is not None and other_voice.reused == 0  # a LoRA voice's keys are not the base model's
+    m.release(other_voice)
+    # Block 2's tokens after another block 1 are another prefix: the key covers every token before.
+    changed_first = m.admit(B[:16] + A[16:32] + [1], "")
+    assert changed_first is not None and changed_first.reused == 0
+    assert chain_keys(A, 16, "")[1] != chain_keys(B[:16] + A[16:], 16, "")[1]
+
+
+def test_the_last_token_is_always_computed() -> None:
+    m = BlockManager(8, 16)
+    _run(m, A[:32])
+    same = m.admit(A[:32], "")
+    assert same is not None and same.reused == 16  # its logits come from running the last token
+
+
+def test_requests_share_a_held_prefix_and_it_outlives_either() -> None:
+    m = BlockManager(8, 16)
+    one = m.admit(A, "")
+    assert one is not None
+    one.computed = 40
+    m.seal(one, A, "")
+    two = m.admit(A[:32] + [7, 8], "")
+    assert two is not None and two.blocks[:2] == one.blocks[:2]
+    assert m.stats().used == 4  # 3 + 1: the prefix counted once
+    m.release(one)
+    assert m.stats().used == 3 and m.free == 5
+    m.release(two)
+    assert m.stats().cached == 2 and m.free == 8
+
+
+def test_the_pool_takes_back_unsealed_blocks_first_then_the_least_recently_used_prefix() -> None:
+    m = BlockManager(4, 4)
+    old = _run(m, [1, 2, 3, 4, 5])  # one sealed block, one partial
+    new = _run(m, [9, 9, 9, 9, 9])
+    assert m.stats().cached == 2 and m.evictions == 0
+    table = m.admit([7] * 9, "")  # three blocks: the unsealed ones (one never used), then the older prefix
+    assert table is not None and table.blocks == [new[1], 3, old[0]]
+    assert m.evictions == 1
+    m.release(table)
+    assert m.admit([1, 2, 3, 4, 5], "").reused == 0  # type: ignore[union-attr]  # evicted
+    assert m.evictions == 1
+
+
+def test_a_dry_pool_refuses_and_takes_nothing() -> None:
+    m = BlockManager(3, 4)
+    table = m.admit([1] * 8, "")
+    assert table is not None and m.free == 1
+    assert m.admit([2] * 8, "") is None and m.free == 1
+    assert m.admit([2] * 4, "", spare=1) is None  # would leave none free
+    assert not m.grow(table, 13) and len(table.blocks) == 2 and m.free == 1
+    assert m.grow(table, 12) and m.free == 0
+
+
+def test_without_caching_nothing_is_found() -> None:
+    m = BlockManager(8, 16, caching=False)
+    _run(m, A)
+    table = m.admit(A, "")
+    assert table is not None and table.reused == 0 and m.stats().cached == 0 and m.stats().queried == 0
+
+
+def test_a_pool_needs_blocks() -> None:
+    with pytest.raises(ValueError, match="blocks"):
+        BlockManager(0, 16)
