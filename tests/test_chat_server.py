@@ -150,3 +150,20 @@ def test_lyre_chat_prints_the_answer_as_it_comes() -> None:
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "Tokyo" in done.stdout and "tokens (stop)" in done.stderr
+
+
+def test_a_conversation_turn_reuses_the_cached_blocks_of_the_turn_before(client: openai.OpenAI,
+                                                                          server: Server) -> None:
+    system = {"role": "system", "content": "You are a concise assistant for a voice agent. " * 12}
+    messages = [system, *FRANCE]
+    first = client.chat.completions.create(model=MODEL, messages=messages, temperature=0, max_tokens=8)
+    hits = _metric(server, "lyre_chat_engine_prefix_cache_hits_total")
+    answer = {"role": "assistant", "content": first.choices[0].message.content or ""}
+    follow_up = [*messages, answer, {"role": "user", "content": "And of Spain?"}]
+    second = client.chat.completions.create(model=MODEL, messages=follow_up, temperature=0, max_tokens=8)
+    assert second.usage is not None and second.usage.prompt_tokens > 128
+    # The system prompt and the first question (two blocks of 64, at least) were not prefilled again.
+    assert _metric(server, "lyre_chat_engine_prefix_cache_hits_total") >= hits + 2
+    health = httpx.get(f"{server.url}/health", timeout=10).json()["kv_cache"]["chat"]
+    assert health["block_size"] == 64 and health["used"] == 0 and health["cached"] >= 2
+    assert 0 < health["prefix_hit_rate"] <= 1

@@ -129,24 +129,24 @@ def test_a_preempted_request_resumes_with_the_logits_and_draws_it_would_have_had
 
 
 def test_a_pool_smaller_than_every_request_at_its_longest_serves_them_all_by_preempting(model: Llama) -> None:
-    # 12 blocks of 16: room for one request at its longest (8 blocks), not four.
+    # 8 blocks of 16: room for one request at its longest (6 blocks), not four of 5 blocks each.
     per_block = 2 * model.config.num_hidden_layers * model.config.num_key_value_heads * 16 * model.config.head_dim * 4
-    config = EngineConfig(max_batch=4, max_seq_len=128, kv_cache_bytes=12 * per_block, seed=1, block_size=16)
+    config = EngineConfig(max_batch=4, max_seq_len=96, kv_cache_bytes=8 * per_block, seed=1, block_size=16)
     engine = Engine(model, config)
     try:
         prompts = [VOICE + TEXT_A[: 3 + i] + END for i in range(4)]
 
         async def run() -> list[list[int]]:
-            streams = [engine.generate(p, SamplingParams(temperature=0.6, max_tokens=100)) for p in prompts]
+            streams = [engine.generate(p, SamplingParams(temperature=0.6, max_tokens=60)) for p in prompts]
             return [[t async for t in s] for s in streams]
 
         outputs = asyncio.run(run())
         stats = engine.stats()
     finally:
         engine.shutdown()
-    assert [len(o) for o in outputs] == [100] * 4
+    assert [len(o) for o in outputs] == [60] * 4
     assert stats.preemptions > 0
-    assert stats.kv_cache is not None and stats.kv_cache.total == 12 and stats.kv_cache.used == 0
+    assert stats.kv_cache is not None and stats.kv_cache.total == 8 and stats.kv_cache.used == 0
 
 
 def test_a_conversation_reuses_its_history_turn_after_turn(model: Llama) -> None:

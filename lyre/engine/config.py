@@ -129,8 +129,9 @@ class EngineConfig:
     kv_cache_fraction: float | None = None
     prefix_caching: bool = True
     # Tokens one step may run, decode rows and prompt chunks together: a longer prompt is prefilled in
-    # chunks across steps, so no step (and no playing stream) waits on a whole long prompt. None: no limit.
-    max_step_tokens: int | None = 512
+    # chunks across steps, so no step (and no playing stream) waits on a whole long prompt. None: 512, or
+    # twice the rows a step decodes where that is more (see `step_tokens`).
+    max_step_tokens: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("max_batch", "max_seq_len", "max_waiting"):
@@ -174,6 +175,13 @@ class EngineConfig:
                                                  or self.max_step_tokens <= rows):
             raise ValueError(f"EngineConfig.max_step_tokens must exceed the rows a step decodes ({rows}), or "
                              f"prompts would get no room; got {self.max_step_tokens!r}")
+
+    @property
+    def step_tokens(self) -> int:
+        """The per-step token budget: as set, else 512, or twice the rows a step decodes where that is more."""
+        if self.max_step_tokens is not None:
+            return self.max_step_tokens
+        return max(512, 2 * (self.compute_batch or self.max_batch))
 
     @property
     def resolved_block_size(self) -> int:

@@ -70,7 +70,7 @@ class Engine:
         self.runner: Runner = runner
         blocks = BlockManager(runner.kv_blocks, runner.block_size, caching=config.prefix_caching)
         self.scheduler = Scheduler(config.max_batch, config.max_seq_len, config.max_waiting, config.policy(), blocks,
-                                   config.max_step_tokens)
+                                   config.step_tokens)
         self.recorder = StatsRecorder(runner.kv_cache_bytes)
         self._aborts: deque[str] = deque()
         self._ops = StepOps()

@@ -135,12 +135,12 @@ def _kv_cache_metrics(prefix: str, e: Any) -> Iterator[Any]:
     if kv is None:  # the naive baseline has no block cache
         return
     blocks = GaugeMetricFamily(f"{prefix}_kv_blocks", f"KV-cache blocks of {e.block_size} positions, by state: used "
-                               "(held by a request), cached (held by none, findable by a prefix), free (not held)",
-                               labels=["state"])
+                               "(held by a request), free (held by none), cached (of the free ones, those findable "
+                               "by a prefix until the pool needs them)", labels=["state"])
     for state, value in (("used", kv.used), ("cached", kv.cached), ("free", kv.free)):
         blocks.add_metric([state], value)
     yield blocks
-    yield GaugeMetricFamily(f"{prefix}_kv_blocks_total", "Blocks in the KV cache's pool", value=kv.total)
+    yield GaugeMetricFamily(f"{prefix}_kv_blocks_capacity", "Blocks in the KV cache's pool", value=kv.total)
     yield CounterMetricFamily(f"{prefix}_prefix_cache_queries", "Whole prompt blocks looked up in the prefix cache",
                               value=kv.queried)
     yield CounterMetricFamily(f"{prefix}_prefix_cache_hits", "Prompt blocks found in the prefix cache (not prefilled)",

@@ -60,7 +60,8 @@ class ServingConfig:
     max_seq_len: int = 2048  # positions one request may use, prompt and audio together
     kv_cache_gb: float | None = None  # the KV cache's size; None: max_streams requests of max_seq_len
     kv_cache_fraction: float | None = None  # or this share of the device's free memory once the weights are in
-    max_step_tokens: int | None = 512  # tokens one engine step runs at most (prompts beyond it go in chunks)
+    max_step_tokens: int | None = None  # tokens one engine step runs at most (prompts beyond it go in chunks);
+    # None: 512, or twice max_streams where that is more
     prefix_caching: bool = True  # reuse the KV cache of prompt prefixes seen before
     attention: str | None = None  # see EngineConfig.attention
     cuda_graphs: bool = False
