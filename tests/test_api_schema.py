@@ -22,7 +22,7 @@ def test_api_conforms_to_its_own_schema(tmp_path: Path) -> None:
     with running_server("--max-streams", "2", "--max-queue", "64", "--max-seq-len", "270") as server:
         cli = Path(sys.executable).with_name("st")
         done = subprocess.run(
-            [str(cli), "run", f"{server.url}/openapi.json", "--checks", CHECKS, "--max-examples", "25",
+            [str(cli), "run", f"{server.url}/openapi.json", "--checks", CHECKS, "--max-examples", "12",
              "--request-timeout", "120", "--generation-deterministic", "--workers", "1"],
             capture_output=True, text=True, timeout=600, cwd=tmp_path,
         )
