@@ -50,6 +50,9 @@ class ServerRecord:
     capacity: int  # streams at once (``--max-streams``)
     load: int = 0  # streams running and queued, and chat completions in flight, at the heartbeat
     adapters: tuple[str, ...] = ()  # resident voice adapters: a request for one is answered without loading it
+    # KV-cache blocks its engines hold findable by a prefix (conversations' earlier turns): what a session
+    # kept on this server reuses, and another server would prefill again
+    cached_blocks: int = 0
     services: tuple[str, ...] = ("tts",)
     draining: bool = False  # shutting down: finishing its streams, taking nothing new
     ttl_s: float = 3.0  # the record expires this long after the last heartbeat
@@ -83,6 +86,7 @@ class ServerRecord:
             services = tuple(s for s in map(str, data["services"]) if s in SERVICES)
             return cls(url=str(data["url"]), capacity=int(data["capacity"]), load=int(data["load"]),
                        adapters=tuple(map(str, data["adapters"])), services=services,
+                       cached_blocks=int(data.get("cached_blocks", 0)),  # absent from an older server's record
                        draining=bool(data["draining"]), ttl_s=float(data["ttl_s"]),
                        heartbeat_at=float(data["heartbeat_at"]))
         except (KeyError, TypeError, AttributeError) as exc:

@@ -36,6 +36,7 @@ class FleetLoad:
 
     load: int
     adapters: tuple[str, ...] = ()
+    cached_blocks: int = 0  # KV-cache blocks findable by a prefix, all engines
 
 
 class Membership:
@@ -93,7 +94,7 @@ class Membership:
     async def _beat(self, event: str | None = None) -> None:
         sampled = self._sample()
         self._record = replace(self._record, load=sampled.load, adapters=sampled.adapters,
-                               heartbeat_at=time.time())
+                               cached_blocks=sampled.cached_blocks, heartbeat_at=time.time())
         key = server_key(self._record.url)
         try:
             async with self._redis.pipeline(transaction=True) as pipe:

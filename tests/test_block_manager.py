@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from lyre.engine.block_manager import BlockManager, chain_keys
 
@@ -110,3 +112,40 @@ def test_without_caching_nothing_is_found() -> None:
 def test_a_pool_needs_blocks() -> None:
     with pytest.raises(ValueError, match="blocks"):
         BlockManager(0, 16)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["admit", "grow", "compute", "finish", "cancel"]),
+                          st.integers(0, 5), st.integers(1, 40), st.sampled_from(["", "adapter:1:calm"])),
+                max_size=60))
+def test_no_block_leaks_whatever_runs_grow_finish_or_are_cancelled(ops: list[tuple[str, int, int, str]]) -> None:
+    """Random admissions (sharing prefixes: tokens come from a small alphabet), growth, computation and
+    endings: the held blocks are always the live tables' (shared ones counted once), a table never holds a
+    block twice, and at the end every block is free."""
+    m = BlockManager(12, 4)
+    live: dict[int, tuple[list[int], str, object]] = {}
+    for op, who, n, salt in ops:
+        if op == "admit" and who not in live:
+            tokens = [t % 3 for t in range(who, who + n)]
+            table = m.admit(tokens, salt)
+            if table is not None:
+                live[who] = (tokens, salt, table)
+        elif who in live:
+            tokens, salt, table = live[who]
+            if op == "grow":
+                more = [who] * (n % 9)
+                if m.grow(table, len(tokens) + len(more)):  # type: ignore[arg-type]
+                    tokens.extend(more)
+            elif op == "compute":
+                table.computed = len(tokens)  # type: ignore[attr-defined]
+                m.seal(table, tokens, salt)  # type: ignore[arg-type]
+            else:  # finish and cancel both give everything back, computed or not
+                m.release(table)  # type: ignore[arg-type]
+                del live[who]
+        held = {b for _, _, t in live.values() for b in t.blocks}  # type: ignore[attr-defined]
+        assert all(len(set(t.blocks)) == len(t.blocks) for _, _, t in live.values())  # type: ignore[attr-defined]
+        assert m.stats().used == len(held) and m.free == m.num_blocks - len(held)
+    for _, _, table in live.values():
+        m.release(table)  # type: ignore[arg-type]
+    s = m.stats()
+    assert s.used == 0 and s.free == m.num_blocks and s.cached <= m.num_blocks

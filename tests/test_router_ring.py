@@ -141,8 +141,11 @@ def test_the_routing_identity_is_the_session_then_the_voice_then_random() -> Non
 
 def test_server_records_round_trip_and_refuse_what_they_cannot_be() -> None:
     record = ServerRecord(url="http://a:1", capacity=4, load=2, adapters=("clone",), services=("tts", "stt"),
-                          draining=True, heartbeat_at=12.5)
+                          draining=True, heartbeat_at=12.5, cached_blocks=7)
     assert ServerRecord.from_json(record.to_json()) == record
+    older = json.loads(record.to_json())
+    del older["cached_blocks"]  # a server from before the block cache: read, with nothing cached
+    assert ServerRecord.from_json(json.dumps(older)).cached_blocks == 0
     for bad in ('{"schema": 99}', "[]", '{"schema": 1, "url": "http://a:1"}', "not json"):
         with pytest.raises(ValueError):
             ServerRecord.from_json(bad)

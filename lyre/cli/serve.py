@@ -46,7 +46,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                          "--max-streams where that is more)")
     kv.add_argument("--prefix-caching", action=argparse.BooleanOptionalAction, default=True,
                     help="keep released blocks findable by their tokens, so a prompt that starts as an earlier "
-                         "one did reuses its keys and values (default: on)")
+                         "one did reuses its keys and values, in the TTS and the chat engine (default: on)")
     serve.add_argument("--api-key", default=os.environ.get("LYRE_API_KEY"),
                        help="require this Bearer key (default: $LYRE_API_KEY; none: open)")
     serve.add_argument("--voice-alias", action="append", default=[], metavar="NAME=VOICE",

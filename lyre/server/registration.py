@@ -31,7 +31,10 @@ async def join_fleet(state: ServerState) -> Membership | None:
     def sample() -> FleetLoad:
         adapters = state.tts.adapters if state.tts is not None else None
         resident = tuple(a["name"] for a in adapters.listing() if a["resident"]) if adapters else ()
-        return FleetLoad(state.admission.active + state.admission.queued + state.chat_active, resident)
+        engines = [e.engine_stats() for e in (state.tts,) if e is not None] + \
+            [c.stats() for c in (state.chat,) if c is not None]
+        cached = sum(s.kv_cache.cached for s in engines if s.kv_cache is not None)
+        return FleetLoad(state.admission.active + state.admission.queued + state.chat_active, resident, cached)
 
     assert config.advertise is not None  # ServerConfig checks it
     record = ServerRecord(url=config.advertise.rstrip("/"), capacity=config.serving.max_streams, services=services,
