@@ -14,13 +14,23 @@ point of their reply (a server in steady state). Nothing is allocated.
 prompt, each turn's time to first streamed token; once with prefix caching,
 once with ``--no-prefix-caching``.
 
+``stall``: a real ``lyre serve --llm demo`` (the demo TTS model and SmolLM2 in
+one process) with streams playing, 8 streamed chat completions on the chat
+engine and 8 TTS streams on the TTS engine, while 2,000-token chat prompts
+arrive one after another: the gaps between a stream's chunks while a long
+prompt is in the engine (p50, p99, max) and each long prompt's time to first
+token; once with chunked prefill (``--max-step-tokens`` 512, the default) and
+once without (a budget no prompt reaches).
+
     .venv/bin/python benchmarks/kv_cache.py streams
     .venv/bin/python benchmarks/kv_cache.py turns --json out.json
+    .venv/bin/python benchmarks/kv_cache.py stall
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import random
 import sys
@@ -90,15 +100,97 @@ def turns(no_prefix_caching: bool, max_tokens: int = 16) -> list[dict[str, float
     return out
 
 
+LONG = "Tell me everything about the history of the city, its rivers, bridges, markets and people. " * 110
+SPOKEN = "The quick brown fox jumps over the lazy dog, and then it runs far away into the quiet green hills."
+
+
+def _quantiles(gaps: list[float]) -> dict[str, float]:
+    ordered = sorted(gaps) or [0.0]
+    return {"n": len(gaps), "p50_ms": 1000 * ordered[len(ordered) // 2],
+            "p99_ms": 1000 * ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))], "max_ms": 1000 * ordered[-1]}
+
+
+async def _stall_run(url: str, prompts: int) -> dict[str, object]:
+    import httpx
+
+    busy = asyncio.Event()  # a long prompt is in the engine
+    stop = asyncio.Event()
+    gaps: dict[str, list[float]] = {"chat": [], "tts": []}
+    ttfts: list[float] = []
+    prompt_tokens: list[int] = []
+
+    async def keep_playing(http: httpx.AsyncClient, kind: str, i: int) -> None:
+        while not stop.is_set():
+            if kind == "tts":
+                request = http.stream("POST", "/v1/audio/speech", json={
+                    "input": SPOKEN, "voice": "tara", "response_format": "pcm", "max_tokens": 700, "seed": i})
+            else:
+                request = http.stream("POST", "/v1/chat/completions", json={
+                    "model": "demo", "messages": [{"role": "user", "content": f"Count to {50 + i} slowly."}],
+                    "max_tokens": 200, "temperature": 0.7, "seed": i, "stream": True})
+            async with request as r:
+                last = None
+                async for _ in r.aiter_bytes():
+                    now = time.perf_counter()
+                    if last is not None and busy.is_set():
+                        gaps[kind].append(now - last)
+                    last = now
+                    if stop.is_set():
+                        break
+
+    async def long_prompts(http: httpx.AsyncClient) -> None:
+        await asyncio.sleep(8)  # every stream playing
+        for _ in range(prompts):
+            body = {"model": "demo", "messages": [{"role": "user", "content": LONG}], "max_tokens": 4,
+                    "stream": True, "stream_options": {"include_usage": True}}
+            start, first = time.perf_counter(), None
+            busy.set()
+            async with http.stream("POST", "/v1/chat/completions", json=body) as r:
+                async for line in r.aiter_lines():
+                    if line.startswith("data: {") and first is None and '"content"' in line:
+                        first = time.perf_counter()
+                        busy.clear()
+                    if '"usage"' in line and '"prompt_tokens"' in line:
+                        prompt_tokens.append(json.loads(line[6:])["usage"]["prompt_tokens"])
+            busy.clear()
+            ttfts.append((first or time.perf_counter()) - start)
+            await asyncio.sleep(2)
+        stop.set()
+
+    async with httpx.AsyncClient(base_url=url, timeout=300) as http:
+        players = [asyncio.create_task(keep_playing(http, kind, i)) for kind in ("chat", "tts") for i in range(8)]
+        await long_prompts(http)
+        for task in players:
+            task.cancel()
+        await asyncio.gather(*players, return_exceptions=True)
+    return {"gaps": {kind: _quantiles(g) for kind, g in gaps.items()}, "long_prompt_ttft_s": ttfts,
+            "long_prompt_tokens": prompt_tokens}
+
+
+def stall(chunked: bool, prompts: int = 3) -> dict[str, object]:
+    flags = ["--llm", "demo", "--llm-max-batch", "10", "--llm-max-seq-len", "2560", "--max-streams", "8",
+             "--max-queue", "16", "--max-seq-len", "1024"]
+    with running_server(*flags, *([] if chunked else ["--max-step-tokens", "1000000"])) as server:
+        return asyncio.run(_stall_run(server.url, prompts))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("what", choices=("streams", "turns"))
+    parser.add_argument("what", choices=("streams", "turns", "stall"))
     parser.add_argument("--pool-gb", type=float, default=39.0, help="the KV pool for `streams` (default: 39)")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
     if args.what == "streams":
         figures: object = streams(args.pool_gb)
         print(f"KV pool {args.pool_gb:g} GB, Orpheus 3B shape (112 KiB a position): {figures}")
+    elif args.what == "stall":
+        figures = {"chunked": stall(True), "whole": stall(False)}
+        for name, run in figures.items():  # type: ignore[attr-defined]
+            print(f"{name}: long prompts of {run['long_prompt_tokens']} tokens, time to first token "
+                  f"{', '.join(f'{t:.2f}' for t in run['long_prompt_ttft_s'])} s")
+            for kind, q in run["gaps"].items():
+                print(f"  {kind} streams' gaps while a long prompt is in: n={q['n']} p50 {q['p50_ms']:.0f} ms, "
+                      f"p99 {q['p99_ms']:.0f} ms, max {q['max_ms']:.0f} ms")
     else:
         figures = {"prefix caching": turns(False), "no prefix caching": turns(True)}
         print("turn  prompt tokens  TTFT with caching  TTFT without")

@@ -41,9 +41,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     kv.add_argument("--kv-cache-fraction", type=float,
                     help="or this share of the device's free memory once the weights are loaded (e.g. 0.8)")
     kv.add_argument("--max-step-tokens", type=int,
-                    help="tokens one engine step runs at most: decode rows first, then prompts, a longer prompt "
-                         "in chunks across steps, so no playing stream waits on it (default: 512, or twice "
-                         "--max-streams where that is more)")
+                    help="tokens one engine step (TTS or chat) runs at most: decode rows first, then prompts, a "
+                         "longer prompt in chunks across steps, so no playing stream waits on it (default: 512, or "
+                         "twice the engine's streams where that is more)")
     kv.add_argument("--prefix-caching", action=argparse.BooleanOptionalAction, default=True,
                     help="keep released blocks findable by their tokens, so a prompt that starts as an earlier "
                          "one did reuses its keys and values, in the TTS and the chat engine (default: on)")

@@ -36,6 +36,7 @@ import torch
 from lyre.batching import bucket_for
 from lyre.engine.attention import (BlockDecode, BlockOwners, CachedAttention, FlexBlocks, FlexDecode, FreshPrefill,
                                    StepRows)
+from lyre.engine.block_tables import BlockTables
 from lyre.engine.config import EngineConfig
 from lyre.engine.constraint import SliceFamily, TokenSlice
 from lyre.engine.graphs import DecodeGraphs, batch_buckets
@@ -137,11 +138,8 @@ class ModelRunner:
         self._rows = torch.zeros(fields, slots, dtype=torch.long, device=device)
         self._rows[_SLOT] = self.spare
         self._rows[_ADAPTER] = -1
-        # Block tables by slot; a host copy, and which table (and how much of it) each slot's row holds.
         self.max_blocks = -(-config.max_seq_len // self.cache.block_size)
-        self._host_tables = torch.full((n, self.max_blocks), self.cache.trash, dtype=torch.long, pin_memory=cuda)
-        self._tables = self._host_tables.to(device)
-        self._bound: list[tuple[object, int]] = [(None, 0)] * n
+        self.tables = BlockTables(n, self.max_blocks, self.cache.block_size, self.cache.trash, device)
         self._slot_lengths = torch.zeros(n, dtype=torch.int32, device=device)  # flex's mask
         self._out = torch.zeros(slots, dtype=torch.long, device=device)
         self._host_out = torch.zeros(2 * slots, dtype=torch.long, pin_memory=cuda)
@@ -167,24 +165,6 @@ class ModelRunner:
         self.drawn[slot] = len(req.output_ids)  # a resumed request draws on where it left off
         self.seen[slot] = False
         self.seen[slot, torch.tensor(req.tokens, device=self.device)] = True
-
-    def _sync_tables(self, reqs: list[Request]) -> None:
-        """Bring the device's block tables up to date for ``reqs`` (new tables, and blocks added since)."""
-        dirty = False
-        for req in reqs:
-            table = req.kv
-            assert table is not None and req.slot is not None, f"request {req.request_id} holds no blocks"
-            bound, written = self._bound[req.slot]
-            if bound is table and written == len(table.blocks):
-                continue
-            if bound is not table:
-                self._host_tables[req.slot] = self.cache.trash
-                written = 0
-            self._host_tables[req.slot, written : len(table.blocks)] = torch.tensor(table.blocks[written:])
-            self._bound[req.slot] = (table, len(table.blocks))
-            dirty = True
-        if dirty:
-            self._tables.copy_(self._host_tables, non_blocking=True)
 
     # -- a step --------------------------------------------------------------
     @torch.inference_mode()
@@ -219,7 +199,7 @@ class ModelRunner:
             if chunk.first:
                 self._claim(chunk.req)
         reqs = [c.req for c in chunks]
-        self._sync_tables(reqs)
+        self.tables.sync(reqs)
         size, trash = self.cache.block_size, self.cache.trash
         lengths = [c.end - c.start for c in chunks]
         width = max(lengths)
@@ -239,7 +219,7 @@ class ModelRunner:
             context: FreshPrefill | CachedAttention = FreshPrefill(self.cache, where)
         else:  # after a reused prefix or an earlier chunk: attend to the cache as well
             n = -(-max(c.end for c in chunks) // size)
-            context = CachedAttention(self.cache, StepRows(where, self._tables[slots, :n],
+            context = CachedAttention(self.cache, StepRows(where, self.tables.device[slots, :n],
                                                            torch.tensor([c.start for c in chunks], device=self.device),
                                                            torch.tensor([c.end for c in chunks], device=self.device)),
                                       width)
@@ -260,7 +240,7 @@ class ModelRunner:
         if rows is None:  # the scheduler never runs more rows than compute_batch, the largest bucket
             raise RuntimeError(f"{n} rows in one step, more than the largest batch bucket {self.buckets[-1]}")
         self._write_rows(reqs, rows, with_slices=fixed)
-        self._sync_tables(reqs)
+        self.tables.sync(reqs)
         if fixed:
             if self.graphs is not None:
                 self.graphs.run(rows)
@@ -270,10 +250,10 @@ class ModelRunner:
         slots = self._rows[_SLOT, :n]
         self._use_adapters(reqs)
         if self.flex is None and self.device.type == "cpu":  # read in place, block by block
-            owners = BlockOwners.of(self._host_tables[[r.slot for r in reqs]],  # type: ignore[misc]
+            owners = BlockOwners.of(self.tables.host[[r.slot for r in reqs]],  # type: ignore[misc]
                                     torch.tensor([r.num_tokens for r in reqs]), self.cache.block_size)
             context: CachedAttention | FlexDecode | BlockDecode = BlockDecode(
-                self.cache, self._where(self._tables[slots], self._rows[_POSITION, :n]), owners)
+                self.cache, self.tables.where(self.tables.device[slots], self._rows[_POSITION, :n]), owners)
         else:
             key_len = -(-max(r.num_tokens for r in reqs) // _KEY_ROUND) * _KEY_ROUND
             context = self._decode_context(n, min(-(-key_len // self.cache.block_size), self.max_blocks))
@@ -309,18 +289,13 @@ class ModelRunner:
     def _decode_context(self, rows: int, blocks: int) -> CachedAttention | FlexDecode:
         """Attention for decode rows [0, rows) of the persistent inputs, reading ``blocks`` blocks a row."""
         slots, positions = self._rows[_SLOT, :rows], self._rows[_POSITION, :rows]
-        tables = self._tables[slots, :blocks]  # (rows, blocks)
-        where = self._where(tables, positions)
+        tables = self.tables.device[slots, :blocks]  # (rows, blocks)
+        where = self.tables.where(tables, positions)
         if self.flex is not None:
             self._slot_lengths.zero_()
             self._slot_lengths[slots] = (positions + 1).to(torch.int32)
-            return FlexDecode(self.cache, where, slots, self.flex, self._tables, self._slot_lengths)
+            return FlexDecode(self.cache, where, slots, self.flex, self.tables.device, self._slot_lengths)
         return CachedAttention(self.cache, StepRows(where, tables, positions, positions + 1), 1)
-
-    def _where(self, tables: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """The flat cache position of each row's new key: (rows,) from its table (rows, n) and position (rows,)."""
-        size = self.cache.block_size
-        return tables.gather(1, (positions // size)[:, None])[:, 0] * size + positions % size
 
     def _decode_fixed(self, rows: int) -> None:
         """Rows [0, rows) of the persistent inputs -> ids in ``_out[:rows]``. No host figure: capturable."""

@@ -44,11 +44,12 @@ class ChatServing:
     kv_cache_gb: float | None = None  # its KV cache (None: max_batch requests of max_seq_len), shared by the block,
     # where a conversation's earlier turns stay cached for its next one
     prefix_caching: bool = True
+    max_step_tokens: int | None = None  # a step's token budget: a long prompt prefills in chunks (EngineConfig's)
 
     def engine_config(self) -> EngineConfig:
         return EngineConfig(max_batch=self.max_batch, max_seq_len=self.max_seq_len, max_waiting=self.max_waiting,
                             device=self.device, kv_cache_bytes=gib_to_bytes(self.kv_cache_gb),
-                            prefix_caching=self.prefix_caching)
+                            prefix_caching=self.prefix_caching, max_step_tokens=self.max_step_tokens)
 
 
 class ChatRequestError(ValueError):

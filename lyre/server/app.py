@@ -65,7 +65,8 @@ def _load_chat(config: ServerConfig) -> Chat:
     assert config.llm is not None
     serving = ChatServing(device=config.serving.device, max_batch=config.llm_max_batch,
                           max_seq_len=config.llm_max_seq_len, max_waiting=max(1, config.max_queue),
-                          kv_cache_gb=config.llm_kv_cache_gb, prefix_caching=config.serving.prefix_caching)
+                          kv_cache_gb=config.llm_kv_cache_gb, prefix_caching=config.serving.prefix_caching,
+                          max_step_tokens=config.serving.max_step_tokens)
     return Chat.load(config.llm, serving, config.llm_name)
 
 
