@@ -14,13 +14,13 @@ point of their reply (a server in steady state). Nothing is allocated.
 prompt, each turn's time to first streamed token; once with prefix caching,
 once with ``--no-prefix-caching``.
 
-``stall``: a real ``lyre serve --llm demo`` (the demo TTS model and SmolLM2 in
-one process) with streams playing, 8 streamed chat completions on the chat
-engine and 8 TTS streams on the TTS engine, while 2,000-token chat prompts
-arrive one after another: the gaps between a stream's chunks while a long
-prompt is in the engine (p50, p99, max) and each long prompt's time to first
-token; once with chunked prefill (``--max-step-tokens`` 512, the default) and
-once without (a budget no prompt reaches).
+``stall``: SmolLM2's engine in this process, 4 requests decoding when a
+2,100-token prompt arrives: that prompt's time to first token and the gaps
+between the other requests' tokens (p50, p99, max); once with chunked
+prefill (a step budget of 512 tokens, the default) and once without (a
+budget no prompt reaches). Chunking bounds a step on the engine the long
+prompt is in; the TTS engine is another engine, which no chat prompt can
+hold up except by sharing the CPU.
 
     .venv/bin/python benchmarks/kv_cache.py streams
     .venv/bin/python benchmarks/kv_cache.py turns --json out.json
@@ -100,78 +100,43 @@ def turns(no_prefix_caching: bool, max_tokens: int = 16) -> list[dict[str, float
     return out
 
 
-LONG = "Tell me everything about the history of the city, its rivers, bridges, markets and people. " * 110
-SPOKEN = "The quick brown fox jumps over the lazy dog, and then it runs far away into the quiet green hills."
+def stall(budget: int, streams: int = 4, prompt_tokens: int = 2100) -> dict[str, float]:
+    """SmolLM2's engine with ``streams`` decoding when a ``prompt_tokens`` prompt arrives: its time to first
+    token, and the gaps between the decoding streams' tokens (p50, p99, max), at a step budget of ``budget``."""
+    from lyre.engine import Engine, EngineConfig, SamplingParams
+    from lyre.engine.gguf import load_gguf_llama, open_gguf
+    from lyre.llm import demo_gguf
 
+    model = load_gguf_llama(open_gguf(demo_gguf()), 2560, "cpu", "float32")
+    engine = Engine(model, EngineConfig(max_batch=8, max_seq_len=2560, max_step_tokens=budget, seed=1))
+    long = [1 + (i * 7919) % 40000 for i in range(prompt_tokens)]  # shares no block with anything cached
 
-def _quantiles(gaps: list[float]) -> dict[str, float]:
-    ordered = sorted(gaps) or [0.0]
-    return {"n": len(gaps), "p50_ms": 1000 * ordered[len(ordered) // 2],
-            "p99_ms": 1000 * ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))], "max_ms": 1000 * ordered[-1]}
+    async def run() -> dict[str, float]:
+        gaps: list[float] = []
 
+        async def decode(i: int) -> None:
+            last = None
+            async for _ in engine.generate([5, 6, 7, 8 + i] * 8, SamplingParams(max_tokens=300, temperature=0.7)):
+                now = time.perf_counter()
+                if last is not None:
+                    gaps.append(now - last)
+                last = now
 
-async def _stall_run(url: str, prompts: int) -> dict[str, object]:
-    import httpx
+        tasks = [asyncio.create_task(decode(i)) for i in range(streams)]
+        await asyncio.sleep(2)  # every stream decoding
+        start, first = time.perf_counter(), None
+        async for _ in engine.generate(long, SamplingParams(max_tokens=2)):
+            first = first or time.perf_counter()
+        await asyncio.gather(*tasks)
+        gaps.sort()
+        assert first is not None
+        return {"long_prompt_ttft_s": first - start, "gap_p50_ms": 1000 * gaps[len(gaps) // 2],
+                "gap_p99_ms": 1000 * gaps[int(0.99 * len(gaps))], "gap_max_ms": 1000 * gaps[-1]}
 
-    busy = asyncio.Event()  # a long prompt is in the engine
-    stop = asyncio.Event()
-    gaps: dict[str, list[float]] = {"chat": [], "tts": []}
-    ttfts: list[float] = []
-    prompt_tokens: list[int] = []
-
-    async def keep_playing(http: httpx.AsyncClient, kind: str, i: int) -> None:
-        while not stop.is_set():
-            if kind == "tts":
-                request = http.stream("POST", "/v1/audio/speech", json={
-                    "input": SPOKEN, "voice": "tara", "response_format": "pcm", "max_tokens": 700, "seed": i})
-            else:
-                request = http.stream("POST", "/v1/chat/completions", json={
-                    "model": "demo", "messages": [{"role": "user", "content": f"Count to {50 + i} slowly."}],
-                    "max_tokens": 200, "temperature": 0.7, "seed": i, "stream": True})
-            async with request as r:
-                last = None
-                async for _ in r.aiter_bytes():
-                    now = time.perf_counter()
-                    if last is not None and busy.is_set():
-                        gaps[kind].append(now - last)
-                    last = now
-                    if stop.is_set():
-                        break
-
-    async def long_prompts(http: httpx.AsyncClient) -> None:
-        await asyncio.sleep(8)  # every stream playing
-        for _ in range(prompts):
-            body = {"model": "demo", "messages": [{"role": "user", "content": LONG}], "max_tokens": 4,
-                    "stream": True, "stream_options": {"include_usage": True}}
-            start, first = time.perf_counter(), None
-            busy.set()
-            async with http.stream("POST", "/v1/chat/completions", json=body) as r:
-                async for line in r.aiter_lines():
-                    if line.startswith("data: {") and first is None and '"content"' in line:
-                        first = time.perf_counter()
-                        busy.clear()
-                    if '"usage"' in line and '"prompt_tokens"' in line:
-                        prompt_tokens.append(json.loads(line[6:])["usage"]["prompt_tokens"])
-            busy.clear()
-            ttfts.append((first or time.perf_counter()) - start)
-            await asyncio.sleep(2)
-        stop.set()
-
-    async with httpx.AsyncClient(base_url=url, timeout=300) as http:
-        players = [asyncio.create_task(keep_playing(http, kind, i)) for kind in ("chat", "tts") for i in range(8)]
-        await long_prompts(http)
-        for task in players:
-            task.cancel()
-        await asyncio.gather(*players, return_exceptions=True)
-    return {"gaps": {kind: _quantiles(g) for kind, g in gaps.items()}, "long_prompt_ttft_s": ttfts,
-            "long_prompt_tokens": prompt_tokens}
-
-
-def stall(chunked: bool, prompts: int = 3) -> dict[str, object]:
-    flags = ["--llm", "demo", "--llm-max-batch", "10", "--llm-max-seq-len", "2560", "--max-streams", "8",
-             "--max-queue", "16", "--max-seq-len", "1024"]
-    with running_server(*flags, *([] if chunked else ["--max-step-tokens", "1000000"])) as server:
-        return asyncio.run(_stall_run(server.url, prompts))
+    try:
+        return asyncio.run(run())
+    finally:
+        engine.shutdown()
 
 
 def main() -> None:
@@ -184,13 +149,10 @@ def main() -> None:
         figures: object = streams(args.pool_gb)
         print(f"KV pool {args.pool_gb:g} GB, Orpheus 3B shape (112 KiB a position): {figures}")
     elif args.what == "stall":
-        figures = {"chunked": stall(True), "whole": stall(False)}
+        figures = {"chunks of 512": stall(512), "whole": stall(10**6)}
         for name, run in figures.items():  # type: ignore[attr-defined]
-            print(f"{name}: long prompts of {run['long_prompt_tokens']} tokens, time to first token "
-                  f"{', '.join(f'{t:.2f}' for t in run['long_prompt_ttft_s'])} s")
-            for kind, q in run["gaps"].items():
-                print(f"  {kind} streams' gaps while a long prompt is in: n={q['n']} p50 {q['p50_ms']:.0f} ms, "
-                      f"p99 {q['p99_ms']:.0f} ms, max {q['max_ms']:.0f} ms")
+            print(f"{name:<14} long prompt's first token {run['long_prompt_ttft_s']:.2f} s; the other streams' "
+                  f"gaps p50 {run['gap_p50_ms']:.0f} ms, p99 {run['gap_p99_ms']:.0f} ms, max {run['gap_max_ms']:.0f} ms")
     else:
         figures = {"prefix caching": turns(False), "no prefix caching": turns(True)}
         print("turn  prompt tokens  TTFT with caching  TTFT without")

@@ -97,6 +97,16 @@ def route(redis_url: str, *args: str) -> Process:
     return Process(cmd, f"http://127.0.0.1:{port}").start()
 
 
+def close_all(processes: Iterable[Process]) -> None:
+    """Stop them all at once (each drains in parallel with the others), then wait for each and close its log."""
+    processes = list(processes)
+    for p in processes:
+        if p.process.poll() is None:
+            p.process.send_signal(signal.SIGTERM)
+    for p in processes:
+        p.close()
+
+
 def wait_ready(processes: Iterable[Process], path: str = "/ready", timeout_s: float = 180) -> None:
     for p in processes:
         _wait(lambda p=p: httpx.get(p.url + path, timeout=2).status_code == 200, p.url, p, timeout_s)

@@ -17,7 +17,7 @@ import redis
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
-from fleet_processes import Process, Redis, route, serve, wait_ready
+from fleet_processes import Process, Redis, close_all, route, serve, wait_ready
 from lyre.fleet import ServerRecord, server_key
 from polling import eventually
 
@@ -49,8 +49,7 @@ def fleet() -> Iterator[Fleet]:
         f = Fleet(store.url, listener, talker, router)
         yield f
     finally:
-        for p in (router, talker, listener):
-            p.close()
+        close_all((router, talker, listener))
         store.stop()
 
 

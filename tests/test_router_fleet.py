@@ -20,7 +20,7 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosedError
 
-from fleet_processes import Process, Redis, route, serve, wait_ready
+from fleet_processes import Process, Redis, close_all, route, serve, wait_ready
 from lyre.demo_model import DemoPaths
 from lyre.orpheus import SAMPLES_PER_FRAME
 from polling import eventually
@@ -67,8 +67,7 @@ def fleet() -> Iterator[Fleet]:
             assert eventually(lambda i=i: len(f.ring(i)) == 3, timeout=10), f.health(i)
         yield f
     finally:
-        for p in routers + servers:
-            p.close()
+        close_all(routers + servers)
         redis.stop()
 
 

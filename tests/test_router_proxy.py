@@ -21,7 +21,7 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
-from fleet_processes import Process, Redis, route, wait_ready
+from fleet_processes import Process, Redis, close_all, route, wait_ready
 from polling import eventually
 from serving import _free_port
 
@@ -70,8 +70,7 @@ def fleet() -> Iterator[Fleet]:
         yield f
         assert "Traceback" not in router.output(), router.output()
     finally:
-        for p in [router, *stubs]:
-            p.close()
+        close_all([router, *stubs])
         redis.stop()
 
 
