@@ -145,6 +145,7 @@ def test_no_block_leaks_whatever_runs_grow_finish_or_are_cancelled(ops: list[tup
         held = {b for _, _, t in live.values() for b in t.blocks}  # type: ignore[attr-defined]
         assert all(len(set(t.blocks)) == len(t.blocks) for _, _, t in live.values())  # type: ignore[attr-defined]
         assert m.stats().used == len(held) and m.free == m.num_blocks - len(held)
+        assert m.stats().cached == sum(1 for b in range(m.num_blocks) if b not in held and m._key[b] is not None)
     for _, _, table in live.values():
         m.release(table)  # type: ignore[arg-type]
     s = m.stats()

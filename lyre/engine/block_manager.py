@@ -95,6 +95,8 @@ class BlockManager:
         # Blocks no request holds, the next to be taken first: unsealed ones, then sealed ones least
         # recently used first.
         self._free: OrderedDict[int, None] = OrderedDict((b, None) for b in range(num_blocks))
+        self._used = 0  # blocks held by a request
+        self._cached = 0  # of the free blocks, the sealed ones
         self.queried = 0
         self.hits = 0
         self.evictions = 0
@@ -109,9 +111,8 @@ class BlockManager:
         return len(self._free)
 
     def stats(self) -> CacheStats:
-        used = sum(1 for refs in self._refs if refs)
-        cached = sum(1 for b in self._free if self._key[b] is not None)
-        return CacheStats(self.num_blocks, used, cached, self.queried, self.hits, self.evictions)
+        """Counted as blocks change hands, not by walking the pool: a server reads this per request."""
+        return CacheStats(self.num_blocks, self._used, self._cached, self.queried, self.hits, self.evictions)
 
     # -- admission -----------------------------------------------------------
     def match(self, tokens: Sequence[int], salt: str) -> list[int]:
@@ -175,16 +176,22 @@ class BlockManager:
         for block in reversed(table.blocks):
             self._refs[block] -= 1
             if self._refs[block] == 0:
+                self._used -= 1
                 self._free[block] = None
                 if self._key[block] is None:
                     self._free.move_to_end(block, last=False)  # holds nothing findable: reuse first
+                else:
+                    self._cached += 1
         table.blocks = []
         table.computed = 0
 
     # -- blocks --------------------------------------------------------------
     def _hold(self, block: int) -> None:
+        """Hold a sealed block a prefix matched (free and cached, or already held)."""
         if self._refs[block] == 0:
             del self._free[block]
+            self._used += 1
+            self._cached -= 1
         self._refs[block] += 1
 
     def _take(self) -> int:
@@ -194,5 +201,7 @@ class BlockManager:
             del self._by_key[key]
             self._key[block] = None
             self.evictions += 1
+            self._cached -= 1
         self._refs[block] = 1
+        self._used += 1
         return block
