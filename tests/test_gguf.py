@@ -69,6 +69,22 @@ def test_each_supported_type_dequantises_in_the_right_layout(tmp_path: Path, qty
         assert float((got.float() - original).abs().max()) <= limit, (name, qtype.name)
 
 
+@pytest.mark.parametrize("qtype", [Q.Q4_0, Q.Q4_1, Q.Q8_0], ids=lambda t: t.name)
+def test_the_whole_tensor_dequantisers_agree_with_gguf_bit_for_bit(tmp_path: Path, qtype: Q,
+                                                                  reference: LlamaForCausalLM) -> None:
+    import gguf
+    import numpy as np
+
+    from lyre.engine.gguf import _dequantise
+
+    reader = open_gguf(write_gguf(tmp_path / "q.gguf", reference, qtype))
+    quantised = [t for t in reader.tensors if t.tensor_type == qtype]
+    assert quantised
+    for tensor in quantised:
+        theirs = gguf.quants.dequantize(tensor.data, tensor.tensor_type)
+        assert np.array_equal(_dequantise(reader, tensor).numpy(), theirs), tensor.name
+
+
 def test_an_unsupported_tensor_type_is_refused_by_name(tmp_path: Path, reference: LlamaForCausalLM) -> None:
     path = write_gguf(tmp_path / "k.gguf", reference, types={"blk.1.ffn_up.weight": Q.IQ4_NL})
     with pytest.raises(GGUFError, match=r"'blk\.1\.ffn_up\.weight' is IQ4_NL.*supported: .*Q4_1"):

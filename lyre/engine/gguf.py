@@ -177,8 +177,41 @@ def _dequantise(reader: gguf.GGUFReader, tensor: gguf.ReaderTensor) -> torch.Ten
         supported = ", ".join(sorted(t.name for t in SUPPORTED_TYPES))
         raise GGUFError(f"{_name(reader)}: tensor {tensor.name!r} is {tensor.tensor_type.name}, which this loader "
                         f"does not dequantise (supported: {supported})")
+    if (fast := _BLOCKS.get(tensor.tensor_type)) is not None:
+        return torch.from_numpy(fast(np.asarray(tensor.data)))
     # A copy: F32 data comes back as the read-only memory map itself.
     return torch.from_numpy(np.array(gguf.quants.dequantize(tensor.data, tensor.tensor_type), dtype=np.float32))
+
+
+def _q4_0(raw: np.ndarray) -> np.ndarray:
+    """Q4_0, the whole tensor at once (gguf's own goes row group by row group, about 10x slower): blocks of
+    32 weights, a float16 scale then 16 bytes of 4-bit values less 8, the low nibbles first."""
+    blocks = raw.reshape(raw.shape[0], -1, 18)
+    scale = blocks[..., :2].copy().view(np.float16).astype(np.float32)
+    return (scale * (_nibbles(blocks[..., 2:]) - 8)).reshape(raw.shape[0], -1)
+
+
+def _q4_1(raw: np.ndarray) -> np.ndarray:
+    """Q4_1: blocks of 32, a float16 scale and minimum, then 16 bytes of 4-bit values."""
+    blocks = raw.reshape(raw.shape[0], -1, 20)
+    scale = blocks[..., :2].copy().view(np.float16).astype(np.float32)
+    low = blocks[..., 2:4].copy().view(np.float16).astype(np.float32)
+    return (scale * _nibbles(blocks[..., 4:]) + low).reshape(raw.shape[0], -1)
+
+
+def _q8_0(raw: np.ndarray) -> np.ndarray:
+    """Q8_0: blocks of 32, a float16 scale then 32 signed bytes."""
+    blocks = raw.reshape(raw.shape[0], -1, 34)
+    scale = blocks[..., :2].copy().view(np.float16).astype(np.float32)
+    return (scale * blocks[..., 2:].view(np.int8)).reshape(raw.shape[0], -1)
+
+
+def _nibbles(packed: np.ndarray) -> np.ndarray:
+    """(…, 16) bytes -> (…, 32) float32 values: the 16 low nibbles, then the 16 high ones."""
+    return np.concatenate([packed & 0x0F, packed >> 4], axis=-1).astype(np.float32)
+
+
+_BLOCKS = {Q.Q4_0: _q4_0, Q.Q4_1: _q4_1, Q.Q8_0: _q8_0}
 
 
 def _unpermute(weight: torch.Tensor, heads: int) -> torch.Tensor:
