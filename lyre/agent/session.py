@@ -147,6 +147,12 @@ class AgentSession:
     async def update(self, settings: AgentSettings, heard: dict[str, Any] | None) -> None:
         """New settings; the transcription session takes its part first, and if it refuses (its error event
         says why), nothing changes."""
+        if settings.voice != self.settings.voice:
+            try:
+                self._tts.check_voice(settings.voice)
+            except ValueError as exc:
+                where = "session.voice" if settings.names is BETA else "session.audio.output.voice"
+                raise RealtimeError(f"{where}: {exc}", "invalid_value", where) from None
         if heard is not None:
             errors = self._ear_errors
             await self.ear.receive(json.dumps(heard))

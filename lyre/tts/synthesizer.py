@@ -127,6 +127,12 @@ class TTS:
         """
         return self._open(voice, options, trim, streamed, idle_timeout_s, request_id, min_chars=0)
 
+    def check_voice(self, voice: str | None) -> None:
+        """Nothing if this pipeline can speak in ``voice`` (a model voice, an alias, a cloned voice), else
+        ValueError naming the voices on offer."""
+        if self.adapters is None or voice not in self.adapters:
+            self.voices.resolve(voice)
+
     def _open(self, voice: str | None, options: SpeechOptions | None, trim: bool, streamed: bool,
               idle_timeout_s: float | None, request_id: str | None, min_chars: int) -> SpeechStream:
         adapter = None
