@@ -280,7 +280,7 @@ def _settles(server: Server, metric: str) -> bool:
     return False
 
 
-def test_the_playground_talks_through_the_browser_microphone(server: Server, tmp_path: Any) -> None:
+def test_the_playground_talks_through_the_browser_microphone_over_webrtc(server: Server, tmp_path: Any) -> None:
     import wave
 
     from selenium import webdriver
@@ -319,10 +319,12 @@ def test_the_playground_talks_through_the_browser_microphone(server: Server, tmp
             pytest.fail(f"no reply spoke: {browser.find_element(By.ID, 'talkStatus').text!r}, "
                         f"{browser.execute_script('return window.lyreTalk')}")
         talk = browser.execute_script("return window.lyreTalk")
+        transport = browser.find_element(By.ID, "transport").text
         rows = [row.text for row in browser.find_elements(By.CSS_SELECTOR, "#turns tbody tr")]
         browser.find_element(By.ID, "hangUp").click()
     finally:
         browser.quit()
+    assert talk["transport"] == "webrtc" and transport == "over WebRTC"  # Chromium has WebRTC: the page uses it
     assert talk["events"]["input_audio_buffer.speech_started"] >= 1
     assert any("pharmacy" in normalise(t) for t in talk["transcripts"]), talk["transcripts"]
     assert "pharmacy" in normalise(" ".join(talk["partials"]))  # the live view's text as it firmed up

@@ -320,6 +320,6 @@ def test_a_client_that_reads_nothing_is_read_no_further_and_dropped(local: _Loca
                 sock.sendall(b"".join(client.data_to_send()))
         # The server stopped reading; its session ends soon after, though the client still holds the socket.
         deadline = time.monotonic() + 5
-        while realtime._Sessions.of(local.app).open and time.monotonic() < deadline:
+        while realtime.RealtimeSessions.of(local.app).open and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert realtime._Sessions.of(local.app).open == 0
+        assert realtime.RealtimeSessions.of(local.app).open == 0

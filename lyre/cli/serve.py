@@ -92,7 +92,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     stt.add_argument("--stt-max-file-mb", type=float, default=25.0,
                      help="largest audio file accepted, in MiB (default: 25, OpenAI's limit)")
     stt.add_argument("--stt-max-sessions", type=int, default=8,
-                     help="realtime transcription sessions at once; more are refused (default: 8)")
+                     help="realtime sessions at once, all kinds together: transcription and agent WebSockets, "
+                          "WebRTC calls, phone streams; more are refused (default: 8)")
+    stt.add_argument("--stt-idle-timeout", dest="stt_idle_timeout_s", type=float, default=30.0, metavar="SECONDS",
+                     help="close a realtime session after this long with no client event and nothing running, "
+                          "a phone call's media stream after this long with no media (default: 30)")
     stt.add_argument("--aligner", metavar="PATH_OR_HUB_ID",
                      help="the CTranslate2 Whisper that times words (word timestamps, /v1/audio/alignments), e.g. "
                           "a tiny.en, loaded on first use; off: no word timestamps (default: --stt's model, or "
@@ -119,6 +123,14 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     agent.add_argument("--llm-model", help="the model name to ask --llm-url for")
     agent.add_argument("--no-smart-turn", action="store_true",
                        help="confirm turns by silence alone, without the Smart Turn v3 model (from pipecat-ai)")
+    agent.add_argument("--ice-server", dest="ice_servers", action="append", default=[], metavar="URL",
+                       help="a STUN or TURN server for WebRTC calls (POST /v1/realtime/calls) behind NAT, e.g. "
+                            "stun:stun.example.com:3478 or turn:USER:PASSWORD@turn.example.com:3478?transport=udp; "
+                            "repeatable (default: none, host candidates only, enough on one machine or network)")
+    agent.add_argument("--twilio-auth-token", metavar="TOKEN", default=os.environ.get("LYRE_TWILIO_AUTH_TOKEN"),
+                       help="take phone calls through Twilio (POST /v1/twilio/voice, the media stream) only with "
+                            "this account's request signature (X-Twilio-Signature), and without the API key, "
+                            "which Twilio cannot send (default: $LYRE_TWILIO_AUTH_TOKEN; none: not checked)")
     serve.set_defaults(run=run)
 
 
@@ -149,6 +161,7 @@ def run(args: argparse.Namespace) -> int:
         smart_turn=not args.no_smart_turn,
         stt_max_file_bytes=round(args.stt_max_file_mb * 2**20),
         fleet_ttl_s=args.fleet_ttl,
+        ice_servers=tuple(args.ice_servers),
     )
     config = ServerConfig(**given)
     if config.tts:

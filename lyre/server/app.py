@@ -20,7 +20,7 @@ from lyre.agent import LocalThinker, RemoteThinker, SmartTurn, Thinker, find_sma
 from lyre.api_keys import RequireKey
 from lyre.llm import Chat, ChatOptions, ChatServing
 from lyre.server import (adapters_api, alignments, audio_speech, completions, realtime_socket, transcriptions,
-                         tts_socket)
+                         tts_socket, twilio_stream, webrtc)
 from lyre.server.admission import Admission
 from lyre.server.aligner import Aligner
 from lyre.server.config import ServerConfig
@@ -177,6 +177,7 @@ def create_app(config: ServerConfig, tts: Synthesizer | None = None) -> FastAPI:
                 deadline = time.monotonic() + _DRAIN_GRACE_S
                 while (state.admission.active or state.chat_active) and time.monotonic() < deadline:
                     await asyncio.sleep(0.05)
+                await webrtc.Calls.of(app).close_all("the server is shutting down")
                 if member is not None:
                     await member.drain()  # when the signal did not come through lyre's own runner
                     await member.leave()
@@ -184,7 +185,7 @@ def create_app(config: ServerConfig, tts: Synthesizer | None = None) -> FastAPI:
     app = FastAPI(title="lyre", version="0.1.0", lifespan=lifespan)
     install_error_handlers(app)
     document_errors(app)
-    app.add_middleware(RequireKey, api_key=config.api_key, open_paths=_OPEN_PATHS,
+    app.add_middleware(RequireKey, api_key=config.api_key, open_paths=_OPEN_PATHS | twilio_stream.open_paths(config),
                        admin_prefix=adapters_api.ADMIN_PREFIX, refuse=_refuse)
     app.include_router(adapters_api.router)
     app.include_router(audio_speech.router)
@@ -192,6 +193,8 @@ def create_app(config: ServerConfig, tts: Synthesizer | None = None) -> FastAPI:
     app.include_router(transcriptions.router)
     app.include_router(alignments.router)
     app.include_router(realtime_socket.router)
+    app.include_router(webrtc.router)
+    app.include_router(twilio_stream.router)
     app.include_router(completions.router)
 
     @app.get("/health")

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException
 
 from lyre.server.aligner import word_timestamps
-from lyre.server.body_limit import LimitedBodyRoute
+from lyre.server.body_limit import ServerLimitRoute
 from lyre.server.encoding import FORMATS, StreamEncoder, make_encoder
 from lyre.server.errors import InvalidParam, error_doc
 from lyre.server.state import ServerState
@@ -29,18 +29,7 @@ assert set(ResponseFormat.__args__) == set(FORMATS)  # type: ignore[attr-defined
 _SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "repetition_penalty", "max_tokens", "seed")
 
 
-def _body_limit(request: Request) -> tuple[int, str]:
-    limit = request.app.state.lyre.config.max_body_bytes
-    return limit, f"the request body is over this server's limit of {limit} bytes"
-
-
-class _LimitedSpeech(LimitedBodyRoute):
-    """A speech request's JSON is refused before more of it than the limit is read."""
-
-    body_limit = staticmethod(_body_limit)
-
-
-router = APIRouter(route_class=_LimitedSpeech)
+router = APIRouter(route_class=ServerLimitRoute)  # the body refused before more than the limit is read
 
 
 class SpeechRequest(BaseModel):

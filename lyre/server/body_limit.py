@@ -9,7 +9,7 @@ from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException
 from starlette.types import Message, Receive
 
-__all__ = ["CappedReceive", "LimitedBodyRoute"]
+__all__ = ["CappedReceive", "LimitedBodyRoute", "ServerLimitRoute"]
 
 
 class BodyTooLarge(Exception):
@@ -63,3 +63,14 @@ class LimitedBodyRoute(APIRoute):
                 raise
 
         return limited
+
+
+def _server_limit(request: Request) -> tuple[int, str]:
+    limit = request.app.state.lyre.config.max_body_bytes
+    return limit, f"the request body is over this server's limit of {limit} bytes"
+
+
+class ServerLimitRoute(LimitedBodyRoute):
+    """A route whose body is capped at the server's ``max_body_bytes`` (a JSON request, a form)."""
+
+    body_limit = staticmethod(_server_limit)

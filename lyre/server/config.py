@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from lyre.device import resolve_device
 from lyre.tts import ServingConfig
 
-__all__ = ["ENGINES", "ServerConfig"]
+__all__ = ["ENGINES", "ServerConfig", "ice_server_parts"]
 
 # "naive" is the baseline pipeline (transformers generate per request, the reference decode), for comparisons.
 ENGINES = ("lyre", "naive")
@@ -45,7 +45,7 @@ class ServerConfig:
     stt_model: str | None = None  # Whisper folder or hub id; None: the demo, Whisper base
     stt_device: str | None = None  # None: the same as device; auto is resolved as device is
     stt_max_file_bytes: int = 25 * 1024 * 1024  # OpenAI's upload limit
-    stt_max_sessions: int = 8  # realtime transcription sockets open at once
+    stt_max_sessions: int = 8  # realtime sessions open at once: sockets, WebRTC calls and phone streams together
     stt_idle_timeout_s: float = 30.0  # a realtime session with no client event and no pass running this long closes
     stt_max_buffer_s: float = 60.0  # seconds of audio a realtime session's input buffer may hold
     # The Whisper that times words (word timestamps, /v1/audio/alignments): None: speech to text's model, or
@@ -63,6 +63,10 @@ class ServerConfig:
     llm_api_key: str | None = None
     llm_model: str | None = None  # the model name to ask llm_url for
     smart_turn: bool = True  # the agent's semantic end-of-turn model, where pipecat-ai ships it
+    # STUN/TURN servers for WebRTC calls (--ice-server): "stun:HOST:PORT" or "turn:USER:PASSWORD@HOST:PORT"
+    ice_servers: tuple[str, ...] = ()
+    # Twilio's auth token: phone calls (/v1/twilio/*) must carry its request signature; None: not checked
+    twilio_auth_token: str | None = None
 
     def __post_init__(self) -> None:
         # Devices are resolved once (the pipeline's by ServingConfig): every check below and every model
@@ -102,7 +106,11 @@ class ServerConfig:
             raise ValueError(f"llm_url must be an http:// or https:// URL, got {self.llm_url!r}")
         if self.api_key is not None and not self.api_key:
             raise ValueError("api_key must not be empty")
+        if self.twilio_auth_token is not None and not self.twilio_auth_token:
+            raise ValueError("twilio_auth_token must not be empty")
         self._check_fleet()
+        for url in self.ice_servers:
+            ice_server_parts(url)
 
     def _check_fleet(self) -> None:
         if self.register is None:
@@ -116,3 +124,23 @@ class ServerConfig:
                              f"got {self.advertise!r}")
         if not self.fleet_ttl_s > 0:
             raise ValueError(f"fleet_ttl_s must be > 0, got {self.fleet_ttl_s}")
+
+
+def ice_server_parts(url: str) -> tuple[str, str | None, str | None]:
+    """An ``--ice-server``: (url, username, credential). A TURN server's credentials ride in the URL as
+    ``turn:USER:PASSWORD@HOST:PORT`` and come out of it; a STUN server has none."""
+    scheme, _, rest = url.partition(":")
+    if scheme not in ("stun", "stuns", "turn", "turns") or not rest:
+        raise ValueError(f"--ice-server must be stun:HOST[:PORT] or turn:USER:PASSWORD@HOST[:PORT], got {url!r}")
+    if "@" not in rest:
+        if scheme.startswith("turn"):
+            raise ValueError(f"--ice-server {url!r}: a TURN server needs its credentials, "
+                             f"{scheme}:USER:PASSWORD@HOST[:PORT]")
+        return url, None, None
+    credentials, _, host = rest.rpartition("@")
+    username, colon, credential = credentials.partition(":")
+    if not (username and colon and credential and host):
+        raise ValueError(f"--ice-server {url!r}: credentials must be USER:PASSWORD@ before the host")
+    if scheme.startswith("stun"):
+        raise ValueError(f"--ice-server {url!r}: a STUN server takes no credentials")
+    return f"{scheme}:{host}", username, credential

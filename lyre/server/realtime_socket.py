@@ -37,13 +37,13 @@ from typing import Any, Protocol
 from fastapi import APIRouter, FastAPI, WebSocket, WebSocketDisconnect, status
 from starlette.websockets import WebSocketDisconnected, WebSocketState
 
-from lyre.agent import AgentConfig, AgentSession
+from lyre.agent import AgentSession
 from lyre.server.auth import refuse_socket
-from lyre.server.config import ServerConfig
 from lyre.server.state import AGENT_OFF, STT_OFF, ServerState
+from lyre.server.voice_call import agent_config
 from lyre.stt import RealtimeConfig, RealtimeError, RealtimeSession, error_event
 
-__all__ = ["REALTIME_PATH", "router"]
+__all__ = ["REALTIME_PATH", "RealtimeSessions", "router"]
 
 REALTIME_PATH = "/v1/realtime"
 _MAX_UNSENT = 256  # events queued for the client: past this the socket stops reading until they are sent
@@ -65,14 +65,14 @@ class _Session(Protocol):
     async def close(self) -> None: ...
 
 
-class _Sessions:
+class RealtimeSessions:
     """The app's count of open realtime sockets, against its limit."""
 
     def __init__(self) -> None:
         self.open = 0
 
     @classmethod
-    def of(cls, app: FastAPI) -> _Sessions:
+    def of(cls, app: FastAPI) -> RealtimeSessions:
         if (sessions := getattr(app.state, "realtime_sessions", None)) is None:
             sessions = app.state.realtime_sessions = cls()
         return sessions
@@ -124,9 +124,7 @@ def _open_session(websocket: WebSocket, state: ServerState, emit: Any) -> tuple[
         session: Any = RealtimeSession(stt, emit, realtime)
     else:
         assert state.tts is not None and state.thinker is not None  # the handshake was refused otherwise
-        agent = AgentConfig(realtime=RealtimeConfig(max_buffer_s=config.stt_max_buffer_s,
-                                                    pause_ms=AgentConfig().realtime.pause_ms),
-                            model=websocket.query_params.get("model") or AgentConfig().model)
+        agent = agent_config(state, websocket.query_params.get("model"))
         # A reply holds a stream slot like any speech stream, but is not refused when the streams already
         # running fall behind: a turn left unanswered is worse than a late one. It queues instead.
         session = AgentSession(stt, state.tts, state.thinker, emit, agent, state.end_of_turn,
@@ -201,7 +199,7 @@ async def realtime_websocket(websocket: WebSocket) -> None:
     if await refuse_socket(websocket, state, off):
         return
     await websocket.accept()
-    sessions = _Sessions.of(websocket.app)
+    sessions = RealtimeSessions.of(websocket.app)
     limit = state.config.stt_max_sessions
     if state.draining:
         await _refuse(websocket, RealtimeError("server is shutting down; connect to another server",

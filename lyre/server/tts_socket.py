@@ -196,7 +196,8 @@ class _Session:
             return
         limit = self.state.config.ws_max_message_bytes
         if len(text) > limit or (size := len(text.encode())) > limit:  # before parsing any of it
-            await self.send_error(None, f"message is {len(text.encode())} bytes, over the limit of {limit}")
+            await self.send_error(None, f"message is {size if len(text) <= limit else len(text.encode())} bytes, "
+                                        f"over the limit of {limit}")
             return
         try:
             message = json.loads(text)

@@ -173,8 +173,15 @@ class RealtimeSession:
         name = "transcription_session.updated" if shape == "beta" else "session.updated"
         self._send(name, session=session_object(settings, self.id, shape))
 
+    async def push(self, pcm: bytes) -> None:
+        """Audio that came as media, not as an event (a WebRTC track, a phone stream): pcm16 mono at the
+        session's input rate, taken as an ``input_audio_buffer.append`` of it (RealtimeError if refused)."""
+        await self._append_pcm(pcm)
+
     async def _append(self, event: dict[str, Any]) -> None:
-        pcm = append_audio(event)
+        await self._append_pcm(append_audio(event))
+
+    async def _append_pcm(self, pcm: bytes) -> None:
         if self._in.vad is None:  # with manual commits only the client can empty the buffer
             seconds = (self._buffer.size + len(pcm) // 2 * SAMPLE_RATE // self.settings.rate) / SAMPLE_RATE
             if seconds > self.config.max_buffer_s:

@@ -1,0 +1,219 @@
+"""One WebRTC call (lyre.server.webrtc): its peer connection (aiortc), its agent session, and the tasks
+between them. Loaded with the first call."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import secrets
+import time
+from contextlib import ExitStack
+from typing import TYPE_CHECKING, Any
+
+from aiortc import (MediaStreamTrack, RTCConfiguration, RTCDataChannel, RTCIceServer, RTCPeerConnection,
+                    RTCSessionDescription)
+from aiortc.mediastreams import MediaStreamError
+from av import AudioFrame
+
+from lyre.server.config import ice_server_parts
+from lyre.server.realtime_socket import RealtimeSessions
+from lyre.server.state import ServerState
+from lyre.server.voice_call import VoiceCall
+from lyre.server.webrtc_audio import OutboundAudio, hear_sooner
+from lyre.server.webrtc_offer import EVENTS_CHANNEL
+from lyre.stt import RealtimeError
+
+if TYPE_CHECKING:
+    from lyre.server.webrtc import Calls
+
+__all__ = ["CONNECT_TIMEOUT_S", "MEDIA_TIMEOUT_S", "Call"]
+
+MEDIA_TIMEOUT_S = 2.0  # no audio from a connected caller this long: the peer is gone
+CONNECT_TIMEOUT_S = 20.0  # an answered offer whose connection never comes up
+_MAX_UNSENT_BYTES = 4 * 2**20  # events the caller leaves unread on the data channel, at most
+_MAX_QUEUED_S = 5.0  # the caller's audio the agent may fall behind by
+_FRAME_S = 0.02  # a WebRTC audio frame
+
+log = logging.getLogger("lyre.webrtc")
+
+
+class Call:
+    """One WebRTC call: its peer connection, its agent session, and the tasks between them."""
+
+    def __init__(self, state: ServerState, calls: Calls, model: str | None) -> None:
+        self.id = "rtc_" + secrets.token_hex(12)
+        self.state = state
+        self._calls = calls
+        servers = [RTCIceServer(*ice_server_parts(url)) for url in state.config.ice_servers]
+        # An empty list, not None: given None, aiortc asks Google's public STUN server unbidden.
+        self.pc = RTCPeerConnection(RTCConfiguration(iceServers=servers))
+        self.out = OutboundAudio(self.event)
+        self._channel: RTCDataChannel | None = None
+        self._unsent: list[str] = []  # events before the caller's data channel is open
+        self._inbox: asyncio.Queue[str] = asyncio.Queue()
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._heard_at: float | None = None  # when the caller's audio last arrived
+        self._hung_up: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        self._held = ExitStack()
+        self._errors: list[str] | None = None  # while the offer's session settings are applied
+        self.voice = VoiceCall(state, self, model)
+        self.pc.on("track", self._on_track)
+        self.pc.on("datachannel", self._on_channel)
+        self.pc.on("connectionstatechange", self._on_state)
+
+    # -- MediaSink: what the agent session sends --
+
+    def play(self, pcm: bytes, response_id: str) -> None:
+        self.out.push(pcm, response_id)
+
+    def clear(self) -> None:
+        self.out.clear()
+
+    def event(self, event: dict[str, Any]) -> None:
+        if event["type"] == "error" and self._errors is not None:
+            self._errors.append(event["error"]["message"])
+        if event["type"] == "response.done":
+            self.out.finish(event["response"]["id"])
+        text = json.dumps(event)
+        channel = self._channel
+        if channel is None or channel.readyState != "open":
+            self._unsent.append(text)
+            return
+        if channel.bufferedAmount > _MAX_UNSENT_BYTES:
+            self.hang_up(f"over {_MAX_UNSENT_BYTES // 2**20} MiB of events unread on the data channel")
+            return
+        channel.send(text)
+
+    # -- the call's life --
+
+    async def answer(self, offer: str, session: dict[str, Any] | None) -> str:
+        """Take the caller's offer (and session settings); returns the SDP answer. ValueError names what
+        is wrong with either."""
+        if session is not None:
+            self._errors = []
+            await self.voice.receive(json.dumps({"type": "session.update", "session": session}))
+            errors, self._errors = self._errors, None
+            if errors:
+                raise ValueError(f"session: {errors[0]}")
+        try:
+            await self.pc.setRemoteDescription(RTCSessionDescription(offer, "offer"))
+        except (ValueError, KeyError, IndexError) as exc:
+            raise ValueError(f"sdp: the offer was refused: {exc}") from None
+        self.pc.addTrack(self.out)
+        for transceiver in self.pc.getTransceivers():
+            hear_sooner(transceiver.receiver)
+        await self.pc.setLocalDescription(await self.pc.createAnswer())
+        self._spawn(self._read_events())
+        self._spawn(self._watch())
+        return self.pc.localDescription.sdp
+
+    def hold(self, sessions: RealtimeSessions) -> None:
+        self._held.enter_context(sessions.hold())
+
+    def hang_up(self, reason: str) -> None:
+        """End the call (again: nothing more); ``reason`` is logged and, while the channel is open, sent."""
+        if self._hung_up.done():
+            return
+        log.info("call %s hangs up: %s", self.id, reason)
+        if reason != "hung up by the caller":
+            self.voice.report(RealtimeError(f"call ended: {reason}", "call_ended", kind="server_error"))
+        self._hung_up.set_result(reason)
+        self._calls.forget(self)
+        asyncio.ensure_future(self._close())
+
+    async def closed(self) -> str:
+        return await asyncio.shield(self._hung_up)
+
+    async def _close(self) -> None:
+        await self.voice.close()  # cancels passes and replies: their engine slots are free
+        for task in list(self._tasks):
+            task.cancel()
+        self.out.stop()
+        try:
+            await asyncio.wait_for(self.pc.close(), 5.0)
+        except TimeoutError:
+            log.warning("call %s: the peer connection took over 5 s to close", self.id)
+        self._held.close()
+
+    # -- the peer connection's events --
+
+    def _on_track(self, track: MediaStreamTrack) -> None:
+        if track.kind == "audio":
+            self._spawn(self._listen(track))
+
+    def _on_channel(self, channel: RTCDataChannel) -> None:
+        if channel.label != EVENTS_CHANNEL:
+            log.info("call %s: data channel %r ignored (events go on %r)", self.id, channel.label, EVENTS_CHANNEL)
+            return
+        self._channel = channel
+        channel.on("message", self._on_message)
+        unsent, self._unsent = self._unsent, []
+        for text in unsent:
+            channel.send(text)
+
+    def _on_message(self, message: str | bytes) -> None:
+        if isinstance(message, bytes):
+            self.voice.report(RealtimeError("binary data channel messages are not supported; send JSON text "
+                                            "events", "invalid_event"))
+            return
+        self._inbox.put_nowait(message)
+
+    def _on_state(self) -> None:
+        if self.pc.connectionState in ("failed", "closed"):
+            self.hang_up(f"connection {self.pc.connectionState}")
+
+    # -- tasks --
+
+    async def _listen(self, track: MediaStreamTrack) -> None:
+        """The caller's audio as it arrives: the time it came (for the media timeout, whatever the agent's
+        pace), and the frame queued for the agent; past _MAX_QUEUED_S behind, the oldest is dropped."""
+        frames: asyncio.Queue[AudioFrame] = asyncio.Queue()
+        self._spawn(self._hear(frames))
+        dropped = 0
+        while True:
+            try:
+                frame = await track.recv()
+            except MediaStreamError:
+                return
+            self._heard_at = time.monotonic()
+            frames.put_nowait(frame)
+            if frames.qsize() * _FRAME_S > _MAX_QUEUED_S:
+                frames.get_nowait()
+                if not dropped:
+                    log.warning("call %s: the agent is over %g s behind the caller's audio; dropping the oldest",
+                                self.id, _MAX_QUEUED_S)
+                dropped += 1
+
+    async def _hear(self, frames: asyncio.Queue[AudioFrame]) -> None:
+        """Queued frames of the caller's audio into the agent, in order."""
+        while True:
+            frame = await frames.get()
+            pcm = frame.to_ndarray().tobytes()
+            await self.voice.audio(pcm, frame.sample_rate, len(frame.layout.channels))
+
+    async def _read_events(self) -> None:
+        """The caller's events, one at a time, in order."""
+        while True:
+            await self.voice.receive(await self._inbox.get())
+
+    async def _watch(self) -> None:
+        started = time.monotonic()
+        while True:
+            await asyncio.sleep(0.2)
+            now = time.monotonic()
+            if self.pc.connectionState != "connected" and now - started > CONNECT_TIMEOUT_S:
+                self.hang_up(f"not connected within {CONNECT_TIMEOUT_S:g} s")
+            elif self._heard_at is not None and now - self._heard_at > MEDIA_TIMEOUT_S:
+                self.hang_up(f"no audio from the caller for {MEDIA_TIMEOUT_S:g} s")
+
+    def _spawn(self, work: Any) -> None:
+        task = asyncio.ensure_future(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            log.error("call %s: %r", self.id, exc, exc_info=exc)
+            self.hang_up(f"internal error: {exc}")

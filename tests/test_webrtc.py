@@ -1,0 +1,216 @@
+"""The voice agent over WebRTC (``POST /v1/realtime/calls``): a real ``lyre serve --stt --llm demo`` on
+loopback, called by the ``openai`` SDK's ``realtime.calls`` with an aiortc peer (tests/webrtc_peer.py)
+whose microphone plays espeak-ng sentences at real time.
+
+The demo TTS has random weights: its audio is noise, so the tests check events, timing and whether sound
+arrived on the track, never what it sounds like. (The playground's call from headless Chromium is in
+tests/test_agent.py, beside its WebSocket talk.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from openai import AsyncOpenAI
+from serving import Server, running_server
+from speech import SENTENCES, normalise, speak_pcm16
+from webrtc_peer import Peer
+
+SHORT = 35  # audio tokens per spoken segment: about 0.4 s of noise
+SESSION = {"type": "realtime", "instructions": "Answer in one short sentence.", "max_speech_tokens": SHORT,
+           "audio": {"input": {"transcription": {"language": "en"}}, "output": {"voice": "tara"}}}
+CALLS = "/v1/realtime/calls"
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[Server]:
+    with running_server("--stt", "--llm", "demo", "--llm-max-batch", "2", "--llm-max-seq-len", "1024",
+                        "--max-streams", "4", "--stt-max-sessions", "2") as running:
+        yield running
+
+
+async def _call(server: Server, session: dict[str, Any] | None = None) -> tuple[Peer, str]:
+    """A connected call made with the SDK; returns the peer and the call's id (from ``Location``)."""
+    peer = Peer()
+    kwargs = {"session": session} if session is not None else {}
+    async with AsyncOpenAI(api_key="unused", base_url=f"{server.url}/v1") as client:
+        create = client.realtime.calls.with_raw_response.create
+        raw = await create(sdp=await peer.offer(), **kwargs)  # type: ignore[arg-type]
+        answer = raw.text
+    assert raw.status_code == 201 and raw.headers["content-type"].startswith("application/sdp")
+    location = raw.headers["location"]
+    assert location.startswith(CALLS + "/rtc_")
+    await peer.connect(answer)
+    await peer.until("session.created", timeout=20)
+    return peer, location.rsplit("/", 1)[1]
+
+
+def _settles(server: Server, metric: str, value: float = 0) -> bool:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if server.metric(metric) == value:
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def test_the_openai_sdk_holds_a_spoken_turn_over_webrtc_and_hangs_up(server: Server) -> None:
+    async def run() -> tuple[Peer, float, float]:
+        peer, call_id = await _call(server, SESSION)
+        peer.mic.say(speak_pcm16(SENTENCES[3]))
+        await peer.until("response.done")
+        await peer.until("output_audio_buffer.stopped", timeout=30)  # the reply played out on the track
+        said_until = peer.mic.said_until
+        assert said_until is not None
+        async with AsyncOpenAI(api_key="unused", base_url=f"{server.url}/v1") as client:
+            await client.realtime.calls.hangup(call_id)
+            with pytest.raises(openai.NotFoundError):  # hung up: the call is gone
+                await client.realtime.calls.hangup(call_id)
+        await peer.close()
+        return peer, said_until, time.monotonic()
+
+    peer, said_until, _ = asyncio.run(run())
+    kinds = peer.kinds()
+    assert kinds[:2] == ["session.created", "session.updated"]
+    assert peer.events[1]["session"]["audio"]["output"]["voice"] == "tara"  # the offer's session applied
+    order = ["input_audio_buffer.speech_started", "input_audio_buffer.speech_stopped",
+             "conversation.item.input_audio_transcription.completed", "response.created",
+             "output_audio_buffer.started", "response.done", "output_audio_buffer.stopped"]
+    firsts = [kinds.index(k) for k in order]
+    assert firsts == sorted(firsts), kinds
+    heard = peer.of("conversation.item.input_audio_transcription.completed")[0]["transcript"]
+    assert "pharmacy" in normalise(heard)
+    done = peer.of("response.done")[0]["response"]
+    assert done["status"] == "completed" and done["output"][0]["content"][0]["transcript"].strip()
+    # The reply's audio came on the track, not as events on the channel.
+    assert "response.output_audio.delta" not in kinds
+    assert peer.loud_at and peer.loud_at[0] > said_until
+    assert _settles(server, "lyre_engine_running") and _settles(server, "lyre_chat_engine_running")
+
+
+def test_speech_over_a_reply_clears_its_audio_and_cancels_it(server: Server) -> None:
+    async def run() -> tuple[Peer, float]:
+        peer, call_id = await _call(server, {
+            **SESSION, "max_speech_tokens": 1500,
+            "audio": {"input": {"transcription": {"language": "en"},
+                                "turn_detection": {"type": "server_vad", "create_response": False}}}})
+        peer.send({"type": "conversation.item.create", "item": {
+            "type": "message", "role": "user", "content": [{"type": "input_text", "text": "Tell me a long story."}]}})
+        peer.send({"type": "response.create"})
+        await peer.until("output_audio_buffer.started")
+        peer.mic.say(speak_pcm16(SENTENCES[6]))
+        await peer.until("output_audio_buffer.cleared")
+        cleared_at = time.monotonic()
+        await peer.until("response.done")
+        await peer.until("conversation.item.input_audio_transcription.completed")
+        await asyncio.sleep(1.0)  # time for any sound still coming
+        async with httpx.AsyncClient(base_url=server.url) as http:
+            assert (await http.delete(f"{CALLS}/{call_id}")).status_code == 204
+        await peer.close()
+        return peer, cleared_at
+
+    peer, cleared_at = asyncio.run(run())
+    kinds = peer.kinds()
+    assert kinds.index("input_audio_buffer.speech_started") < kinds.index("output_audio_buffer.cleared")
+    assert peer.of("response.done")[0]["response"]["status"] == "cancelled"
+    assert len(peer.of("response.created")) == 1  # create_response off: the interruption got no reply
+    # The old reply stopped at once: no sound a moment after the clear (jitter buffer and encoder aside).
+    assert not [t for t in peer.loud_at if t > cleared_at + 0.5]
+    assert _settles(server, "lyre_engine_running") and _settles(server, "lyre_chat_engine_running")
+
+
+def test_a_caller_that_goes_away_frees_the_call(server: Server) -> None:
+    async def run() -> None:
+        async with httpx.AsyncClient(base_url=server.url) as http:
+            # A peer that closes its connection in the middle of a reply, without hanging up.
+            peer, call_id = await _call(server, {**SESSION, "max_speech_tokens": 1500})
+            peer.send({"type": "conversation.item.create", "item": {
+                "type": "message", "role": "user", "content": [{"type": "input_text", "text": "Tell a story."}]}})
+            peer.send({"type": "response.create"})
+            await peer.until("output_audio_buffer.started")
+            await peer.close()
+            await _gone(http, call_id, within=3.0)
+            # A peer whose microphone goes quiet for good (as one whose network or process died): no audio.
+            peer, call_id = await _call(server, SESSION)
+            await asyncio.sleep(0.5)
+            peer.mic.stop()
+            await _gone(http, call_id, within=6.0)
+            await peer.close()
+
+    asyncio.run(run())
+    assert _settles(server, "lyre_engine_running") and _settles(server, "lyre_chat_engine_running")
+
+
+async def _gone(http: httpx.AsyncClient, call_id: str, within: float) -> None:
+    deadline = time.monotonic() + within
+    while (await http.delete(f"{CALLS}/{call_id}")).status_code != 404:
+        assert time.monotonic() < deadline, f"call {call_id} still up after {within} s"
+        await asyncio.sleep(0.2)
+
+
+def test_bad_offers_are_refused_naming_what_is_wrong(server: Server) -> None:
+    async def offer(**kinds: bool) -> str:
+        from aiortc import RTCConfiguration, RTCPeerConnection
+
+        pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
+        if kinds.get("audio", True):
+            pc.addTransceiver("audio", direction=kinds.get("direction", "sendrecv"))  # type: ignore[arg-type]
+        if kinds.get("channel", True):
+            pc.createDataChannel("oai-events")
+        await pc.setLocalDescription(await pc.createOffer())
+        sdp = pc.localDescription.sdp
+        await pc.close()
+        return sdp
+
+    good = asyncio.run(offer())
+    cases: list[tuple[dict[str, Any], int, str]] = [
+        ({"content": "hello", "headers": {"content-type": "application/sdp"}}, 400, "sdp"),
+        ({"content": "", "headers": {"content-type": "application/sdp"}}, 400, "sdp"),
+        ({"content": asyncio.run(offer(audio=False)), "headers": {"content-type": "application/sdp"}}, 400, "no audio"),
+        ({"content": asyncio.run(offer(channel=False)), "headers": {"content-type": "application/sdp"}}, 400,
+         "oai-events"),
+        ({"content": asyncio.run(offer(direction="sendonly")), "headers": {"content-type": "application/sdp"}}, 400,
+         "sendrecv"),
+        ({"json": {"sdp": good}}, 415, "application/sdp"),
+        ({"files": {"sdp": (None, good), "session": (None, "{not json")}}, 400, "session"),
+        ({"files": {"sdp": (None, good), "session": (None, '{"audio": {"output": {"voice": "nobody"}}}')}}, 400,
+         "nobody"),
+        ({"files": {"session": (None, "{}")}}, 400, "sdp"),
+    ]
+    with httpx.Client(base_url=server.url, timeout=30) as http:
+        for request, status, named in cases:
+            r = http.post(CALLS, **request)
+            assert r.status_code == status, (request, r.text)
+            assert named in r.json()["error"]["message"], (named, r.text)
+        assert http.delete(f"{CALLS}/rtc_nope").status_code == 404
+        assert http.post(f"{CALLS}/rtc_nope/hangup").status_code == 404
+    # None of them left a session behind: two calls (the limit) still fit, and a third is refused.
+    async def fill() -> None:
+        first, second = await _call(server), await _call(server)
+        async with httpx.AsyncClient(base_url=server.url) as client:
+            r = await client.post(CALLS, content=good, headers={"content-type": "application/sdp"})
+            assert r.status_code == 429 and "limit 2" in r.json()["error"]["message"]
+            for _, call_id in (first, second):
+                assert (await client.delete(f"{CALLS}/{call_id}")).status_code == 204
+        for peer, _ in (first, second):
+            await peer.close()
+
+    asyncio.run(fill())
+
+
+def test_ice_servers_are_read_with_their_credentials_and_bad_ones_refused() -> None:
+    from lyre.server.config import ServerConfig, ice_server_parts
+
+    assert ice_server_parts("stun:stun.example.com:3478") == ("stun:stun.example.com:3478", None, None)
+    assert ice_server_parts("turn:alice:s3:cr@t@turn.example.com:3478?transport=udp") == (
+        "turn:turn.example.com:3478?transport=udp", "alice", "s3:cr@t")
+    for bad, named in (("stun.example.com", "stun:HOST"), ("turn:turn.example.com", "credentials"),
+                       ("stun:bob:pw@stun.example.com", "no credentials"), ("turn::pw@host", "USER:PASSWORD")):
+        with pytest.raises(ValueError, match=named):
+            ServerConfig(ice_servers=(bad,))

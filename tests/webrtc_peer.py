@@ -1,0 +1,132 @@
+"""A WebRTC caller for the tests and benchmarks: an aiortc peer with a microphone and the ``oai-events``
+data channel, as a browser would open a call to ``POST /v1/realtime/calls``.
+
+    peer = Peer()
+    answer = (await client.realtime.calls.with_raw_response.create(sdp=await peer.offer(), session=...))
+    await peer.connect(answer.text)
+    peer.mic.say(pcm16_24k)                       # played at real time; silence otherwise
+    created = await peer.until("response.created")
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+from aiortc import MediaStreamTrack, RTCConfiguration, RTCPeerConnection, RTCSessionDescription
+from aiortc.mediastreams import MediaStreamError
+from av import AudioFrame
+
+from lyre.server.webrtc_audio import hear_sooner
+
+__all__ = ["Microphone", "Peer"]
+
+RATE = 24_000
+FRAME = RATE // 50  # 20 ms
+
+
+class Microphone(MediaStreamTrack):
+    """pcm16 at 24 kHz, queued by `say` and sent at real time in 20 ms frames; silence when there is none."""
+
+    kind = "audio"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._queue = bytearray()
+        self._start: float | None = None
+        self._pts = 0
+        self.said_until: float | None = None  # when the last queued speech went out
+
+    def say(self, pcm: bytes) -> None:
+        self._queue += pcm
+
+    @property
+    def speaking(self) -> bool:
+        return bool(self._queue)
+
+    async def recv(self) -> AudioFrame:
+        if self.readyState != "live":
+            raise MediaStreamError
+        if self._start is None:
+            self._start = time.monotonic()
+        elif (wait := self._start + self._pts / RATE - time.monotonic()) > 0:
+            await asyncio.sleep(wait)
+        pcm = bytes(self._queue[:2 * FRAME])
+        del self._queue[:2 * FRAME]
+        if pcm and not self._queue:
+            self.said_until = time.monotonic()
+        frame = AudioFrame(format="s16", layout="mono", samples=FRAME)
+        frame.planes[0].update(pcm + bytes(2 * FRAME - len(pcm)))
+        frame.pts, frame.sample_rate, frame.time_base = self._pts, RATE, Fraction(1, RATE)
+        self._pts += FRAME
+        return frame
+
+
+class Peer:
+    """One caller; see the module docstring. Keeps every event and when audio (not silence) arrived."""
+
+    def __init__(self) -> None:
+        self.pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))  # host candidates only: no public STUN
+        self.mic = Microphone()
+        self.pc.addTrack(self.mic)
+        self.channel = self.pc.createDataChannel("oai-events")
+        self.events: list[dict[str, Any]] = []
+        self.first_at: dict[str, float] = {}  # when the first event of each type arrived
+        self._changed = asyncio.Event()
+        self.channel.on("message", self._on_message)
+        self.loud_at: list[float] = []  # when each 20 ms frame of sound (not silence) arrived
+        self.frames = 0
+        self._tasks: list[asyncio.Task[None]] = []
+        self.pc.on("track", lambda track: self._tasks.append(asyncio.ensure_future(self._hear(track))))
+
+    async def offer(self) -> str:
+        await self.pc.setLocalDescription(await self.pc.createOffer())
+        return self.pc.localDescription.sdp
+
+    async def connect(self, answer: str) -> None:
+        await self.pc.setRemoteDescription(RTCSessionDescription(answer, "answer"))
+        # The caller decodes one frame after it arrives, as lyre's side does (aiortc's default holds four):
+        # a browser's adaptive jitter buffer holds what the network needs.
+        assert all(hear_sooner(t.receiver) for t in self.pc.getTransceivers() if t.kind == "audio")
+
+    def send(self, event: dict[str, Any]) -> None:
+        self.channel.send(json.dumps(event))
+
+    async def until(self, kind: str, timeout: float = 120.0, count: int = 1) -> dict[str, Any]:
+        """The ``count``-th event of ``kind``, waiting for it."""
+        async with asyncio.timeout(timeout):
+            while len(self.of(kind)) < count:
+                self._changed.clear()
+                await self._changed.wait()
+        return self.of(kind)[count - 1]
+
+    def of(self, kind: str) -> list[dict[str, Any]]:
+        return [e for e in self.events if e["type"] == kind]
+
+    def kinds(self) -> list[str]:
+        return [e["type"] for e in self.events]
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await self.pc.close()
+
+    def _on_message(self, message: str) -> None:
+        event = json.loads(message)
+        self.events.append(event)
+        self.first_at.setdefault(event["type"], time.monotonic())
+        self._changed.set()
+
+    async def _hear(self, track: MediaStreamTrack) -> None:
+        while True:
+            try:
+                frame = await track.recv()
+            except MediaStreamError:
+                return
+            self.frames += 1
+            if np.abs(frame.to_ndarray()).max() > 64:
+                self.loud_at.append(time.monotonic())
