@@ -1,11 +1,12 @@
 """WebRTC call figures (``POST /v1/realtime/calls``) on this machine.
 
-1. Turns: a real ``lyre serve --stt --llm demo``, the same spoken turns (espeak-ng, at real time) over the
-   ``/v1/realtime`` WebSocket (pcm16 in 40 ms appends; the reply's audio deltas) and over a WebRTC call
-   (tests/webrtc_peer.py: Opus both ways), alternating: from the end of the speech (its last sample sent)
+1. Turns: a real ``lyre serve --stt`` thinking at a scripted endpoint that answers every turn at once with
+   one sentence (the demo chat model's replies differ turn by turn in length, and so in time); the same
+   spoken turns (espeak-ng, at real time) over the ``/v1/realtime`` WebSocket (pcm16 in 40 ms appends;
+   the reply's audio deltas) and over a WebRTC call (tests/webrtc_peer.py: Opus both ways), alternating: from the end of the speech (its last sample sent)
    to the VAD's speech_stopped at the caller (what the way in adds), and to the reply's first sound at the
-   caller. On a CPU the second is mostly the demo chat model and TTS, whose replies differ turn by turn:
-   many turns are needed before a difference of tens of ms shows; the transport's own part is item 2.
+   caller (the way in, Whisper, the TTS and the way out). The transport's own part on the way out is
+   item 2.
 2. Transport: what the media path itself adds, without the agent: a 200 ms burst of sound queued on a
    call's outbound track (lyre.server.webrtc_audio.OutboundAudio) to its first loud frame decoded at the
    peer, against a base64 pcm16 delta event sent on a WebSocket to its arrival, decoded. Loopback; both
@@ -43,12 +44,13 @@ from lyre.server.voice_call import Resampler
 from lyre.server.webrtc_audio import OutboundAudio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # the tests' caller, speech, server
-from serving import running_server
+from serving import running_server, serving_in_thread
 from speech import SENTENCES, speak_pcm16
 from webrtc_peer import Peer
 
 RATE = 24_000
 BURST = np.random.default_rng(0).integers(-8000, 8000, RATE // 5, dtype=np.int16).tobytes()  # 200 ms of noise
+REPLY = "Sure, I can help with that."
 TURN = {"type": "realtime", "instructions": "Answer in one short sentence.", "max_speech_tokens": 35,
         "audio": {"input": {"transcription": {"language": "en"}}, "output": {"voice": "tara"}}}
 
@@ -114,10 +116,30 @@ async def _webrtc_turn(url: str, pcm: bytes) -> tuple[float, float]:
             await peer.close()
 
 
+def _scripted_thinker() -> Any:
+    """An OpenAI-compatible chat endpoint that answers every turn at once with the same sentence, so a turn's
+    time is the transport's, the VAD's, Whisper's and the TTS's, not a sampled reply's length."""
+    from fastapi import FastAPI
+    from fastapi.responses import StreamingResponse
+
+    app = FastAPI()
+
+    @app.post("/v1/chat/completions")
+    async def completions() -> StreamingResponse:
+        async def answer() -> Any:
+            chunk = {"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": REPLY}}]}
+            yield f"data: {json.dumps(chunk)}\n\n"
+            yield "data: [DONE]\n\n"
+        return StreamingResponse(answer(), media_type="text/event-stream")
+
+    return app
+
+
 def turns(count: int) -> dict[str, list[tuple[float, float]]]:
     results: dict[str, list[tuple[float, float]]] = {"websocket": [], "webrtc": []}
-    with running_server("--stt", "--llm", "demo", "--llm-max-batch", "2", "--llm-max-seq-len", "1024",
-                        "--max-streams", "4") as server:
+    with serving_in_thread(_scripted_thinker()) as port, running_server(
+            "--stt", "--llm-url", f"http://127.0.0.1:{port}/v1", "--llm-model", "fixed", "--max-streams", "4",
+            ) as server:
         for i in range(count):
             pcm = speak_pcm16(SENTENCES[i % len(SENTENCES)])
             for name, turn in (("websocket", _websocket_turn), ("webrtc", _webrtc_turn))[::1 if i % 2 else -1]:

@@ -10,7 +10,9 @@ from fractions import Fraction
 from typing import Any
 
 from aiortc import MediaStreamTrack
-from aiortc.jitterbuffer import JitterBuffer
+from aiortc.jitterbuffer import JitterBuffer, JitterFrame
+from aiortc.rtp import RtpPacket
+from aiortc.utils import uint16_add
 from aiortc.mediastreams import MediaStreamError
 from av import AudioFrame
 
@@ -87,14 +89,29 @@ class OutboundAudio(MediaStreamTrack):
                           "response_id": self._response})
 
 
+class _InOrder(JitterBuffer):
+    """A jitter buffer for audio that holds nothing: each packet (a whole Opus frame) goes to the decoder as
+    it comes; one older than the newest seen (reordered, or a duplicate) is dropped."""
+
+    def __init__(self) -> None:
+        super().__init__(capacity=16)
+        self._newest: int | None = None
+
+    def add(self, packet: RtpPacket) -> tuple[bool, JitterFrame | None]:
+        if self._newest is not None and not 0 < uint16_add(packet.sequence_number, -self._newest) < 0x8000:
+            return False, None  # at or behind the newest: late or repeated
+        self._newest = packet.sequence_number
+        return False, JitterFrame(data=packet._data, timestamp=packet.timestamp)  # type: ignore[attr-defined]
+
+
 def hear_sooner(receiver: Any) -> bool:
-    """Decode the caller's audio one frame after it arrives, not four. aiortc's audio receiver holds four
-    20 ms frames before decoding, to put reordered packets back in order (a player needs that); the agent
-    listens, and 60 ms more of it is 60 ms later on every end of turn. A packet later than one frame is
-    dropped (Whisper does not miss 20 ms). aiortc offers no setting for it: True if the receiver's buffer
-    was found and replaced (the tests check it is, so an aiortc that renames it fails there)."""
+    """Decode the caller's audio (an audio receiver's) as it arrives. aiortc's audio receiver holds four 20 ms frames before
+    decoding one, to put reordered packets back in order (a player needs that); the agent listens, and
+    80 ms more of it is 80 ms later on every end of turn. A packet that comes after a newer one is dropped
+    (Whisper does not miss 20 ms). aiortc offers no setting for it: True if the receiver's buffer was found
+    and replaced (the tests check it is, so an aiortc that renames it fails there)."""
     name = "_RTCRtpReceiver__jitter_buffer"
-    if not isinstance(getattr(receiver, name, None), JitterBuffer) or receiver.track.kind != "audio":
+    if not isinstance(getattr(receiver, name, None), JitterBuffer):
         return False
-    setattr(receiver, name, JitterBuffer(capacity=16, prefetch=1))
+    setattr(receiver, name, _InOrder())
     return True

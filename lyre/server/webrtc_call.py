@@ -102,7 +102,8 @@ class Call:
             raise ValueError(f"sdp: the offer was refused: {exc}") from None
         self.pc.addTrack(self.out)
         for transceiver in self.pc.getTransceivers():
-            hear_sooner(transceiver.receiver)
+            if transceiver.kind == "audio":
+                hear_sooner(transceiver.receiver)
         await self.pc.setLocalDescription(await self.pc.createAnswer())
         self._spawn(self._read_events())
         self._spawn(self._watch())
