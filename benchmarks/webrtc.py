@@ -44,13 +44,13 @@ from lyre.server.voice_call import Resampler
 from lyre.server.webrtc_audio import OutboundAudio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # the tests' caller, speech, server
-from serving import running_server, serving_in_thread
+from scripted_thinker import thinking_at
+from serving import running_server
 from speech import SENTENCES, speak_pcm16
 from webrtc_peer import Peer
 
 RATE = 24_000
 BURST = np.random.default_rng(0).integers(-8000, 8000, RATE // 5, dtype=np.int16).tobytes()  # 200 ms of noise
-REPLY = "Sure, I can help with that."
 TURN = {"type": "realtime", "instructions": "Answer in one short sentence.", "max_speech_tokens": 35,
         "audio": {"input": {"transcription": {"language": "en"}}, "output": {"voice": "tara"}}}
 
@@ -116,30 +116,10 @@ async def _webrtc_turn(url: str, pcm: bytes) -> tuple[float, float]:
             await peer.close()
 
 
-def _scripted_thinker() -> Any:
-    """An OpenAI-compatible chat endpoint that answers every turn at once with the same sentence, so a turn's
-    time is the transport's, the VAD's, Whisper's and the TTS's, not a sampled reply's length."""
-    from fastapi import FastAPI
-    from fastapi.responses import StreamingResponse
-
-    app = FastAPI()
-
-    @app.post("/v1/chat/completions")
-    async def completions() -> StreamingResponse:
-        async def answer() -> Any:
-            chunk = {"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": REPLY}}]}
-            yield f"data: {json.dumps(chunk)}\n\n"
-            yield "data: [DONE]\n\n"
-        return StreamingResponse(answer(), media_type="text/event-stream")
-
-    return app
-
-
 def turns(count: int) -> dict[str, list[tuple[float, float]]]:
     results: dict[str, list[tuple[float, float]]] = {"websocket": [], "webrtc": []}
-    with serving_in_thread(_scripted_thinker()) as port, running_server(
-            "--stt", "--llm-url", f"http://127.0.0.1:{port}/v1", "--llm-model", "fixed", "--max-streams", "4",
-            ) as server:
+    with thinking_at() as thinker, running_server("--stt", "--llm-url", thinker, "--llm-model", "scripted",
+                                                  "--max-streams", "4") as server:
         for i in range(count):
             pcm = speak_pcm16(SENTENCES[i % len(SENTENCES)])
             for name, turn in (("websocket", _websocket_turn), ("webrtc", _webrtc_turn))[::1 if i % 2 else -1]:

@@ -1,5 +1,6 @@
-"""Phone calls through Twilio: a real ``lyre serve --stt --llm demo --twilio-auth-token ...`` (demo TTS,
-Whisper base, SmolLM2) called by a client that plays Twilio's part as Twilio documents it: the voice
+"""Phone calls through Twilio: a real ``lyre serve --stt --twilio-auth-token ...`` (demo TTS, Whisper base,
+thinking at a scripted endpoint, tests/scripted_thinker.py: the phone path is under test, not the chat
+model) called by a client that plays Twilio's part as Twilio documents it: the voice
 webhook's TwiML, a signed handshake, ``connected`` and ``start``, the caller's espeak-ng speech as 8 kHz
 mu-law in 20 ms ``media`` messages at real time (silence between, as a phone line never stops), the
 assistant's audio played at real time, each ``mark`` echoed once the audio before it has played, and
@@ -27,6 +28,7 @@ import httpx
 import numpy as np
 import pytest
 from fastapi import FastAPI
+from scripted_thinker import thinking_at
 from serving import Server, running_server, serving_in_thread
 from speech import SENTENCES, speak
 from twilio.request_validator import RequestValidator
@@ -53,9 +55,10 @@ SILENCE = bytes([0xFF]) * FRAME_BYTES  # 20 ms of mu-law silence
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[Server]:
-    with running_server("--stt", "--llm", "demo", "--llm-max-batch", "2", "--llm-max-seq-len", "1024",
-                        "--max-streams", "4", "--twilio-auth-token", TOKEN, "--api-key", API_KEY,
-                        "--stt-idle-timeout", str(IDLE_S), "--stt-max-sessions", str(MAX_SESSIONS)) as running:
+    with thinking_at() as thinker, running_server(
+            "--stt", "--llm-url", thinker, "--llm-model", "scripted", "--max-streams", "4",
+            "--twilio-auth-token", TOKEN, "--api-key", API_KEY, "--stt-idle-timeout", str(IDLE_S),
+            "--stt-max-sessions", str(MAX_SESSIONS)) as running:
         yield running
 
 
@@ -333,8 +336,7 @@ def test_speaking_over_a_reply_clears_it_and_a_fault_mid_reply_frees_its_slots(s
     after = {m["mark"]["name"].split(".")[0] for m in phone.received[cleared_at:] if m["event"] == "mark"}
     assert before and after and not before & after  # nothing of the cleared reply came after the clear
     assert (code, reason) == (1007, "a message that is not JSON")
-    for name in ("lyre_engine_running", "lyre_chat_engine_running"):
-        assert _settles(server, name), name
+    assert _settles(server, "lyre_engine_running")
     assert "Traceback" not in server.output()  # nothing failed on the way (the cut by the marks included)
 
 

@@ -1,6 +1,7 @@
-"""The voice agent over WebRTC (``POST /v1/realtime/calls``): a real ``lyre serve --stt --llm demo`` on
-loopback, called by the ``openai`` SDK's ``realtime.calls`` with an aiortc peer (tests/webrtc_peer.py)
-whose microphone plays espeak-ng sentences at real time.
+"""The voice agent over WebRTC (``POST /v1/realtime/calls``): a real ``lyre serve --stt`` on loopback,
+thinking at a scripted endpoint (tests/scripted_thinker.py: the transport is under test, not the chat
+model), called by the ``openai`` SDK's ``realtime.calls`` with an aiortc peer (tests/webrtc_peer.py) whose
+microphone plays espeak-ng sentences at real time.
 
 The demo TTS has random weights: its audio is noise, so the tests check events, timing and whether sound
 arrived on the track, never what it sounds like. (The playground's call from headless Chromium is in
@@ -18,6 +19,7 @@ import httpx
 import openai
 import pytest
 from openai import AsyncOpenAI
+from scripted_thinker import REPLY, thinking_at
 from serving import Server, running_server
 from speech import SENTENCES, normalise, speak_pcm16
 from webrtc_peer import Peer
@@ -30,8 +32,8 @@ CALLS = "/v1/realtime/calls"
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[Server]:
-    with running_server("--stt", "--llm", "demo", "--llm-max-batch", "2", "--llm-max-seq-len", "1024",
-                        "--max-streams", "4", "--stt-max-sessions", "2") as running:
+    with thinking_at() as thinker, running_server("--stt", "--llm-url", thinker, "--llm-model", "scripted",
+                                                  "--max-streams", "4", "--stt-max-sessions", "2") as running:
         yield running
 
 
@@ -87,11 +89,11 @@ def test_the_openai_sdk_holds_a_spoken_turn_over_webrtc_and_hangs_up(server: Ser
     heard = peer.of("conversation.item.input_audio_transcription.completed")[0]["transcript"]
     assert "pharmacy" in normalise(heard)
     done = peer.of("response.done")[0]["response"]
-    assert done["status"] == "completed" and done["output"][0]["content"][0]["transcript"].strip()
+    assert done["status"] == "completed" and done["output"][0]["content"][0]["transcript"] == REPLY
     # The reply's audio came on the track, not as events on the channel.
     assert "response.output_audio.delta" not in kinds
     assert peer.loud_at and peer.loud_at[0] > said_until
-    assert _settles(server, "lyre_engine_running") and _settles(server, "lyre_chat_engine_running")
+    assert _settles(server, "lyre_engine_running")
 
 
 def test_speech_over_a_reply_clears_its_audio_and_cancels_it(server: Server) -> None:
@@ -122,7 +124,7 @@ def test_speech_over_a_reply_clears_its_audio_and_cancels_it(server: Server) -> 
     assert len(peer.of("response.created")) == 1  # create_response off: the interruption got no reply
     # The old reply stopped at once: no sound a moment after the clear (jitter buffer and encoder aside).
     assert not [t for t in peer.loud_at if t > cleared_at + 0.5]
-    assert _settles(server, "lyre_engine_running") and _settles(server, "lyre_chat_engine_running")
+    assert _settles(server, "lyre_engine_running")
 
 
 def test_a_caller_that_goes_away_frees_the_call(server: Server) -> None:
@@ -144,7 +146,7 @@ def test_a_caller_that_goes_away_frees_the_call(server: Server) -> None:
             await peer.close()
 
     asyncio.run(run())
-    assert _settles(server, "lyre_engine_running") and _settles(server, "lyre_chat_engine_running")
+    assert _settles(server, "lyre_engine_running")
 
 
 async def _gone(http: httpx.AsyncClient, call_id: str, within: float) -> None:
