@@ -176,12 +176,6 @@ class RealtimeSession:
     async def push(self, pcm: bytes) -> None:
         """Audio that came as media, not as an event (a WebRTC track, a phone stream): pcm16 mono at the
         session's input rate, taken as an ``input_audio_buffer.append`` of it (RealtimeError if refused)."""
-        await self._append_pcm(pcm)
-
-    async def _append(self, event: dict[str, Any]) -> None:
-        await self._append_pcm(append_audio(event))
-
-    async def _append_pcm(self, pcm: bytes) -> None:
         if self._in.vad is None:  # with manual commits only the client can empty the buffer
             seconds = (self._buffer.size + len(pcm) // 2 * SAMPLE_RATE // self.settings.rate) / SAMPLE_RATE
             if seconds > self.config.max_buffer_s:
@@ -193,6 +187,9 @@ class RealtimeSession:
             self._take(*await self._in.push(pcm))
         except AudioError as exc:
             raise RealtimeError(f"audio: {exc}", "invalid_audio", "audio") from None
+
+    async def _append(self, event: dict[str, Any]) -> None:
+        await self.push(append_audio(event))
 
     def _commit(self, event: dict[str, Any]) -> None:
         self._flush_resampler(self.settings.rate)  # the client ended the audio here: the resampler's tail too
