@@ -41,25 +41,25 @@ def authorized(expected: str | None, headers: Mapping[str, str], query: Mapping[
 
 class RequireKey:
     """ASGI middleware: an HTTP request without the key gets ``refuse()`` (a 401) before anything of it is
-    read or routed. Paths in ``open_paths`` stay open, and those under ``admin_prefix`` check their own
-    (admin) key; sockets check theirs at the handshake.
+    read or routed. Paths in ``open_paths`` stay open, and the requests ``admin(method, path)`` names check
+    their own (admin) key; sockets check theirs at the handshake.
 
     Plain ASGI rather than BaseHTTPMiddleware, which would sit between a streaming response and the
     client's disconnect.
     """
 
-    def __init__(self, app: Any, api_key: str | None, open_paths: frozenset[str], admin_prefix: str,
+    def __init__(self, app: Any, api_key: str | None, open_paths: frozenset[str], admin: Callable[[str, str], bool],
                  refuse: Callable[[], Any]) -> None:
         self.app = app
         self.api_key = api_key
         self.open_paths = open_paths
-        self.admin_prefix = admin_prefix
+        self.admin = admin
         self.refuse = refuse
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         path = scope.get("path", "")
         if (scope["type"] != "http" or self.api_key is None or path in self.open_paths
-                or path.startswith(self.admin_prefix)):
+                or self.admin(scope.get("method", ""), path)):
             await self.app(scope, receive, send)
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}

@@ -38,6 +38,7 @@ from lyre.orpheus import (
 )
 
 __all__ = [
+    "cache_root",
     "DEMO_LLAMA_CONFIG",
     "SNAC_24KHZ_CONFIG",
     "NUM_CUSTOM_TOKENS",
@@ -185,6 +186,11 @@ def write_demo_model(root: Path, seed: int = 0) -> DemoPaths:
     return paths
 
 
+def cache_root() -> Path:
+    """lyre's cache folder: ``$LYRE_CACHE_DIR``, else ``~/.cache/lyre``."""
+    return Path(os.environ.get(_CACHE_ENV) or _DEFAULT_CACHE).expanduser()
+
+
 def demo_model(cache_dir: Path | None = None) -> DemoPaths:
     """The demo model in the lyre cache, written on first use.
 
@@ -192,7 +198,7 @@ def demo_model(cache_dir: Path | None = None) -> DemoPaths:
     Safe to call from several processes at once: one writes, the rest wait.
     Silent: `lyre.model_choice` says why the demo is used, which only it knows.
     """
-    cache = Path(cache_dir or os.environ.get(_CACHE_ENV) or _DEFAULT_CACHE).expanduser()
+    cache = Path(cache_dir).expanduser() if cache_dir else cache_root()
     root = cache / _DEMO_VERSION
     paths = DemoPaths(model=root / "orpheus", codec=root / "snac")
     cache.mkdir(parents=True, exist_ok=True)

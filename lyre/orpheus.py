@@ -42,7 +42,9 @@ __all__ = [
     "parse_audio_token",
     "position_range",
     "prompt_ids",
+    "reference_ids",
     "snac_codes_to_frames",
+    "without_repeated_frames",
 ]
 
 # Llama-3 special tokens. Every id from BOS up is a control token, never text.
@@ -255,6 +257,16 @@ def audio_seconds(n_frames: int) -> float:
     return n_frames * SAMPLES_PER_FRAME / SAMPLE_RATE
 
 
+def _text_ids(tokenizer: TextTokenizer, text: str) -> list[int]:
+    # Without special tokens, so BOS appears exactly once whatever the
+    # tokenizer's post-processor would add.
+    ids = tokenizer.encode(text, add_special_tokens=False).ids
+    control = [i for i in ids if i >= BOS]
+    if control:
+        raise ValueError(f"text must not contain control tokens, found ids {control}")
+    return ids
+
+
 def prompt_ids(
     tokenizer: TextTokenizer, text: str, voice: str | None = None
 ) -> list[int]:
@@ -270,10 +282,38 @@ def prompt_ids(
     if voice is not None and not voice.strip():
         raise ValueError("voice must be None or a non-empty name")
     spoken = text if voice is None else f"{voice}: {text}"
-    # Without special tokens, so BOS appears exactly once whatever the
-    # tokenizer's post-processor would add.
-    ids = tokenizer.encode(spoken, add_special_tokens=False).ids
-    control = [i for i in ids if i >= BOS]
-    if control:
-        raise ValueError(f"text must not contain control tokens, found ids {control}")
+    ids = _text_ids(tokenizer, spoken)
     return [START_OF_HUMAN, BOS, *ids, EOT, END_OF_HUMAN, START_OF_AI, START_OF_SPEECH]
+
+
+def without_repeated_frames(frames: Sequence[Sequence[int]]) -> list[tuple[int, ...]]:
+    """``frames`` (7 codes each) less every frame whose coarsest code repeats the last kept frame's, as
+    Orpheus's training data was prepared: held sounds and silence become shorter runs of frames."""
+    kept: list[tuple[int, ...]] = []
+    for frame in frames:
+        if not kept or frame[0] != kept[-1][0]:
+            kept.append(tuple(frame))
+    return kept
+
+
+def reference_ids(
+    tokenizer: TextTokenizer, text: str, frames: Sequence[Sequence[int]]
+) -> list[int]:
+    """Token ids of a reference turn: a speaker saying ``text`` as ``frames`` (7 codes each), the
+    text-speech pair a zero-shot prompt opens with.
+
+    Layout: START_OF_HUMAN, BOS, ids of text, EOT, END_OF_HUMAN, START_OF_AI,
+    START_OF_SPEECH, the frames' audio tokens, END_OF_SPEECH, END_OF_AI.
+    A `prompt_ids` prompt without a voice follows it, and the model carries
+    on in the reference's voice. The frames are used as given.
+    """
+    if not text.strip():
+        raise ValueError("reference text must not be empty or whitespace")
+    if not frames:
+        raise ValueError("a reference needs at least one frame of audio")
+    if any(len(frame) != FRAME_TOKENS for frame in frames):
+        raise ValueError(f"every reference frame is {FRAME_TOKENS} codes")
+    audio = [audio_token(k, c) for frame in frames for k, c in enumerate(frame)]
+    return [START_OF_HUMAN, BOS, *_text_ids(tokenizer, text), EOT, END_OF_HUMAN, START_OF_AI, START_OF_SPEECH,
+            *audio, END_OF_SPEECH, END_OF_AI]
+

@@ -25,7 +25,7 @@ import jiwer
 import numpy as np
 
 __all__ = ["ESPEAK_RATE", "SENTENCES", "VOICE", "WORDS_PER_MINUTE", "normalise", "speak", "speak_pcm16", "speak_wav",
-           "wer"]
+           "wav_bytes", "wer"]
 
 VOICE = "en-us"
 WORDS_PER_MINUTE = 150
@@ -118,10 +118,17 @@ def speak_pcm16(text: str, rate: int = 24_000) -> bytes:
 @functools.cache
 def speak_wav(text: str) -> bytes:
     """``text`` spoken, as a 16-bit mono wav file at espeak-ng's own rate (22050 Hz)."""
+    return wav_bytes(_espeak(text), ESPEAK_RATE)
+
+
+def wav_bytes(pcm: np.ndarray, rate: int) -> bytes:
+    """A 16-bit mono wav file of ``pcm`` (int16, or float in [-1, 1]) at ``rate``."""
+    if pcm.dtype != np.int16:
+        pcm = (np.clip(pcm, -1.0, 1.0) * 32767).astype("<i2")
     buffer = io.BytesIO()
     with wave.open(buffer, "wb") as out:
         out.setnchannels(1)
         out.setsampwidth(2)
-        out.setframerate(ESPEAK_RATE)
-        out.writeframes(_espeak(text).tobytes())
+        out.setframerate(rate)
+        out.writeframes(pcm.tobytes())
     return buffer.getvalue()

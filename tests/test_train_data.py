@@ -14,7 +14,7 @@ import torch
 from lyre.cli import main
 from lyre.demo_model import DemoPaths
 from lyre.train import DataConfig, SilenceCut, TrainConfig, VoiceJob, prepare_voice_data, read_dataset
-from lyre.train.audio import trim_clip
+from lyre.tts.clips import trim_clip
 from lyre.train.dataset import DatasetError
 from voice_data import tone, write_flac_stereo, write_wav
 

@@ -381,8 +381,8 @@ def test_without_max_tokens_a_context_gets_the_default_capped_to_the_server(serv
     # As for HTTP: the default 1200 would not fit a slot of 1024 positions; the pipeline caps it at 768.
     tts = server.state.tts
     message = {"context_id": "d", "transcript": "Hi."}
-    settings = msg.settings(message, tts.voices)
+    settings = msg.settings(message, tts)
     assert settings.options.max_tokens is None and settings.voice == tts.voices.default
     assert tts.open(settings.voice, settings.options).sampling.max_tokens == 763  # 768 in whole frames
-    settings = msg.settings({**message, "max_tokens": 70}, tts.voices)
+    settings = msg.settings({**message, "max_tokens": 70}, tts)
     assert tts.open(settings.voice, settings.options).sampling.max_tokens == 70

@@ -34,7 +34,7 @@ import threading
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 import torch
@@ -212,6 +212,7 @@ class NaiveTTS:
         self.config = config or TTSConfig()
         self.source = source
         self.adapters = None  # serves no cloned voices
+        self.references = None  # nor voices from a reference clip
         self._ids = itertools.count()
 
     @classmethod
@@ -240,20 +241,32 @@ class NaiveTTS:
     def max_tokens_limit(self) -> int:
         return MAX_TOKENS_LIMIT
 
+    def references_refused(self) -> str:
+        return "the naive baseline speaks no voices from a reference clip (serve lyre's engine for them)"
+
+    def check_voice(self, voice: str | None) -> None:
+        self.voices.resolve(voice)
+
+    def make_reference(self, name: str, clip: object, text: str, transcribed: bool = False) -> NoReturn:
+        raise ValueError(f"file: {self.references_refused()}")
+
     def open(self, voice: str | None = None, options: SpeechOptions | None = None, trim: bool = True,
              streamed: bool = True, idle_timeout_s: float | None = None,
-             request_id: str | None = None) -> NaiveSpeechStream:
+             request_id: str | None = None, reference: object = None) -> NaiveSpeechStream:
         """A stream fed with `push` and `end`. ``trim``, ``streamed`` and ``idle_timeout_s`` are accepted
         and ignored: the naive pipeline never trims and knows no deadlines. The seed keys only the codec
         noise: transformers samples from torch's global generator, shared by every request's thread."""
+        if reference is not None:
+            raise ValueError(f"reference_audio: {self.references_refused()}")
         voice = self.voices.resolve(voice)
         sampling = request_sampling(checked(options, self.max_tokens_limit))
         return NaiveSpeechStream(self, request_id or f"naive-{next(self._ids)}", voice, sampling)
 
     def stream(self, text: str, voice: str | None = None, options: SpeechOptions | None = None,
-               trim: bool = True, streamed: bool = True, request_id: str | None = None) -> NaiveSpeechStream:
+               trim: bool = True, streamed: bool = True, request_id: str | None = None,
+               reference: object = None) -> NaiveSpeechStream:
         """Speak ``text`` as one generation; validates like `TTS.stream` (same normalisation, limit, errors)."""
-        stream = self.open(voice, options, trim, streamed, request_id=request_id)
+        stream = self.open(voice, options, trim, streamed, request_id=request_id, reference=reference)
         orpheus.prompt_ids(self.tokenizer, normalize(text, self.config.max_input_chars), stream.voice)
         stream.push(text)
         stream.end()

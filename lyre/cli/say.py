@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 import time
 import wave
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lyre.model_choice import add_model_args
@@ -29,7 +31,11 @@ def _add_sampling_args(p: argparse.ArgumentParser) -> None:
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     say = sub.add_parser("say", help="speak text into a WAV file (or raw PCM on stdout)")
     say.add_argument("text")
-    say.add_argument("--voice", help="a voice of the model, or an OpenAI voice name (default: the model's first)")
+    say.add_argument("--voice", help="a voice of the model, an OpenAI voice name, or a voice made from a reference "
+                                     "clip (default: the model's first)")
+    say.add_argument("--voices-dir", metavar="DIR", default=os.environ.get("LYRE_VOICES_DIR"),
+                     help="where reference voices are kept, as for lyre serve (default: $LYRE_VOICES_DIR, else "
+                          "the lyre cache's voices folder for the codec)")
     say.add_argument("-o", "--output", default="out.wav", help="WAV path, or - for raw 24 kHz s16le PCM on stdout")
     say.add_argument("--no-trim", action="store_true", help="keep the generated leading silence")
     add_model_args(say)
@@ -38,7 +44,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def run(args: argparse.Namespace) -> int:
-    from lyre.tts import TTS, ServingConfig, SpeechOptions
+    from lyre.tts import TTS, ServingConfig, SpeechOptions, TTSConfig
 
     options = SpeechOptions(
         temperature=args.temperature,
@@ -48,8 +54,10 @@ def run(args: argparse.Namespace) -> int:
         max_tokens=args.max_tokens,
         seed=args.seed,
     )
-    serving = ServingConfig(device=args.device, max_streams=2, max_seq_len=args.max_tokens + 512)
-    tts = TTS.load(args.model, args.codec, serving)
+    # Room for the prompt, and for a reference voice's turn (at most about 1,700 tokens) before it.
+    serving = ServingConfig(device=args.device, max_streams=2, max_seq_len=args.max_tokens + 2048)
+    config = TTSConfig(voices_dir=Path(args.voices_dir).expanduser() if args.voices_dir else None)
+    tts = TTS.load(args.model, args.codec, serving, config)
     try:
         return asyncio.run(_speak(tts, args, options))
     finally:

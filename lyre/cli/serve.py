@@ -59,11 +59,18 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     voices.add_argument("--lora-rank", type=int, default=16,
                         help="the rank each adapter slot holds, lower ranks padded (default: 16, at most 64)")
     voices.add_argument("--admin-key", default=os.environ.get("LYRE_ADMIN_KEY"),
-                        help="turn on the adapter admin routes (/v1/adapters) for this key "
-                             "(default: $LYRE_ADMIN_KEY; none: off)")
+                        help="turn on the admin routes for this key: adapters (/v1/adapters) and reference voice "
+                             "uploads (POST and DELETE /v1/audio/voices) (default: $LYRE_ADMIN_KEY; none: off)")
     voices.add_argument("--adapter-root", metavar="DIR", default=os.environ.get("LYRE_ADAPTER_ROOT"),
                         help="POST /v1/adapters loads folders only from inside DIR, paths relative to it "
                              "(default: $LYRE_ADAPTER_ROOT; none: any folder the server can read)")
+    reference = serve.add_argument_group("voices from a reference clip")
+    reference.add_argument("--voices-dir", metavar="DIR", default=os.environ.get("LYRE_VOICES_DIR"),
+                           help="keep uploaded voices here (default: $LYRE_VOICES_DIR, else the lyre cache's "
+                                "voices folder for the codec)")
+    reference.add_argument("--allow-reference-voices", action="store_true",
+                           help="speak reference voices on a model not known to (Orpheus's pretrained checkpoints "
+                                "are; a finetune says so in its voices.json)")
     serve.add_argument("--engine", choices=("lyre", "naive"), default="lyre",
                        help="lyre's pipeline, or the naive baseline (transformers generate per request; "
                             "needs transformers) to compare against (default: lyre)")
@@ -155,6 +162,8 @@ def run(args: argparse.Namespace) -> int:
     given.update(
         serving=ServingConfig(**_named(args, ServingConfig)),
         voice_aliases=tuple(parse_alias(a) for a in args.voice_alias),
+        voices_dir=args.voices_dir,
+        allow_reference_voices=args.allow_reference_voices,
         adapters=tuple(parse_alias(a) for a in args.adapter),
         tts=not args.no_tts,
         stt=args.stt or (args.no_tts and not args.llm),

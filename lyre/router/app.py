@@ -60,7 +60,7 @@ def create_router_app(config: RouterConfig) -> FastAPI:
 
     app = FastAPI(title="lyre router", version="0.1.0", lifespan=lifespan)
     app.add_middleware(RequireKey, api_key=config.api_key, open_paths=_OPEN_PATHS,
-                       admin_prefix=hot_voices.HOT_PREFIX, refuse=_refuse)
+                       admin=lambda method, path: path.startswith(hot_voices.HOT_PREFIX), refuse=_refuse)
     for path, method in HTTP_ROUTES:
         app.router.add_route(path, forward, methods=[method], include_in_schema=False)  # Starlette's: no FastAPI layer
     for path in SOCKET_ROUTES:

@@ -24,7 +24,7 @@ from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException
 
-from lyre.api_keys import matches, offered_key
+from lyre.server.auth import require_admin
 from lyre.server.errors import InvalidParam, error_doc
 from lyre.server.state import ServerState
 from lyre.tts import AdapterBusy, AdapterError, AdapterInUse, AdapterVoices, UnknownAdapter
@@ -47,14 +47,11 @@ class AdapterRequest(BaseModel):
 def _admin(request: Request) -> AdapterVoices:
     """The adapters, once the request carries the admin key; 404 when adapters or the key are off."""
     state: ServerState = request.app.state.lyre
-    expected = state.config.admin_key
+    off = "adapter administration is off on this server (start it with --admin-key, and adapter slots: --max-adapters)"
     tts = state.require_tts()
-    if expected is None or tts.adapters is None:
-        raise HTTPException(404, "adapter administration is off on this server (start it with --admin-key, "
-                                 "and adapter slots: --max-adapters)")
-    if not matches(offered_key(request.headers, header="x-admin-key", param=None), expected):
-        raise HTTPException(401, "missing or wrong admin key (send Authorization: Bearer ADMIN_KEY)",
-                            headers={"WWW-Authenticate": "Bearer"})
+    if tts.adapters is None:
+        raise HTTPException(404, off)
+    require_admin(request, off)
     return tts.adapters
 
 

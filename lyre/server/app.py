@@ -9,6 +9,7 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from importlib.resources import files
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -20,13 +21,13 @@ from lyre.agent import LocalThinker, RemoteThinker, SmartTurn, Thinker, find_sma
 from lyre.api_keys import RequireKey
 from lyre.llm import Chat, ChatOptions, ChatServing
 from lyre.server import (adapters_api, alignments, audio_speech, completions, realtime_socket, transcriptions,
-                         tts_socket, twilio_stream, webrtc)
+                         tts_socket, twilio_stream, voices_api, webrtc)
 from lyre.server.admission import Admission
 from lyre.server.aligner import Aligner
 from lyre.server.config import ServerConfig
-from lyre.server.errors import document_errors, error_doc, error_response, install_error_handlers
+from lyre.server.errors import document_errors, error_response, install_error_handlers
 from lyre.server.metrics import Metrics
-from lyre.server.registration import join_fleet
+from lyre.server.registration import join_fleet, share_voices
 from lyre.server.state import ServerState
 from lyre.server.summary import build_summary, kv_cache_json, summary_json, summary_text
 from lyre.stt import DEFAULT_MODEL as STT_DEFAULT_MODEL
@@ -47,7 +48,9 @@ STT_MODEL_ID = STT_DEFAULT_MODEL  # what OpenAI's clients ask for
 
 def _load(config: ServerConfig) -> Synthesizer:
     tts_config = TTSConfig(max_input_chars=config.max_input_chars, voice_aliases=config.voice_aliases,
-                           flush_after_s=config.ws_flush_after_s)
+                           flush_after_s=config.ws_flush_after_s,
+                           voices_dir=Path(config.voices_dir).expanduser() if config.voices_dir else None,
+                           allow_reference_voices=config.allow_reference_voices)
     if config.engine == "naive":
         # Needs transformers: imported only when asked for.
         from lyre.baseline import NaiveTTS
@@ -165,6 +168,7 @@ def create_app(config: ServerConfig, tts: Synthesizer | None = None) -> FastAPI:
             # (printed before /ready says so, so whoever waits for /ready finds it written).
             header = f"lyre: ready in {time.perf_counter() - start:.1f} s"
             print(summary_text(build_summary(state), header), file=sys.stderr, flush=True)
+            state.fleet_voices = await share_voices(state)  # the fleet's reference voices known before /ready
             state.ready = True
             app.state.fleet_member = member = await join_fleet(state)
             try:
@@ -181,14 +185,17 @@ def create_app(config: ServerConfig, tts: Synthesizer | None = None) -> FastAPI:
                 if member is not None:
                     await member.drain()  # when the signal did not come through lyre's own runner
                     await member.leave()
+                if state.fleet_voices is not None:
+                    await state.fleet_voices.close()
 
     app = FastAPI(title="lyre", version="0.1.0", lifespan=lifespan)
     install_error_handlers(app)
     document_errors(app)
     app.add_middleware(RequireKey, api_key=config.api_key, open_paths=_OPEN_PATHS | twilio_stream.open_paths(config),
-                       admin_prefix=adapters_api.ADMIN_PREFIX, refuse=_refuse)
+                       admin=_admin_request, refuse=_refuse)
     app.include_router(adapters_api.router)
     app.include_router(audio_speech.router)
+    app.include_router(voices_api.router)
     app.include_router(tts_socket.router)
     app.include_router(transcriptions.router)
     app.include_router(alignments.router)
@@ -217,15 +224,6 @@ def create_app(config: ServerConfig, tts: Synthesizer | None = None) -> FastAPI:
               and (state.chat is None or state.chat.stats().failure is None))
         return JSONResponse({"ready": ok}, status_code=200 if ok else 503)
 
-    @app.get("/v1/audio/voices", responses={404: error_doc("Text to speech is not served by this server")})
-    async def voices(request: Request) -> dict[str, list[dict[str, Any]]]:
-        """The model's voices, OpenAI's voice names with the voice each stands for (``alias_of``), then the
-        cloned voices (LoRA adapters, ``adapter: true``) with the speaker name their prompts use."""
-        tts = request.app.state.lyre.require_tts()
-        cloned = [{"id": a["name"], "name": a["name"], "adapter": True, "speaker": a["speaker"],
-                   "resident": a["resident"]} for a in (tts.adapters.listing() if tts.adapters else [])]
-        return {"voices": [*tts.voices.listing(), *cloned]}
-
     @app.get("/v1/models")
     async def models(request: Request) -> dict[str, object]:
         """The models served: orpheus (text to speech), whisper-1 (speech to text), the chat model by its name."""
@@ -248,6 +246,10 @@ def create_app(config: ServerConfig, tts: Synthesizer | None = None) -> FastAPI:
         return HTMLResponse(files("lyre.server").joinpath("playground.html").read_text())
 
     return app
+
+
+def _admin_request(method: str, path: str) -> bool:
+    return path.startswith(adapters_api.ADMIN_PREFIX) or voices_api.is_admin(method, path)
 
 
 def _refuse() -> Response:

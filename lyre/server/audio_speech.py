@@ -19,6 +19,7 @@ from lyre.server.body_limit import ServerLimitRoute
 from lyre.server.encoding import FORMATS, StreamEncoder, make_encoder
 from lyre.server.errors import InvalidParam, error_doc
 from lyre.server.state import ServerState
+from lyre.server.voices_api import inline_reference
 from lyre.stt import AlignedWord, WordTimer
 from lyre.tts import AdapterBusy, AdapterError, SpeechOptions
 
@@ -55,6 +56,12 @@ class SpeechRequest(BaseModel):
     timestamps: bool = Field(False, description="lyre's extra: word times. With stream_format sse, "
                              "speech.word_timestamps events among the audio deltas; otherwise one JSON answer "
                              "with the whole audio base64-encoded and its words")
+    reference_audio: str | None = Field(
+        None, description="lyre's extra: a voice for this request alone, from a clip (3-20 s of one person "
+                          "speaking, any format ffmpeg reads, base64; within the server's body limit). It speaks "
+                          "instead of voice")
+    reference_text: str | None = Field(None, max_length=2000, description="What reference_audio says; default: the "
+                                       "server's Whisper transcribes it")
     priority: Literal["realtime", "batch"] = Field(
         "realtime", description="realtime: played as it streams, scheduled on the listener's playback deadline; "
                                 "batch: a file nobody plays live, made with spare capacity")
@@ -92,8 +99,10 @@ async def create_speech(body: SpeechRequest, request: Request) -> StreamingRespo
         raise InvalidParam("instructions: not supported by Orpheus; put emotive tags such as <laugh> in the input",
                            "instructions")
     received = time.perf_counter()
+    reference = (await inline_reference(state, tts, body.reference_audio, body.reference_text)
+                 if body.reference_audio is not None else None)
     stream = tts.stream(body.input, body.voice or tts.voices.default, body.options(), trim=body.trim_silence,
-                        streamed=body.priority == "realtime")  # validates before any work
+                        streamed=body.priority == "realtime", reference=reference)  # validates before any work
     encoder = make_encoder(body.response_format)
     exits = AsyncExitStack()
     try:

@@ -4,12 +4,24 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import WebSocket, status
+from fastapi import Request, WebSocket, status
+from starlette.exceptions import HTTPException
 
-from lyre.api_keys import authorized
+from lyre.api_keys import authorized, matches, offered_key
 from lyre.server.errors import error_response
 
-__all__ = ["authorized", "refuse_socket", "refuse_unauthorized"]
+__all__ = ["authorized", "refuse_socket", "refuse_unauthorized", "require_admin"]
+
+
+def require_admin(request: Request, off: str) -> None:
+    """Nothing when the request carries the admin key (``--admin-key``; as ``Authorization: Bearer`` or
+    ``X-Admin-Key``); 401 when it does not, and 404 saying ``off`` when the server has no admin key."""
+    expected = request.app.state.lyre.config.admin_key
+    if expected is None:
+        raise HTTPException(404, off)
+    if not matches(offered_key(request.headers, header="x-admin-key", param=None), expected):
+        raise HTTPException(401, "missing or wrong admin key (send Authorization: Bearer ADMIN_KEY)",
+                            headers={"WWW-Authenticate": "Bearer"})
 
 
 async def refuse_unauthorized(websocket: WebSocket, expected: str | None) -> bool:

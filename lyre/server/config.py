@@ -35,6 +35,8 @@ class ServerConfig:
     api_key: str | None = None
     # (alias, voice) pairs over the default OpenAI-name aliases and voices.json's (--voice-alias NAME=VOICE).
     voice_aliases: tuple[tuple[str, str], ...] = ()
+    voices_dir: str | None = None  # reference voices' folder; None: the lyre cache's, one per codec
+    allow_reference_voices: bool = False  # speak reference voices whatever the model says of itself
     ws_max_contexts: int = 16  # open contexts per WebSocket
     ws_max_message_bytes: int = 64 * 1024
     ws_idle_timeout_s: float = 60.0  # a context with no new text and nothing to speak is closed

@@ -10,8 +10,9 @@ from lyre.server.state import ServerState
 
 if TYPE_CHECKING:
     from lyre.fleet_member import Membership
+    from lyre.fleet_voices import FleetVoices
 
-__all__ = ["join_fleet", "start_draining"]
+__all__ = ["join_fleet", "share_voices", "start_draining"]
 
 
 async def join_fleet(state: ServerState) -> Membership | None:
@@ -42,6 +43,18 @@ async def join_fleet(state: ServerState) -> Membership | None:
     member = Membership(config.register, record, sample)
     await member.start()
     return member
+
+
+async def share_voices(state: ServerState) -> FleetVoices | None:
+    """With ``config.register``, the fleet's reference voices synced into this server's (and its own
+    published to the fleet); None when the server stands alone or speaks none."""
+    if state.config.register is None or state.tts is None or state.tts.references is None:
+        return None
+    from lyre.fleet_voices import FleetVoices
+
+    shared = FleetVoices(state.config.register, state.tts.references)
+    await shared.start()
+    return shared
 
 
 async def start_draining(app: FastAPI) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from starlette.exceptions import HTTPException
 
@@ -15,6 +16,9 @@ from lyre.server.config import ServerConfig
 from lyre.server.metrics import Metrics
 from lyre.stt import Transcriber, WordTimer
 from lyre.tts import Synthesizer
+
+if TYPE_CHECKING:
+    from lyre.fleet_voices import FleetVoices  # Redis is imported only by a server that joins a fleet
 
 __all__ = ["AGENT_OFF", "CHAT_OFF", "STT_OFF", "TTS_OFF", "ServerState"]
 
@@ -36,6 +40,7 @@ class ServerState:
     thinker: Thinker | None = None  # the voice agent's think step: the chat model's, or --llm-url's
     end_of_turn: EndOfTurn | None = None  # the agent's semantic end-of-turn model (Smart Turn), if loaded
     aligner: Aligner | None = None  # word times and /v1/audio/alignments; None only in an app not started
+    fleet_voices: FleetVoices | None = None  # reference voices shared with the fleet (--register)
     chat_active: int = 0  # chat completions in flight (a draining server waits for them)
     ready: bool = False  # models loaded and warmed up
     draining: bool = False  # shutting down: admit nothing new

@@ -27,7 +27,7 @@ from lyre.stt import (
     decode_file,
 )
 
-__all__ = ["TRANSCRIPTIONS_PATH", "LimitedUpload", "as_http_error", "router", "upload_limit"]
+__all__ = ["TRANSCRIPTIONS_PATH", "LimitedUpload", "as_http_error", "router", "upload_body_limit", "upload_limit"]
 
 TRANSCRIPTIONS_PATH = "/v1/audio/transcriptions"
 # Room in a multipart body beyond the file: part headers, boundaries and the other fields
@@ -46,7 +46,8 @@ def upload_limit(request: Request) -> tuple[int, str]:
     return limit, f"file: the upload is over this server's limit of {limit / 2**20:g} MB ({limit} bytes)"
 
 
-def _body_limit(request: Request) -> tuple[int, str]:
+def upload_body_limit(request: Request) -> tuple[int, str]:
+    """The most bytes a form carrying one upload may take: the file's limit, and room for the other fields."""
     limit, too_large = upload_limit(request)
     return limit + _FORM_ROOM, too_large
 
@@ -64,7 +65,7 @@ class LimitedUpload(LimitedBodyRoute):
     a chunked body, as soon as the bytes received pass the limit. So no more of a body than the
     limit reaches memory or the disk the form parser spools files to."""
 
-    body_limit = staticmethod(_body_limit)
+    body_limit = staticmethod(upload_body_limit)
     before_body = staticmethod(_stt_on_and_not_draining)
 
 

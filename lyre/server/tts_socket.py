@@ -219,7 +219,7 @@ class _Session:
 
     def _route(self, context_id: str, message: dict[str, Any]) -> None:
         """Add a message's text to its context, opening the context on its first message."""
-        config, voices = self.state.config, self.state.tts.voices
+        config = self.state.config
         context = self.contexts.get(context_id)
         if context_id in self._ended or (context is not None and context.closed):
             raise msg.ContextError(f"context {context_id!r} has already ended; start a new context_id")
@@ -230,7 +230,7 @@ class _Session:
             raise msg.ContextError(f"continue must be true or false, got {more!r}")
         msg.check_output_format(message.get("output_format"))
         if context is None:
-            settings = msg.settings(message, voices, self.state.tts.adapters)
+            settings = msg.settings(message, self.state.tts)
             if self.state.draining:
                 raise msg.ContextError("server is shutting down; open new contexts on another server", "draining")
             if len(self.contexts) >= config.ws_max_contexts:
@@ -245,8 +245,7 @@ class _Session:
             context = self.contexts[context_id] = _Context(self, context_id, stream, settings.timestamps)
             self._tasks.add(context.task)
             context.task.add_done_callback(self._tasks.discard)
-        elif "voice" in message and (msg.voice_of(message, voices, self.state.tts.adapters)
-                                     != (first := context.stream.adapter or context.stream.voice)):
+        elif "voice" in message and msg.voice_of(message, self.state.tts) != (first := context.stream.named):
             raise msg.ContextError(f"a context keeps the voice of its first message ({first!r})")
         try:
             context.add(transcript, last=not more)

@@ -8,7 +8,7 @@ from typing import Any
 
 from lyre import orpheus
 from lyre.server.admission import Overloaded
-from lyre.tts import IdleStream, PipelineBusy, SpeechOptions, Voices
+from lyre.tts import IdleStream, PipelineBusy, SpeechOptions, Synthesizer
 
 __all__ = ["OUTPUT_FORMAT", "ContextError", "Settings", "check_output_format", "describe", "settings", "voice_of"]
 
@@ -35,9 +35,9 @@ class Settings:
     timestamps: bool  # add_timestamps: word times, as `timestamps` messages before the context's done
 
 
-def voice_of(message: dict[str, Any], voices: Voices, adapters: Any = None) -> str:
+def voice_of(message: dict[str, Any], tts: Synthesizer) -> str:
     """The voice of ``{"mode": "id", "id": NAME}`` (or a bare name): a model voice (NAME may be an
-    alias of one) or a cloned voice's adapter name. No voice: the model's first."""
+    alias of one), a cloned voice's adapter name or a reference voice's. No voice: the model's first."""
     voice = message.get("voice")
     if isinstance(voice, dict):
         if voice.get("mode", "id") != "id":
@@ -45,12 +45,13 @@ def voice_of(message: dict[str, Any], voices: Voices, adapters: Any = None) -> s
         voice = voice.get("id")
     if voice is not None and not isinstance(voice, str):
         raise ContextError(f"voice id must be a string, got {voice!r}")
-    if adapters is not None and voice in adapters:
-        return voice
     try:
-        return voices.resolve(voice) or voices.default
+        if voice is None or voice in tts.voices:
+            return tts.voices.resolve(voice) or tts.voices.default
+        tts.check_voice(voice)
     except ValueError as exc:
         raise ContextError(str(exc)) from None
+    return voice
 
 
 def check_output_format(value: object) -> None:
@@ -62,7 +63,7 @@ def check_output_format(value: object) -> None:
                                 f"encoding 'pcm_s16le', sample_rate {orpheus.SAMPLE_RATE}")
 
 
-def settings(message: dict[str, Any], voices: Voices, adapters: Any = None) -> Settings:
+def settings(message: dict[str, Any], tts: Synthesizer) -> Settings:
     """A context's settings, from its first message (an unset max_tokens is the pipeline's default,
     capped at the server's limit, as for HTTP)."""
     try:
@@ -77,7 +78,7 @@ def settings(message: dict[str, Any], voices: Voices, adapters: Any = None) -> S
         raise ContextError(f"add_timestamps must be true or false, got {timestamps!r}")
     if message.get("add_phoneme_timestamps") is True:
         raise ContextError("add_phoneme_timestamps is not supported; lyre sends word timestamps (add_timestamps)")
-    return Settings(voice_of(message, voices, adapters), options, trim, timestamps)
+    return Settings(voice_of(message, tts), options, trim, timestamps)
 
 
 def describe(exc: Exception, context_id: str) -> tuple[str, str]:

@@ -8,7 +8,7 @@ learns to start speaking at once rather than after the ~600 ms of silence
 Orpheus's base model opens with.
 """
 
-from lyre.train.audio import ClipRejected, SilenceCut
+from lyre.tts.clips import ClipRejected, SilenceCut
 from lyre.train.dataset import DatasetError, read_dataset
 from lyre.train.prepare import Clip, DataConfig, NoUsableClip, PreparedDataset
 from lyre.train.silence import leading_silent_frames, silence_frames

@@ -27,7 +27,7 @@ from typing import Protocol
 import numpy as np
 
 from lyre import orpheus
-from lyre.train.audio import ClipRejected, SilenceCut, load_clip, trim_clip
+from lyre.tts.clips import ClipRejected, SilenceCut, load_clip, trim_clip
 from lyre.train.dataset import Entry, Listing, Skipped
 
 __all__ = ["Clip", "DataConfig", "Encoder", "NoUsableClip", "PreparedDataset", "prepare_dataset", "training_ids"]

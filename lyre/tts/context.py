@@ -8,6 +8,7 @@ on this module and not on each other.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from lyre.codec import CodecService
 from lyre.engine import Engine, SamplingParams
@@ -37,6 +38,10 @@ class TTSConfig:
     flush_after_s: float = 0.8
     # (alias, voice) pairs over the defaults and voices.json's aliases, e.g. (("alloy", "leah"),).
     voice_aliases: tuple[tuple[str, str], ...] = ()
+    # Where voices made from a reference clip are kept (None: in memory only, gone with the process).
+    voices_dir: Path | None = None
+    # Speak reference voices whatever the model says of itself (a finetune not trained to continue a voice).
+    allow_reference_voices: bool = False
 
     def __post_init__(self) -> None:
         if not self.flush_after_s > 0:

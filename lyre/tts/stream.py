@@ -70,11 +70,16 @@ class SpeechStream:
     """
 
     def __init__(self, context: PipelineContext, request_id: str, voice: str | None, sampling: SamplingParams,
-                 trim: bool, streamed: bool, intake: TextIntake, adapter: str | None = None) -> None:
-        """``voice``: the speaker name the prompts use; ``adapter``: the LoRA adapter that speaks it, if any."""
+                 trim: bool, streamed: bool, intake: TextIntake, adapter: str | None = None,
+                 prefix: tuple[int, ...] = (), named: str | None = None) -> None:
+        """``voice``: the speaker name the prompts use; ``adapter``: the LoRA adapter that speaks it, if any;
+        ``prefix``: ids every prompt opens with (a reference voice's turn); ``named``: the voice as it was
+        asked for (an adapter's or a reference voice's name, a model voice; default: the adapter or the voice)."""
         self.request_id = request_id
         self.voice = voice
         self.adapter = adapter
+        self.prefix = prefix
+        self.named = named or adapter or voice
         self.intake = intake
         self.clock = PlaybackClock(context.playback_rate)
         self.streamed = streamed
@@ -165,7 +170,7 @@ class SpeechStream:
     def _start(self, text: str, deadline: float | None) -> RequestStream:
         """Submit the next segment (the prompt is built here: a bad segment fails the stream)."""
         index = self.segments
-        prompt = orpheus.prompt_ids(self._ctx.tokenizer, text, self.voice)
+        prompt = [*self.prefix, *orpheus.prompt_ids(self._ctx.tokenizer, text, self.voice)]
         self._ctx.check_room(len(prompt), self.sampling)
         params = replace(self.sampling, seed=self._segment_seed(index))
         try:

@@ -7,7 +7,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+import re
+import threading
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -20,17 +23,25 @@ from lyre.model_choice import ModelChoice, choose_weights
 from lyre.model_folder import load_tokenizer
 from lyre.orpheus import TextTokenizer
 from lyre.tts.adapter_voices import AdapterVoices
+from lyre.tts.clips import TrimmedClip
 from lyre.tts.context import PROMPT_ROOM, PipelineContext, TTSConfig
 from lyre.tts.facts import TTSFacts, pipeline_facts
 from lyre.tts.intake import TextIntake
 from lyre.tts.options import ServingConfig, SpeechOptions, checked
+from lyre.tts.reference_voices import (ReferenceRejected, ReferenceVoice, ReferenceVoices, check_text,
+                                      default_voices_dir)
 from lyre.tts.sampling import AUDIO_CONSTRAINT, request_sampling
 from lyre.tts.segments import split_segments
 from lyre.tts.stream import SpeechStream
 from lyre.tts.text import normalize
 from lyre.tts.voices import Voices, load_voices
 
-__all__ = ["PROMPT_ROOM", "TTS", "Synthesizer", "TTSConfig"]
+__all__ = ["MIN_REPLY_TOKENS", "PROMPT_ROOM", "TTS", "Synthesizer", "TTSConfig"]
+
+# A reference voice must leave a request room for this much speech (about 5 s) beside its prompt.
+MIN_REPLY_TOKENS = 7 * 60
+# A model named like Orpheus's pretrained checkpoints was trained on text-speech pairs and continues a voice.
+_PRETRAINED = re.compile(r"pretrain", re.IGNORECASE)
 
 class Synthesizer(Protocol):
     """What a server needs of a text-to-speech pipeline: lyre's `TTS` and the naive baseline both are one."""
@@ -38,18 +49,30 @@ class Synthesizer(Protocol):
     voices: Voices
     config: TTSConfig
     adapters: AdapterVoices | None  # cloned voices, where the pipeline serves them
+    references: ReferenceVoices | None  # voices from a reference clip, where the pipeline speaks them
+
+    def references_refused(self) -> str | None:
+        """None when the pipeline speaks reference voices, else why not (naming the model)."""
+
+    def check_voice(self, voice: str | None) -> None:
+        """Nothing if the pipeline speaks in ``voice``, else ValueError naming the voices on offer."""
+
+    def make_reference(self, name: str, clip: TrimmedClip, text: str, transcribed: bool = False) -> ReferenceVoice:
+        """A reference voice from a clip (blocking: SNAC encodes it); ReferenceRejected naming the part at fault."""
 
     @property
     def max_tokens_limit(self) -> int:
         """The most tokens one segment may ask for."""
 
     def open(self, voice: str | None = None, options: SpeechOptions | None = None, trim: bool = True,
-             streamed: bool = True, idle_timeout_s: float | None = None) -> Any:
+             streamed: bool = True, idle_timeout_s: float | None = None, reference: ReferenceVoice | None = None,
+             ) -> Any:
         """A stream fed with `push`/`end`, iterated for int16 PCM; ValueError for a bad voice or options.
+        ``reference`` (a voice made for this request alone) speaks instead of ``voice``.
         Its ``hold_voice()`` readies a cloned voice first (AdapterBusy, AdapterError), before any audio."""
 
     def stream(self, text: str, voice: str | None = None, options: SpeechOptions | None = None, trim: bool = True,
-               streamed: bool = True) -> Any:
+               streamed: bool = True, reference: ReferenceVoice | None = None) -> Any:
         """`open` with ``text`` pushed and ended; ValueError for bad text before any work."""
 
     def overloaded(self) -> bool:
@@ -81,6 +104,10 @@ class TTS:
         self.source = source
         # Cloned voices (LoRA adapters), when the engine has adapter slots.
         self.adapters = AdapterVoices(engine.adapters, voices) if engine.adapters is not None else None
+        # Voices from a reference clip; a name of the model's or an adapter's is not theirs to take.
+        self.references = ReferenceVoices(self.config.voices_dir, self._taken)
+        self._encoder: Any = None  # a SnacEncoder on the codec's model, made with the first reference voice
+        self._encoder_lock = threading.Lock()
         # What every stream it opens reads, and nothing else of it.
         self.context = PipelineContext(engine, tokenizer, codec, self.config, playback_rate, self.adapters)
         self._ids = itertools.count()
@@ -89,7 +116,8 @@ class TTS:
     def load(cls, model: str | Path | None = None, codec: str | Path | None = None,
              serving: ServingConfig | None = None, config: TTSConfig | None = None,
              codec_policy: BatchPolicy | None = None) -> TTS:
-        """Load model and codec folders (or hub ids); the demo model when none is named.
+        """Load model and codec folders (or hub ids); the demo model when none is named. Reference voices are
+        kept in ``config.voices_dir``, by default the lyre cache's folder for the codec.
 
         A model named without a codec gets the codec it needs (`lyre.model_choice`); ``"demo"``
         names the built-in demo model or codec (random weights). Raises ValueError naming
@@ -97,6 +125,8 @@ class TTS:
         """
         source = choose_weights(model, codec)
         serving, config = serving or ServingConfig(), config or TTSConfig()
+        if config.voices_dir is None:
+            config = dataclasses.replace(config, voices_dir=default_voices_dir(source.codec.name))
         folder = source.model.local()
         voices = load_voices(folder, dict(config.voice_aliases))
         tokenizer = load_tokenizer(folder)
@@ -117,37 +147,87 @@ class TTS:
 
     def open(self, voice: str | None = None, options: SpeechOptions | None = None, trim: bool = True,
              streamed: bool = True, idle_timeout_s: float | None = None, request_id: str | None = None,
-             ) -> SpeechStream:
+             reference: ReferenceVoice | None = None) -> SpeechStream:
         """A stream whose text comes later, in pieces (`push`, then `end`); iterate it for int16 PCM.
 
         ``voice`` is one of the model's voices, an alias of one, or the name of
-        a LoRA adapter (a cloned voice; None: no voice in the prompt). ``streamed``: someone plays the audio as it comes,
+        a LoRA adapter (a cloned voice), or a reference voice's (None: no voice in the prompt); ``reference``, a
+        voice made for this request alone, speaks instead. ``streamed``: someone plays the audio as it comes,
         so it is scheduled on their playback deadline; otherwise it uses spare
         capacity. Raises ValueError for an unknown voice or bad options.
         """
-        return self._open(voice, options, trim, streamed, idle_timeout_s, request_id, min_chars=0)
+        return self._open(voice, options, trim, streamed, idle_timeout_s, request_id, 0, reference)
 
     def check_voice(self, voice: str | None) -> None:
-        """Nothing if this pipeline can speak in ``voice`` (a model voice, an alias, a cloned voice), else
-        ValueError naming the voices on offer."""
-        if self.adapters is None or voice not in self.adapters:
+        """Nothing if this pipeline can speak in ``voice`` (a model voice, an alias, a cloned voice, a
+        reference voice), else ValueError naming the voices on offer."""
+        if voice in self.references:
+            self._check_references()
+        elif self.adapters is None or voice not in self.adapters:
             self.voices.resolve(voice)
 
+    def _taken(self, name: str) -> bool:
+        return name in self.voices or (self.adapters is not None and name in self.adapters)
+
+    def references_refused(self) -> str | None:
+        if self.config.allow_reference_voices or self.voices.reference_voices:
+            return None
+        model = self.source.model if self.source is not None else None
+        if model is not None and (model.random or _PRETRAINED.search(model.name)):
+            return None
+        name = model.name if model is not None else "this model"
+        return (f"model {name!r} is not known to continue a voice from a reference clip (Orpheus's pretrained "
+                f"checkpoints are; a finetune says so in its voices.json with \"reference_voices\": true); start "
+                f"the server with --allow-reference-voices to try it anyway")
+
+    def _check_references(self) -> None:
+        refused = self.references_refused()
+        if refused is not None:
+            raise ReferenceRejected(f"voice: {refused}", "voice")
+
+    def make_reference(self, name: str, clip: TrimmedClip, text: str, transcribed: bool = False) -> ReferenceVoice:
+        """A reference voice from ``clip`` (`read_reference_clip`'s) saying ``text``: SNAC-encoded here, on the
+        codec's model (blocking: run it on a worker thread). ReferenceRejected naming the field at fault."""
+        from lyre.codec.encoder import SnacEncoder
+
+        self._check_references()
+        text = check_text(text, clip.seconds)
+        with self._encoder_lock:
+            if self._encoder is None:
+                self._encoder = SnacEncoder(self.codec.decoder.model)
+            frames = orpheus.without_repeated_frames(self._encoder.encode(clip.pcm))
+        voice = ReferenceVoice(name, text, tuple(frames), round(clip.seconds, 3), transcribed)
+        room = self.engine.config.max_seq_len - PROMPT_ROOM - MIN_REPLY_TOKENS
+        if (used := len(voice.prefix_ids(self.tokenizer))) > room:
+            raise ReferenceRejected(f"file: the clip and its text take {used} prompt tokens; this server's requests "
+                                    f"hold {self.engine.config.max_seq_len} positions, which leaves room for "
+                                    f"{room} (use a shorter clip, or start the server with a larger --max-seq-len)",
+                                    "file")
+        return voice
+
     def _open(self, voice: str | None, options: SpeechOptions | None, trim: bool, streamed: bool,
-              idle_timeout_s: float | None, request_id: str | None, min_chars: int) -> SpeechStream:
-        adapter = None
-        if self.adapters is not None and voice in self.adapters:
+              idle_timeout_s: float | None, request_id: str | None, min_chars: int,
+              reference: ReferenceVoice | None = None) -> SpeechStream:
+        adapter, prefix, named = None, (), None
+        if reference is None and voice in self.references:
+            reference = self.references.get(voice)  # type: ignore[arg-type]
+        if reference is not None:
+            self._check_references()
+            voice, prefix, named = None, self.references.prefix(reference, self.tokenizer), reference.name
+        elif self.adapters is not None and voice in self.adapters:
             adapter, voice = voice, self.adapters.speaker(voice)
         else:
             voice = self.voices.resolve(voice)
-        sampling = request_sampling(checked(options, self.max_tokens_limit))
+        # The reference's turn takes positions a request could otherwise fill with speech.
+        sampling = request_sampling(checked(options, max(1, self.max_tokens_limit - len(prefix))))
         cfg = self.config
         intake = TextIntake(cfg.max_input_chars, cfg.segment_chars, cfg.flush_after_s, idle_timeout_s, min_chars)
         return SpeechStream(self.context, request_id or f"tts-{next(self._ids)}", voice, sampling, trim, streamed,
-                            intake, adapter)
+                            intake, adapter, tuple(prefix), named)
 
     def stream(self, text: str, voice: str | None = None, options: SpeechOptions | None = None, trim: bool = True,
-               streamed: bool = True, request_id: str | None = None) -> SpeechStream:
+               streamed: bool = True, request_id: str | None = None, reference: ReferenceVoice | None = None,
+               ) -> SpeechStream:
         """Speak ``text``; iterate the result for int16 PCM chunks as they are made.
 
         Raises ValueError (naming what was wrong) for empty or over-long text,
@@ -155,9 +235,9 @@ class TTS:
         before any work starts.
         """
         # Whole text: segments merge sentences up to segment_chars, exactly as split_segments cuts them.
-        stream = self._open(voice, options, trim, streamed, None, request_id, min_chars=self.config.segment_chars)
+        stream = self._open(voice, options, trim, streamed, None, request_id, self.config.segment_chars, reference)
         clean = normalize(text, self.config.max_input_chars)
-        prompts = [orpheus.prompt_ids(self.tokenizer, s, stream.voice)
+        prompts = [[*stream.prefix, *orpheus.prompt_ids(self.tokenizer, s, stream.voice)]
                    for s in split_segments(clean, self.config.segment_chars)]
         self.context.check_room(max(map(len, prompts)), stream.sampling)
         stream.push(clean)

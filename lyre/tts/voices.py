@@ -63,6 +63,8 @@ class Voices:
 
     names: tuple[str, ...]
     aliases: Mapping[str, str] = field(default_factory=dict)
+    # The model continues a voice from a reference clip in its prompt (voices.json's "reference_voices").
+    reference_voices: bool = False
 
     def __post_init__(self) -> None:
         if not self.names:
@@ -75,7 +77,8 @@ class Voices:
                 raise ValueError(f"voice alias {alias!r} is also one of the model's voices")
 
     @classmethod
-    def with_aliases(cls, names: tuple[str, ...], *tables: Mapping[str, str]) -> Voices:
+    def with_aliases(cls, names: tuple[str, ...], *tables: Mapping[str, str], reference_voices: bool = False,
+                     ) -> Voices:
         """The default aliases for ``names``, overridden by each table in turn; an alias named like
         a real voice is dropped (the voice wins), with a warning when a table asked for it."""
         merged = default_aliases(names)
@@ -85,7 +88,7 @@ class Voices:
             if any(alias in table for table in tables):
                 log.warning("voice alias %r ignored: the model has a voice of that name, which always wins", alias)
             del merged[alias]
-        return cls(names, merged)
+        return cls(names, merged, reference_voices)
 
     @property
     def default(self) -> str:
@@ -121,12 +124,14 @@ def load_voices(folder: Path, overrides: Mapping[str, str] | None = None) -> Voi
     """The model's voices and aliases.
 
     ``voices.json`` beside the weights is a JSON list of voice names, or an
-    object ``{"voices": [...], "aliases": {"alloy": "pierre", ...}}``; without
-    it, the English finetune's voices. ``overrides`` (``--voice-alias``) win
+    object ``{"voices": [...], "aliases": {"alloy": "pierre", ...},
+    "reference_voices": true}`` (the last: the model can take a voice from a
+    reference clip); without it, the English finetune's voices. ``overrides`` (``--voice-alias``) win
     over the file's aliases, which win over the defaults.
     """
     names: tuple[str, ...] = orpheus.VOICES
     file_aliases: dict[str, str] = {}
+    references = False
     path = folder / VOICES_FILE
     if path.exists():
         try:
@@ -134,10 +139,14 @@ def load_voices(folder: Path, overrides: Mapping[str, str] | None = None) -> Voi
         except json.JSONDecodeError as exc:
             raise ValueError(f"{path}: not valid JSON ({exc})") from exc
         if isinstance(data, dict):
-            unknown = set(data) - {"voices", "aliases"}
+            unknown = set(data) - {"voices", "aliases", "reference_voices"}
             if unknown:
-                raise ValueError(f"{path}: unknown keys {sorted(unknown)}; expected 'voices' and 'aliases'")
+                raise ValueError(f"{path}: unknown keys {sorted(unknown)}; expected 'voices', 'aliases' and "
+                                 "'reference_voices'")
             voices, aliases = data.get("voices", list(orpheus.VOICES)), data.get("aliases", {})
+            references = data.get("reference_voices", False)
+            if not isinstance(references, bool):
+                raise ValueError(f"{path}: 'reference_voices' must be true or false")
         else:
             voices, aliases = data, {}
         if not isinstance(voices, list) or not voices or not all(isinstance(v, str) and v.strip() for v in voices):
@@ -146,4 +155,4 @@ def load_voices(folder: Path, overrides: Mapping[str, str] | None = None) -> Voi
                                                     for k, v in aliases.items()):
             raise ValueError(f"{path}: 'aliases' must be an object of alias name -> voice name")
         names, file_aliases = tuple(voices), aliases
-    return Voices.with_aliases(names, file_aliases, dict(overrides or {}))
+    return Voices.with_aliases(names, file_aliases, dict(overrides or {}), reference_voices=references)

@@ -1,4 +1,5 @@
-"""Clips for training: any file PyAV reads, checked, as 24 kHz mono float32 with the silence cut.
+"""Speech clips (a voice's training data, a reference voice's sample): any file PyAV reads, checked, as
+24 kHz mono float32 with the silence cut.
 
 A clip is refused (`ClipRejected`, its message the reason) when it cannot be
 used: unreadable, empty, clipped or silent. Leading silence is cut to a kept
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+import io
 from pathlib import Path
 
 import numpy as np
@@ -67,14 +69,14 @@ class TrimmedClip:
         return len(self.pcm) / SAMPLE_RATE
 
 
-def _decode(path: Path) -> tuple[np.ndarray, int]:
+def _decode(source: Path | bytes) -> tuple[np.ndarray, int]:
     """Every sample of the first audio stream at its own rate, float32 (channels, samples)."""
     import av
 
-    if path.stat().st_size == 0:
+    if (len(source) if isinstance(source, bytes) else source.stat().st_size) == 0:
         raise ClipRejected("empty file (0 bytes)")
     try:
-        with av.open(str(path)) as container:
+        with av.open(io.BytesIO(source) if isinstance(source, bytes) else str(source)) as container:
             if not container.streams.audio:
                 raise ClipRejected("no audio stream in the file")
             stream = container.streams.audio[0]
@@ -105,9 +107,10 @@ def _to_mono_24k(samples: np.ndarray, rate: int) -> np.ndarray:
     return np.concatenate([f.to_ndarray().reshape(-1) for f in frames]).astype(np.float32, copy=False)
 
 
-def load_clip(path: Path) -> np.ndarray:
-    """``path`` decoded, checked for clipping, as float32 mono at 24 kHz; ClipRejected says why not."""
-    samples, rate = _decode(path)
+def load_clip(source: Path | bytes) -> np.ndarray:
+    """A file (its path, or its bytes) decoded, checked for clipping, as float32 mono at 24 kHz; ClipRejected
+    says why not."""
+    samples, rate = _decode(source)
     # Judged before mixing and resampling, which smooth a clipped plateau below full scale.
     clipped = float(np.mean(np.abs(samples).max(axis=0) >= FULL_SCALE))
     if clipped > MAX_CLIPPED_SHARE:
