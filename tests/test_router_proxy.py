@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import socket
 import sys
 import threading
@@ -35,8 +36,9 @@ STUB = Path(__file__).with_name("upstream_stub.py")
 
 
 class Fleet:
-    def __init__(self, plain: Process, talker: Process, router: Process) -> None:
+    def __init__(self, plain: Process, talker: Process, router: Process, redis_url: str) -> None:
         self.plain, self.talker, self.router = plain, talker, router  # talker: also advertises conversations
+        self.redis_url = redis_url
 
     @property
     def ws(self) -> str:
@@ -65,7 +67,7 @@ def fleet() -> Iterator[Fleet]:
     try:
         wait_ready(stubs)
         wait_ready([router], path="/health")
-        f = Fleet(stubs[0], stubs[1], router)
+        f = Fleet(stubs[0], stubs[1], router, redis.url)
         assert eventually(lambda: len(httpx.get(router.url + "/health", timeout=5).json()["ring"]) == 2, timeout=10)
         yield f
         assert "Traceback" not in router.output(), router.output()
@@ -230,3 +232,35 @@ def test_a_conversation_goes_only_to_a_server_that_can_hold_one(fleet: Fleet) ->
     assert talks == {fleet.talker.url}
     assert listens == {fleet.plain.url, fleet.talker.url}  # transcription needs speech to text only
     assert eventually(fleet.idle, timeout=10), fleet.inflight()
+
+
+def test_a_stream_still_running_at_shutdown_is_cut_after_the_grace(fleet: Fleet) -> None:
+    """A stream that would run for minutes does not hold the router's shutdown past --shutdown-grace."""
+    router = route(fleet.redis_url, "--api-key", KEY, "--shutdown-grace", "1")
+    try:
+        wait_ready([router], path="/health")
+        assert eventually(lambda: len(httpx.get(router.url + "/health", timeout=5).json()["ring"]) == 2, timeout=10)
+        got = threading.Event()
+        ended = threading.Event()
+
+        def listen() -> None:
+            try:
+                with httpx.stream("POST", router.url + "/v1/audio/speech", headers=AUTH, timeout=60,
+                                  json={"voice": "tara", "chunks": 600, "chunk_s": 0.1}) as r:
+                    for _ in r.iter_bytes():
+                        got.set()
+            except httpx.HTTPError:
+                pass  # cut mid-body
+            ended.set()
+
+        listener = threading.Thread(target=listen)
+        listener.start()
+        assert got.wait(10)
+        router.process.send_signal(signal.SIGTERM)
+        started = time.monotonic()
+        router.process.wait(timeout=30)
+        assert time.monotonic() - started < 10  # the grace, then the cut; not the stream's minute
+        assert ended.wait(10)
+        listener.join(10)
+    finally:
+        router.close()

@@ -37,6 +37,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     route.add_argument("--first-message-timeout", type=float, default=10.0,
                        help="seconds a TTS socket that names no voice or session has to send its first message "
                             "(default: 10)")
+    route.add_argument("--shutdown-grace", type=float, default=30.0,
+                       help="on SIGTERM, seconds the streams and sockets in flight have to finish before they are "
+                            "cut (default: 30)")
     route.add_argument("--log-level", default="info")
     route.set_defaults(run=run)
 
@@ -44,6 +47,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 def run(args: argparse.Namespace) -> int:
     if not args.redis:
         raise ValueError("lyre route needs --redis redis://HOST:PORT (or $LYRE_REDIS)")
+    if not args.shutdown_grace >= 0:
+        raise ValueError(f"--shutdown-grace must be 0 or more seconds, got {args.shutdown_grace}")
     from lyre.router import RouterConfig, create_router_app
     from lyre.router.status import fleet_status
 
@@ -58,6 +63,8 @@ def run(args: argparse.Namespace) -> int:
 
     # proxy_headers off: the router adds its peer to X-Forwarded-For itself, so it must see the peer, not a
     # client named by a header uvicorn would otherwise trust from loopback.
+    # A connection that never closes (a client that never reads, a stream that never ends) would hold the
+    # shutdown forever: after the grace, what is still running is cancelled.
     uvicorn.run(create_router_app(config), host=config.host, port=config.port, log_level=args.log_level,
-                proxy_headers=False)
+                proxy_headers=False, timeout_graceful_shutdown=args.shutdown_grace)
     return 0
