@@ -23,6 +23,7 @@ run() {
 run engine benchmarks/engine.py
 run host_budget benchmarks/host_budget.py --concurrency 16 64 128 --json "$out/host_budget.json"
 run lora benchmarks/lora.py --json "$out/lora.json"
+run reference_voice benchmarks/reference_voice.py --json "$out/reference_voice.json"
 run codec benchmarks/codec.py
 run streaming benchmarks/streaming.py --levels 1 2
 run train_voice benchmarks/train_voice.py --overfit-clips 4 --overfit-steps 50 --overfit-lr 2e-3 --json "$out/train_voice.json"
