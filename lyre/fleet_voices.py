@@ -1,8 +1,8 @@
 """Reference voices shared by a fleet: a voice uploaded to one server is spoken by all of them.
 
 Redis holds each voice whole (``lyre:voice:{name}``) and a table of what
-each is (``lyre:voice-digests``: name -> digest), and the names deleted
-(``lyre:voices-deleted``). Every registered server syncs its voices with
+each is (``lyre:voice-digests``: name -> digest), and the names deleted, with
+when (``lyre:voices-deleted``). Every registered server syncs its voices with
 them every ``interval_s``: it takes the voices it lacks or holds another
 version of, drops the ones deleted, and publishes again the voices it keeps
 on disk that Redis has lost (a Redis that restarted empty). Nothing is
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
@@ -70,7 +71,7 @@ class FleetVoices:
             async with self._redis.pipeline(transaction=True) as pipe:
                 pipe.delete(voice_key(name))
                 pipe.hdel(DIGESTS_KEY, name)
-                pipe.hset(DELETED_KEY, name, "1")
+                pipe.hset(DELETED_KEY, name, repr(time.time()))
                 await pipe.execute()
         except (RedisError, OSError) as exc:
             log.warning("reference voice %r deleted here but not from the fleet: %s", name, exc)
@@ -95,8 +96,11 @@ class FleetVoices:
     async def sync(self) -> None:
         """Take what the fleet has and this server lacks, drop what it deleted, publish what it lost."""
         digests = {k.decode(): v.decode() for k, v in (await self._redis.hgetall(DIGESTS_KEY)).items()}
-        deleted = {k.decode() for k in await self._redis.hkeys(DELETED_KEY)}
-        for name in deleted - digests.keys():
+        deleted = {k.decode(): _seconds(v) for k, v in (await self._redis.hgetall(DELETED_KEY)).items()}
+        for name, when in deleted.items():
+            saved = self._voices.saved_at(name)
+            if name in digests or (saved is not None and saved > when):
+                continue  # uploaded again since (here: its publish has not reached Redis yet)
             self._voices.drop(name)
         local = {v.name: v for v in self._voices}
         wanted = [name for name, digest in digests.items() if name not in local or local[name].digest != digest]
@@ -113,6 +117,13 @@ class FleetVoices:
                 if voice.name == name and not self._voices.put(voice):
                     log.warning("fleet voice %r not spoken here: the name is another voice's on this server", name)
         for name in self._voices.on_disk():
-            if name not in digests and name not in deleted:
+            if name not in digests and (name not in deleted or (self._voices.saved_at(name) or 0) > deleted[name]):
                 await self.publish(self._voices.get(name))
         self.syncs += 1
+
+
+def _seconds(value: bytes) -> float:
+    try:
+        return float(value)
+    except ValueError:
+        return 0.0

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
+import time
 from pathlib import Path
 
 import numpy as np
@@ -207,3 +208,47 @@ def test_a_clip_too_short_too_long_or_silent_is_refused_naming_the_file(seconds:
         with pytest.raises(ReferenceRejected) as bad:
             read_reference_clip(junk)
         assert bad.value.param == "file" and str(bad.value).startswith("file:")
+
+
+def test_the_fleet_shares_voices_through_redis_and_a_delete_outranks_only_older_uploads(tmp_path: Path) -> None:
+    import redis as redis_client
+
+    from fleet_processes import Redis
+    from lyre.fleet_voices import FleetVoices
+
+    server = Redis().start()
+    try:
+        a, b = ReferenceVoices(tmp_path / "a"), ReferenceVoices(tmp_path / "b")
+        voice = ReferenceVoice("fox", SAID, FRAMES, 4.5)
+
+        async def scenario() -> None:
+            fa, fb = FleetVoices(server.url, a), FleetVoices(server.url, b)
+            try:
+                a.add(voice)
+                await fa.publish(voice)
+                await fb.sync()
+                assert b.get("fox") == voice and b.on_disk() == []  # held for the fleet, not kept on disk
+                await fb.withdraw("fox")
+                b.drop("fox")
+                await fa.sync()
+                assert "fox" not in a and not (tmp_path / "a" / "fox.json").exists()
+                # Uploaded again after the delete, but Redis never heard of it (it was away): the upload is
+                # newer than the delete, so it stays, and the next sync publishes it.
+                time.sleep(0.01)
+                a.add(voice)
+                await fa.sync()
+                assert "fox" in a
+                await fb.sync()
+                assert b.get("fox") == voice
+                # A Redis that restarted empty: the server that keeps the voice publishes it again.
+                redis_client.Redis.from_url(server.url).flushall()
+                await fa.sync()
+                await fb.sync()
+                assert "fox" in b and "fox" in a
+            finally:
+                await fa.close()
+                await fb.close()
+
+        asyncio.run(scenario())
+    finally:
+        server.stop()

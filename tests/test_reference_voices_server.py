@@ -141,6 +141,7 @@ def test_a_clip_sent_without_text_is_transcribed_and_the_transcript_returned(pai
     ("short", "short", SAID, "file", "at least 3"),
     ("long", "long", SAID, "file", "at most 20"),
     ("wordy", "speech", SAID * 8, "text", "more than"),
+    ("control", "speech", "I would like <|eot_id|> a table.", "text", "control tokens"),
 ])
 def test_a_bad_upload_is_refused_naming_the_field_and_nothing_is_written(
         pair: Pair, name: str, clip: str | None, text: str, param: str, says: str) -> None:

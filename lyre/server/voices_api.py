@@ -97,7 +97,7 @@ async def add_voice(
         if file.size is not None and file.size > limit:
             raise HTTPException(413, too_large)
         voice = await make_voice(state, tts, name, await file.read(), text)
-        tts.references.add(voice)  # type: ignore[union-attr]
+        await asyncio.to_thread(tts.references.add, voice)  # type: ignore[union-attr]
     except ReferenceRejected as exc:
         raise InvalidParam(str(exc), exc.param) from None
     if state.fleet_voices is not None:

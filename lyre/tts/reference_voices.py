@@ -18,6 +18,7 @@ import logging
 import os
 import re
 import tempfile
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
@@ -159,6 +160,7 @@ class ReferenceVoices:
         self._voices: dict[str, ReferenceVoice] = {}
         self._files: set[str] = set()  # the voices kept on disk here (the rest came from the fleet)
         self._prefixes: dict[str, tuple[str, list[int]]] = {}  # name -> (digest, prompt prefix ids)
+        self._adding = threading.Lock()  # two uploads of one name: the second is refused, not written over
         if folder is not None:
             folder.mkdir(parents=True, exist_ok=True)
             for path in sorted(folder.glob("*.json")):
@@ -196,12 +198,23 @@ class ReferenceVoices:
             raise ReferenceRejected(f"name: reference voice {name!r} exists; delete it first to replace it", "name")
 
     def add(self, voice: ReferenceVoice) -> None:
-        """Keep ``voice`` (its file first, written whole, then in memory); ReferenceRejected if its name is taken."""
-        self.check_new(voice.name)
-        if self.folder is not None:
-            _write_atomic(self.folder / f"{voice.name}.json", voice.to_json())
-            self._files.add(voice.name)
-        self._voices[voice.name] = voice
+        """Keep ``voice`` (its file first, written whole, then in memory); ReferenceRejected if its name is taken.
+        Blocking (the file is synced to disk): call it from a worker thread."""
+        with self._adding:
+            self.check_new(voice.name)
+            if self.folder is not None:
+                _write_atomic(self.folder / f"{voice.name}.json", voice.to_json())
+                self._files.add(voice.name)
+            self._voices[voice.name] = voice
+
+    def saved_at(self, name: str) -> float | None:
+        """When this server wrote ``name``'s file (seconds since the epoch); None when it keeps none."""
+        if name not in self._files or self.folder is None:
+            return None
+        try:
+            return (self.folder / f"{name}.json").stat().st_mtime
+        except OSError:
+            return None
 
     def remove(self, name: str) -> ReferenceVoice:
         """Forget ``name`` (KeyError if there is none), its file too."""

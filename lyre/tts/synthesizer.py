@@ -198,7 +198,11 @@ class TTS:
             frames = orpheus.without_repeated_frames(self._encoder.encode(clip.pcm))
         voice = ReferenceVoice(name, text, tuple(frames), round(clip.seconds, 3), transcribed)
         room = self.engine.config.max_seq_len - PROMPT_ROOM - MIN_REPLY_TOKENS
-        if (used := len(voice.prefix_ids(self.tokenizer))) > room:
+        try:
+            used = len(voice.prefix_ids(self.tokenizer))
+        except ValueError as exc:  # text that would be a control token of the prompt
+            raise ReferenceRejected(f"text: {exc}", "text") from None
+        if used > room:
             raise ReferenceRejected(f"file: the clip and its text take {used} prompt tokens; this server's requests "
                                     f"hold {self.engine.config.max_seq_len} positions, which leaves room for "
                                     f"{room} (use a shorter clip, or start the server with a larger --max-seq-len)",
