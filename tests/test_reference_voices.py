@@ -174,6 +174,9 @@ def test_a_clip_becomes_a_voice_whose_prompt_changes_what_is_said(demo: DemoPath
             tts.make_reference("fox", clip, SAID * 10)
         assert long_text.value.param == "text"
         tts.references.add(voice)
+        tts.check_voice("fox")  # what the agent's session.update asks
+        with pytest.raises(ValueError, match="unknown voice"):
+            tts.check_voice("nobody")
 
         async def speak(voice_name: str | None) -> tuple[int, np.ndarray]:
             stream = tts.stream("Hello there.", voice_name, SpeechOptions(seed=7, max_tokens=28), trim=False,

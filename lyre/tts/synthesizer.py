@@ -164,7 +164,17 @@ class TTS:
         if voice in self.references:
             self._check_references()
         elif self.adapters is None or voice not in self.adapters:
-            self.voices.resolve(voice)
+            self._model_voice(voice)
+
+    def _model_voice(self, voice: str | None) -> str | None:
+        """``voices.resolve``, its error naming the cloned and reference voices on offer too."""
+        try:
+            return self.voices.resolve(voice)
+        except ValueError as exc:
+            others = [*(a["name"] for a in self.adapters.listing())] if self.adapters is not None else []
+            others += [v.name for v in self.references]
+            raise ValueError(f"{exc}; cloned and reference voices: {', '.join(others)}" if others else str(exc)
+                             ) from None
 
     def _taken(self, name: str) -> bool:
         return name in self.voices or (self.adapters is not None and name in self.adapters)
@@ -221,7 +231,7 @@ class TTS:
         elif self.adapters is not None and voice in self.adapters:
             adapter, voice = voice, self.adapters.speaker(voice)
         else:
-            voice = self.voices.resolve(voice)
+            voice = self._model_voice(voice)
         # The reference's turn takes positions a request could otherwise fill with speech.
         sampling = request_sampling(checked(options, max(1, self.max_tokens_limit - len(prefix))))
         cfg = self.config
