@@ -31,6 +31,7 @@ class TextIntake:
         """``min_chars``: a complete segment shorter than this waits to merge with the next sentence
         (``segment_chars`` for text that comes whole: the segments of `split_segments`)."""
         self.max_chars = max_chars
+        self.segment_chars = segment_chars
         self.flush_after_s = flush_after_s
         self.idle_timeout_s = idle_timeout_s
         self.chars = 0

@@ -40,6 +40,9 @@ __all__ = ["MIN_REPLY_TOKENS", "PROMPT_ROOM", "TTS", "Synthesizer", "TTSConfig"]
 
 # A reference voice must leave a request room for this much speech (about 5 s) beside its prompt.
 MIN_REPLY_TOKENS = 7 * 60
+# A steady speaking rate, for sizing a segment to the tokens a request has room for; and the least size.
+_CHARS_PER_SECOND = 14
+_MIN_SEGMENT_CHARS = 60
 # A model named like Orpheus's pretrained checkpoints was trained on text-speech pairs and continues a voice.
 _PRETRAINED = re.compile(r"pretrain", re.IGNORECASE)
 
@@ -156,7 +159,7 @@ class TTS:
         so it is scheduled on their playback deadline; otherwise it uses spare
         capacity. Raises ValueError for an unknown voice or bad options.
         """
-        return self._open(voice, options, trim, streamed, idle_timeout_s, request_id, 0, reference)
+        return self._open(voice, options, trim, streamed, idle_timeout_s, request_id, False, reference)
 
     def check_voice(self, voice: str | None) -> None:
         """Nothing if this pipeline can speak in ``voice`` (a model voice, an alias, a cloned voice, a
@@ -220,8 +223,10 @@ class TTS:
         return voice
 
     def _open(self, voice: str | None, options: SpeechOptions | None, trim: bool, streamed: bool,
-              idle_timeout_s: float | None, request_id: str | None, min_chars: int,
+              idle_timeout_s: float | None, request_id: str | None, whole: bool,
               reference: ReferenceVoice | None = None) -> SpeechStream:
+        """``whole``: the text comes at once (segments merge sentences up to the segment size, exactly as
+        `split_segments` cuts them); else in pieces."""
         adapter, prefix, named = None, (), None
         if reference is None and voice in self.references:
             reference = self.references.get(voice)  # type: ignore[arg-type]
@@ -232,10 +237,14 @@ class TTS:
             adapter, voice = voice, self.adapters.speaker(voice)
         else:
             voice = self._model_voice(voice)
-        # The reference's turn takes positions a request could otherwise fill with speech.
-        sampling = request_sampling(checked(options, max(1, self.max_tokens_limit - len(prefix))))
+        # The reference's turn takes positions a request could otherwise fill with speech, and segments get
+        # shorter to match, so one still fits in what is left.
+        room = max(1, self.max_tokens_limit - len(prefix))
+        sampling = request_sampling(checked(options, room))
         cfg = self.config
-        intake = TextIntake(cfg.max_input_chars, cfg.segment_chars, cfg.flush_after_s, idle_timeout_s, min_chars)
+        segment = cfg.segment_chars if not prefix else min(
+            cfg.segment_chars, max(_MIN_SEGMENT_CHARS, int(room / orpheus.TOKENS_PER_SECOND * _CHARS_PER_SECOND)))
+        intake = TextIntake(cfg.max_input_chars, segment, cfg.flush_after_s, idle_timeout_s, segment if whole else 0)
         return SpeechStream(self.context, request_id or f"tts-{next(self._ids)}", voice, sampling, trim, streamed,
                             intake, adapter, tuple(prefix), named)
 
@@ -248,11 +257,10 @@ class TTS:
         an unknown voice, bad options, or a segment too long for the engine,
         before any work starts.
         """
-        # Whole text: segments merge sentences up to segment_chars, exactly as split_segments cuts them.
-        stream = self._open(voice, options, trim, streamed, None, request_id, self.config.segment_chars, reference)
+        stream = self._open(voice, options, trim, streamed, None, request_id, True, reference)
         clean = normalize(text, self.config.max_input_chars)
         prompts = [[*stream.prefix, *orpheus.prompt_ids(self.tokenizer, s, stream.voice)]
-                   for s in split_segments(clean, self.config.segment_chars)]
+                   for s in split_segments(clean, stream.intake.segment_chars)]
         self.context.check_room(max(map(len, prompts)), stream.sampling)
         stream.push(clean)
         stream.end()
