@@ -219,8 +219,8 @@ def codec_grid(make: Callable[[str, bool], SnacDecoder], batches: list[int], fra
                     windows = [CodecWindow(frames=tuple(tuple(int(c) for c in rng.integers(0, 4096, 7))
                                                         for _ in range(n)), start_frame=0, keep=(1, n - 2 if n > 3 else n),
                                            seed=b) for b in range(batch)]
-                    for _ in range(2 if repeats > 1 else 1):  # warm-up (a small run's single timing: one)
-                        decoded = decoder.decode_windows(windows)
+                    for _ in range(2 if repeats > 1 else 0):  # warm-up (none for a small run's single timing)
+                        decoder.decode_windows(windows)
                     start = time.perf_counter()
                     for _ in range(repeats):
                         decoded = decoder.decode_windows(windows)

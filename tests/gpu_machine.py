@@ -21,6 +21,7 @@ MACHINE = {
     "peft", "accelerate", "psutil",
     "onnxruntime", "coloredlogs", "humanfriendly", "flatbuffers", "protobuf",
     "httpx", "httpcore", "h11", "anyio", "sniffio", "idna", "certifi",
+    "httpx2", "httpcore2", "truststore",  # what huggingface-hub 2 (the tests' version) requires in httpx's place
     "numpy",
 }
 
