@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
+import atexit
+import os
+import shutil
+import tempfile
+
 import pytest
 
 from lyre.demo_model import DemoPaths, demo_model
+
+# Every server the tests start keeps reference voices in a folder of this run's, not in the lyre cache's
+# (where a developer's own uploads would show up in the tests' voice lists). Set before the first server
+# starts, so the fork server the tests' servers come from has it too.
+os.environ["LYRE_VOICES_DIR"] = _VOICES = tempfile.mkdtemp(prefix="lyre-test-voices-")
+atexit.register(shutil.rmtree, _VOICES, True)
 
 # The files that take longest on 2 CPU cores (`pytest --durations`), longest first. They run before the
 # rest, which keep their usual order: scripts/test.sh hands whole files to two workers in this order
@@ -14,9 +25,9 @@ LONGEST_FIRST = (
     "test_train_voice.py", "test_agent.py", "test_adapter_server.py", "test_router_fleet.py", "test_server.py",
     "test_transcriptions.py", "test_api_schema.py", "test_smollm.py", "test_gpu_benchmark.py", "test_bench_run.py",
     "test_baseline.py", "test_chat_server.py", "test_llama.py", "test_server_scheduling.py", "test_agent_remote.py",
-    "test_twilio.py", "test_webrtc.py", "test_realtime_ws.py", "test_stt_transcriber.py", "test_model_choice.py",
+    "test_reference_voices_server.py", "test_twilio.py", "test_webrtc.py", "test_realtime_ws.py", "test_stt_transcriber.py", "test_model_choice.py",
     "test_tts_stream.py", "test_engine.py", "test_align.py", "test_demo_model.py", "test_frameworks.py",
-    "test_router_conversations.py", "test_cli.py", "test_lora.py",
+    "test_router_conversations.py", "test_reference_voices.py", "test_cli.py", "test_lora.py",
 )
 
 
