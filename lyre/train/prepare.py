@@ -16,9 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 import statistics
-import tempfile
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -27,6 +25,7 @@ from typing import Protocol
 import numpy as np
 
 from lyre import orpheus
+from lyre.files import write_atomic
 from lyre.tts.clips import ClipRejected, SilenceCut, load_clip, trim_clip
 from lyre.train.dataset import Entry, Listing, Skipped
 
@@ -174,21 +173,9 @@ def prepare_dataset(listing: Listing, config: DataConfig, tokenizer: orpheus.Tex
                 clips.append(made)
         prepared = PreparedDataset(str(listing.source), clips, skipped, key)
         if cache is not None and clips:
-            _write_atomic(cache, json.dumps({"clips": [asdict(c) for c in clips],
+            write_atomic(cache, json.dumps({"clips": [asdict(c) for c in clips],
                                              "skipped": [asdict(s) for s in skipped]}))
     if not prepared.clips:
         reasons = "; ".join(f"{s.id}: {s.reason}" for s in prepared.skipped[:10]) or "it lists no clips"
         raise NoUsableClip(f"no usable clip in {listing.source}, nothing to train on ({reasons})")
     return prepared
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

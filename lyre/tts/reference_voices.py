@@ -15,9 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import re
-import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -26,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from lyre import orpheus
+from lyre.files import write_atomic
 from lyre.tts.clips import ClipRejected, SilenceCut, TrimmedClip, load_clip, trim_clip
 
 __all__ = ["MAX_SECONDS", "MIN_SECONDS", "ReferenceRejected", "ReferenceVoice", "ReferenceVoices",
@@ -203,7 +202,7 @@ class ReferenceVoices:
         with self._adding:
             self.check_new(voice.name)
             if self.folder is not None:
-                _write_atomic(self.folder / f"{voice.name}.json", voice.to_json())
+                write_atomic(self.folder / f"{voice.name}.json", voice.to_json())
                 self._files.add(voice.name)
             self._voices[voice.name] = voice
 
@@ -251,16 +250,3 @@ class ReferenceVoices:
             cached = (voice.digest, voice.prefix_ids(tokenizer))
             self._prefixes[voice.name] = cached
         return cached[1]
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
