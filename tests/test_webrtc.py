@@ -130,30 +130,38 @@ def test_speech_over_a_reply_clears_its_audio_and_cancels_it(server: Server) -> 
 def test_a_caller_that_goes_away_frees_the_call(server: Server) -> None:
     async def run() -> None:
         async with httpx.AsyncClient(base_url=server.url) as http:
+            await _gone(server, within=10.0)  # the calls of the tests before are closed
             # A peer that closes its connection in the middle of a reply, without hanging up.
             peer, call_id = await _call(server, {**SESSION, "max_speech_tokens": 1500})
             peer.send({"type": "conversation.item.create", "item": {
                 "type": "message", "role": "user", "content": [{"type": "input_text", "text": "Tell a story."}]}})
             peer.send({"type": "response.create"})
             await peer.until("output_audio_buffer.started")
+            assert await asyncio.to_thread(server.metric, "lyre_realtime_sessions") == 1
             await peer.close()
-            await _gone(http, call_id, within=3.0)
+            await _gone(server, within=3.0)
+            assert (await http.delete(f"{CALLS}/{call_id}")).status_code == 404
             # A peer whose microphone goes quiet for good (as one whose network or process died): no audio.
+            # The call is gone within a second (0.6 s of silence on the wire; the margin is for a busy CI).
             peer, call_id = await _call(server, SESSION)
             await asyncio.sleep(0.5)
+            assert await asyncio.to_thread(server.metric, "lyre_realtime_sessions") == 1
             peer.mic.stop()
-            await _gone(http, call_id, within=6.0)
+            await _gone(server, within=1.5)
+            assert (await http.delete(f"{CALLS}/{call_id}")).status_code == 404
             await peer.close()
 
     asyncio.run(run())
     assert _settles(server, "lyre_engine_running")
 
 
-async def _gone(http: httpx.AsyncClient, call_id: str, within: float) -> None:
+async def _gone(server: Server, within: float) -> None:
+    """The server's one call is closed, its session and engine slots freed, within ``within`` seconds:
+    found by the sessions gauge, which does not touch the call (a hang-up to probe it would end it)."""
     deadline = time.monotonic() + within
-    while (await http.delete(f"{CALLS}/{call_id}")).status_code != 404:
-        assert time.monotonic() < deadline, f"call {call_id} still up after {within} s"
-        await asyncio.sleep(0.2)
+    while await asyncio.to_thread(server.metric, "lyre_realtime_sessions") != 0:
+        assert time.monotonic() < deadline, f"the call is still open after {within} s"
+        await asyncio.sleep(0.05)
 
 
 def test_bad_offers_are_refused_naming_what_is_wrong(server: Server) -> None:
@@ -240,3 +248,42 @@ def test_the_callers_audio_goes_to_the_decoder_as_it_comes_in_order_across_the_w
         passed.append(frame.data[0] if frame is not None else None)
     # Each new packet at once; a repeat and the ones that come after a newer are dropped.
     assert passed == [254, 255, 0, None, None, 2, None, 3]
+
+
+def test_the_reply_track_sends_whole_opus_rate_frames_and_new_audio_without_waiting_for_the_clock() -> None:
+    import numpy as np
+    from aiortc.codecs.opus import OpusEncoder
+
+    from lyre.server.webrtc_audio import OutboundAudio
+
+    burst = np.random.default_rng(0).integers(-8000, 8000, 480, dtype=np.int16).tobytes()  # 20 ms at 24 kHz
+
+    async def run() -> tuple[list[Any], list[float], list[str]]:
+        events: list[str] = []
+        track = OutboundAudio(lambda event: events.append(event["type"]))
+        frames, waits = [await track.recv()], []
+        offsets = np.random.default_rng(1).uniform(0.002, 0.015, 12)
+        for offset in offsets:
+            frames.append(await track.recv())  # silence, on the clock
+            await asyncio.sleep(offset)  # audio comes partway to the clock's next tick
+            track.push(burst, "resp_1")
+            track.finish("resp_1")
+            pushed = time.monotonic()
+            frames.append(await track.recv())
+            waits.append(time.monotonic() - pushed)
+        return frames, waits, events
+
+    frames, waits, events = asyncio.run(run())
+    assert all(f.sample_rate == 48_000 and f.samples == 960 for f in frames)
+    assert [f.pts for f in frames] == [960 * i for i in range(len(frames))]
+    # Opus's own rate: aiortc's encoder makes each frame's packet at once (at 24 kHz it held each one back).
+    encoder = OpusEncoder()
+    assert all(len(encoder.encode(f)[0]) == 1 for f in frames)
+    # Every burst in the frame that went when it came; the resampler's filter (32 samples) spills its last
+    # 0.7 ms into the next frame, and the rest is silence.
+    loud = [int(np.abs(f.to_ndarray()[0, 64:]).max() > 64) for f in frames]
+    assert loud == [0] + [0, 1] * 12
+    # Audio that comes while the track sends silence goes at once (the clock restarts from it), not at
+    # the next tick: that waited 5-18 ms here (9 ms median), this well under.
+    assert sorted(waits)[len(waits) // 2] < 0.004, waits
+    assert events == ["output_audio_buffer.started", "output_audio_buffer.stopped"] * 12

@@ -21,16 +21,20 @@ from aiortc import MediaStreamTrack, RTCConfiguration, RTCPeerConnection, RTCSes
 from aiortc.mediastreams import MediaStreamError
 from av import AudioFrame
 
+from lyre.server.voice_call import Resampler
 from lyre.server.webrtc_audio import hear_sooner
 
 __all__ = ["Microphone", "Peer"]
 
-RATE = 24_000
-FRAME = RATE // 50  # 20 ms
+RATE = 24_000  # what `say` takes
+WIRE_RATE = 48_000  # what the microphone sends, as a browser's does (Opus's own rate)
+FRAME = WIRE_RATE // 50  # 20 ms
 
 
 class Microphone(MediaStreamTrack):
-    """pcm16 at 24 kHz, queued by `say` and sent at real time in 20 ms frames; silence when there is none."""
+    """pcm16 at 24 kHz, queued by `say` and sent at real time in 20 ms frames of 48 kHz; silence when there
+    is none. (At 24 kHz, aiortc's encoder would hold each frame back 20 ms to resample it; a browser's
+    microphone is 48 kHz.)"""
 
     kind = "audio"
 
@@ -39,10 +43,17 @@ class Microphone(MediaStreamTrack):
         self._queue = bytearray()
         self._start: float | None = None
         self._pts = 0
+        self._sounding = False
         self.said_until: float | None = None  # when the last queued speech went out
+        self.onsets: list[float] = []  # when each frame of sound after silence went out
+
+    def hush(self) -> None:
+        """Drop what is queued: silence from the next frame."""
+        self._queue.clear()
 
     def say(self, pcm: bytes) -> None:
-        self._queue += pcm
+        resampler = Resampler(RATE, WIRE_RATE, 1)
+        self._queue += resampler.push(pcm) + resampler.flush()
 
     @property
     def speaking(self) -> bool:
@@ -53,15 +64,19 @@ class Microphone(MediaStreamTrack):
             raise MediaStreamError
         if self._start is None:
             self._start = time.monotonic()
-        elif (wait := self._start + self._pts / RATE - time.monotonic()) > 0:
+        # A frame goes once its 20 ms have passed, as a microphone's is captured.
+        if (wait := self._start + (self._pts + FRAME) / WIRE_RATE - time.monotonic()) > 0:
             await asyncio.sleep(wait)
         pcm = bytes(self._queue[:2 * FRAME])
         del self._queue[:2 * FRAME]
+        if pcm and not self._sounding:
+            self.onsets.append(time.monotonic())
+        self._sounding = bool(pcm)
         if pcm and not self._queue:
             self.said_until = time.monotonic()
         frame = AudioFrame(format="s16", layout="mono", samples=FRAME)
         frame.planes[0].update(pcm + bytes(2 * FRAME - len(pcm)))
-        frame.pts, frame.sample_rate, frame.time_base = self._pts, RATE, Fraction(1, RATE)
+        frame.pts, frame.sample_rate, frame.time_base = self._pts, WIRE_RATE, Fraction(1, WIRE_RATE)
         self._pts += FRAME
         return frame
 
@@ -76,6 +91,7 @@ class Peer:
         self.channel = self.pc.createDataChannel("oai-events")
         self.events: list[dict[str, Any]] = []
         self.first_at: dict[str, float] = {}  # when the first event of each type arrived
+        self.arrived: list[float] = []  # when each of self.events arrived
         self._changed = asyncio.Event()
         self.channel.on("message", self._on_message)
         self.loud_at: list[float] = []  # when each 20 ms frame of sound (not silence) arrived
@@ -118,6 +134,7 @@ class Peer:
     def _on_message(self, message: str) -> None:
         event = json.loads(message)
         self.events.append(event)
+        self.arrived.append(time.monotonic())
         self.first_at.setdefault(event["type"], time.monotonic())
         self._changed.set()
 

@@ -154,6 +154,7 @@ def create_app(config: ServerConfig, tts: Synthesizer | None = None) -> FastAPI:
                                 stt.stats if stt else None, chat.stats if chat else None,
                                 loaded.adapters.stats if loaded is not None and loaded.adapters else None),
             )
+            state.metrics.watch_sessions(lambda: realtime_socket.RealtimeSessions.of(app).open)
             if aligner.separate:
                 state.metrics.watch_aligner(lambda: own.stats() if (own := aligner.loaded) is not None else None)
             app.state.lyre = state

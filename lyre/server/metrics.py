@@ -165,6 +165,12 @@ class Metrics:
         Gauge("lyre_aligner_aligned_seconds", "Audio seconds aligned by the aligner's own worker",
               registry=self.registry).set_function(lambda: read("aligned_seconds"))
 
+    def watch_sessions(self, count: Callable[[], int]) -> None:
+        """The realtime sessions open now (``count()``): WebSockets, WebRTC calls and phone streams together,
+        against ``--stt-max-sessions``. A call or stream is counted until its engine slots are free."""
+        Gauge("lyre_realtime_sessions", "Realtime sessions open: sockets, WebRTC calls and phone streams",
+              registry=self.registry).set_function(count)
+
     def count_word_times(self, api: str, timer: Any) -> None:
         """A stream's word times are over: the audio they covered, and each segment that got none."""
         self.word_times.labels(api).inc(timer.aligned_s)

@@ -15,7 +15,7 @@ and the reply's history keeps what had played.
 
 A call holds a realtime session (``--stt-max-sessions`` counts calls and sockets together). It hangs up,
 freeing its engine slots, when the caller asks, when the connection fails or closes, when its audio
-stops for 2 s (a peer gone without a goodbye), when it does not connect within
+stops for 0.6 s (a peer gone without a goodbye), when it does not connect within
 20 s (lyre.server.webrtc_call), and when the server shuts down. ICE uses host candidates, plus the STUN and TURN
 servers of ``--ice-server``.
 """

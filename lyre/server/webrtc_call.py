@@ -20,7 +20,7 @@ from lyre.server.config import ice_server_parts
 from lyre.server.realtime_socket import RealtimeSessions
 from lyre.server.state import ServerState
 from lyre.server.voice_call import VoiceCall
-from lyre.server.webrtc_audio import OutboundAudio, hear_sooner
+from lyre.server.webrtc_audio import InOrder, OutboundAudio, hear_sooner
 from lyre.server.webrtc_offer import EVENTS_CHANNEL
 from lyre.stt import RealtimeError
 
@@ -29,7 +29,8 @@ if TYPE_CHECKING:
 
 __all__ = ["CONNECT_TIMEOUT_S", "MEDIA_TIMEOUT_S", "Call"]
 
-MEDIA_TIMEOUT_S = 2.0  # no audio from a connected caller this long: the peer is gone
+MEDIA_TIMEOUT_S = 0.6  # no audio from a connected caller this long: the peer is gone
+_WATCH_S = 0.1  # how often the call looks at its connection and its audio
 CONNECT_TIMEOUT_S = 20.0  # an answered offer whose connection never comes up
 _MAX_UNSENT_BYTES = 4 * 2**20  # events the caller leaves unread on the data channel, at most
 _MAX_QUEUED_S = 5.0  # the caller's audio the agent may fall behind by
@@ -53,7 +54,8 @@ class Call:
         self._unsent: list[str] = []  # events before the caller's data channel is open
         self._inbox: asyncio.Queue[str] = asyncio.Queue()
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._heard_at: float | None = None  # when the caller's audio last arrived
+        self._heard_at: float | None = None  # when the caller's audio last arrived, decoded
+        self._packets: InOrder | None = None  # the caller's audio packets as they arrive
         self._hung_up: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         self._held = ExitStack()
         self._errors: list[str] | None = None  # while the offer's session settings are applied
@@ -103,7 +105,7 @@ class Call:
         self.pc.addTrack(self.out)
         for transceiver in self.pc.getTransceivers():
             if transceiver.kind == "audio":
-                hear_sooner(transceiver.receiver)
+                self._packets = hear_sooner(transceiver.receiver)
         await self.pc.setLocalDescription(await self.pc.createAnswer())
         self._spawn(self._read_events())
         self._spawn(self._watch())
@@ -199,13 +201,18 @@ class Call:
             await self.voice.receive(await self._inbox.get())
 
     async def _watch(self) -> None:
-        started = time.monotonic()
+        """Hangs up a call that never connects, or whose caller's audio stops (a peer gone without a
+        goodbye is only silence on UDP): its slots are free within a second. A tick that comes late
+        (the event loop was held up, and packets may still wait unread) judges nothing."""
+        started = last = time.monotonic()
         while True:
-            await asyncio.sleep(0.2)
+            await asyncio.sleep(_WATCH_S)
             now = time.monotonic()
+            late, last = now - last > 3 * _WATCH_S, now
+            heard = max(self._heard_at or 0.0, (self._packets and self._packets.packet_at) or 0.0)
             if self.pc.connectionState != "connected" and now - started > CONNECT_TIMEOUT_S:
                 self.hang_up(f"not connected within {CONNECT_TIMEOUT_S:g} s")
-            elif self._heard_at is not None and now - self._heard_at > MEDIA_TIMEOUT_S:
+            elif heard and not late and now - heard > MEDIA_TIMEOUT_S:
                 self.hang_up(f"no audio from the caller for {MEDIA_TIMEOUT_S:g} s")
 
     def _spawn(self, work: Any) -> None:
