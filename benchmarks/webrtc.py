@@ -2,15 +2,18 @@
 
 1. Turns: a real ``lyre serve --stt`` thinking at a scripted endpoint that answers every turn at once with
    one sentence (the demo chat model's replies differ turn by turn in length, and so in time); the same
-   spoken turns (espeak-ng, at real time) over the ``/v1/realtime`` WebSocket (pcm16 in 40 ms appends;
-   the reply's audio deltas) and over a WebRTC call (tests/webrtc_peer.py: Opus both ways), alternating: from the end of the speech (its last sample sent)
-   to the VAD's speech_stopped at the caller (what the way in adds), and to the reply's first sound at the
-   caller (the way in, Whisper, the TTS and the way out). The transport's own part on the way out is
-   item 2.
-2. Transport: what the media path itself adds, without the agent: a 200 ms burst of sound queued on a
-   call's outbound track (lyre.server.webrtc_audio.OutboundAudio) to its first loud frame decoded at the
-   peer, against a base64 pcm16 delta event sent on a WebSocket to its arrival, decoded. Loopback; both
-   sides' times on the one monotonic clock of the machine.
+   spoken turns (espeak-ng, at real time, each piece sent once it would have been captured) over the
+   ``/v1/realtime`` WebSocket (pcm16 in 40 ms appends; the reply's audio deltas) and over a WebRTC call
+   (tests/webrtc_peer.py: Opus both ways, 20 ms frames), alternating: from the end of the speech (its
+   last piece sent) to the VAD's speech_stopped, the transcript, the reply's first audio leaving the
+   server and its first sound at the caller, each as the caller sees it. A third kind, WebSocket turns
+   with a silent WebRTC call open beside them, has a call's media CPU on both sides without its
+   transport: it tells the CPU's part of the difference from the transport's (item 2).
+2. Transport: what the media path itself adds, without the agent, each way. Out: a 200 ms burst of
+   sound queued on a call's outbound track (lyre.server.webrtc_audio.OutboundAudio) to its first loud
+   frame decoded at the peer. In: a burst's first frame leaving the caller's microphone to its first loud
+   frame decoded on the server's side. Against the same bursts as base64 pcm16 events on a WebSocket,
+   sent to decoded. Loopback; both sides' times on the one monotonic clock of the machine.
 3. CPU: the media path of N calls at once (the caller's audio: Opus decoding, resampling to 24 kHz; the
    reply's: pacing, Opus encoding): this process's CPU over --seconds, every call carrying sound both
    ways the whole time. The peers run in a child process, so their CPU is not counted.
@@ -41,7 +44,7 @@ from websockets.asyncio.client import connect
 from websockets.asyncio.server import serve
 
 from lyre.server.voice_call import Resampler
-from lyre.server.webrtc_audio import OutboundAudio
+from lyre.server.webrtc_audio import OutboundAudio, hear_sooner
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # the tests' caller, speech, server
 from scripted_thinker import thinking_at
@@ -57,8 +60,25 @@ TURN = {"type": "realtime", "instructions": "Answer in one short sentence.", "ma
 
 # -- 1. turns through the agent --
 
-async def _websocket_turn(url: str, pcm: bytes) -> tuple[float, float]:
-    """(end of speech to speech_stopped, to the reply's first audio delta) over the WebSocket."""
+STAGES = ("speech_stopped", "transcribed", "first_audio", "first_sound")
+_EVENTS = {"input_audio_buffer.speech_stopped": "speech_stopped",
+           "conversation.item.input_audio_transcription.completed": "transcribed"}
+
+
+def _stages(timeline: list[tuple[float, str]], ended: float, first_audio: float, first_sound: float
+            ) -> dict[str, float]:
+    """Each stage of a turn as seconds after the end of its speech: the VAD's speech_stopped (the last
+    before the reply: a pause within the sentence may have had its own), the transcript, the reply's
+    first audio leaving the server (its first delta on the WebSocket; output_audio_buffer.started on a
+    call), and its first sound at the caller."""
+    at = {name: max((t for t, kind in timeline if _EVENTS.get(kind) == name and t < first_audio), default=0.0)
+          for name in _EVENTS.values()}
+    return {**{k: v - ended for k, v in at.items()}, "first_audio": first_audio - ended,
+            "first_sound": first_sound - ended}
+
+
+async def _websocket_turn(url: str, pcm: bytes) -> dict[str, float]:
+    """A spoken turn over the WebSocket; see _stages."""
     async with connect(f"{url.replace('http', 'ws')}/v1/realtime?model=lyre", max_size=None) as ws:
         await ws.send(json.dumps({"type": "session.update", "session": TURN}))
         ended = 0.0
@@ -67,7 +87,7 @@ async def _websocket_turn(url: str, pcm: bytes) -> tuple[float, float]:
             nonlocal ended
             start = time.monotonic()
             for i, at in enumerate(range(0, len(pcm), 1920)):
-                await asyncio.sleep(max(0.0, start + i * 0.04 - time.monotonic()))
+                await asyncio.sleep(max(0.0, start + (i + 1) * 0.04 - time.monotonic()))  # once captured
                 await ws.send(json.dumps({"type": "input_audio_buffer.append",
                                           "audio": base64.b64encode(pcm[at:at + 1920]).decode()}))
             ended = time.monotonic()
@@ -77,22 +97,21 @@ async def _websocket_turn(url: str, pcm: bytes) -> tuple[float, float]:
                 await ws.send(json.dumps({"type": "input_audio_buffer.append", "audio": silence}))
 
         speaker = asyncio.create_task(speak())
-        stopped = None
+        timeline: list[tuple[float, str]] = []
         try:
             async with asyncio.timeout(120):
                 async for message in ws:
-                    kind = json.loads(message)["type"]
-                    if kind == "input_audio_buffer.speech_stopped" and stopped is None:
-                        stopped = time.monotonic() - ended
-                    if kind == "response.output_audio.delta" and ended and stopped is not None:
-                        return stopped, time.monotonic() - ended
+                    now, kind = time.monotonic(), json.loads(message)["type"]
+                    timeline.append((now, kind))
+                    if kind == "response.output_audio.delta" and ended:
+                        return _stages(timeline, ended, now, now)  # the delta is the sound
         finally:
             speaker.cancel()
     raise RuntimeError("the socket closed before a reply")
 
 
-async def _webrtc_turn(url: str, pcm: bytes) -> tuple[float, float]:
-    """(end of speech to speech_stopped, to the reply's first sound at the caller) over a WebRTC call."""
+async def _webrtc_turn(url: str, pcm: bytes) -> dict[str, float]:
+    """A spoken turn over a WebRTC call; see _stages."""
     import httpx
 
     peer = Peer()
@@ -104,35 +123,59 @@ async def _webrtc_turn(url: str, pcm: bytes) -> tuple[float, float]:
         await peer.until("session.created", 20)
         peer.mic.say(pcm)
         try:
-            await peer.until("input_audio_buffer.speech_stopped")
+            started = await peer.until("output_audio_buffer.started")
             async with asyncio.timeout(120):
                 while True:
                     ended = peer.mic.said_until
                     if ended is not None and (after := [t for t in peer.loud_at if t > ended]):
-                        return peer.first_at["input_audio_buffer.speech_stopped"] - ended, after[0] - ended
+                        timeline = list(zip(peer.arrived, (e["type"] for e in peer.events)))
+                        return _stages(timeline, ended, peer.arrived[peer.events.index(started)], after[0])
                     await asyncio.sleep(0.01)
         finally:
             await http.delete(r.headers["location"])
             await peer.close()
 
 
-def turns(count: int) -> dict[str, list[tuple[float, float]]]:
-    results: dict[str, list[tuple[float, float]]] = {"websocket": [], "webrtc": []}
+async def _websocket_turn_beside_a_call(url: str, pcm: bytes) -> dict[str, float]:
+    """A WebSocket turn while a WebRTC call is open beside it, its caller sending silence and hearing
+    nothing: the turn on the socket, the CPU of a call's media on both sides of it, as a WebRTC turn has."""
+    import httpx
+
+    peer = Peer()
+    async with httpx.AsyncClient(base_url=url, timeout=30) as http:
+        r = await http.post("/v1/realtime/calls", files={"sdp": (None, await peer.offer()),
+                                                         "session": (None, json.dumps(TURN))})
+        r.raise_for_status()
+        await peer.connect(r.text)
+        await peer.until("session.created", 20)
+        try:
+            return await _websocket_turn(url, pcm)
+        finally:
+            await http.delete(r.headers["location"])
+            await peer.close()
+
+
+TRANSPORTS = {"websocket": _websocket_turn, "webrtc": _webrtc_turn,
+              "websocket beside a call": _websocket_turn_beside_a_call}
+
+
+def turns(count: int) -> dict[str, list[dict[str, float]]]:
+    results: dict[str, list[dict[str, float]]] = {name: [] for name in TRANSPORTS}
     with thinking_at() as thinker, running_server("--stt", "--llm-url", thinker, "--llm-model", "scripted",
                                                   "--max-streams", "4") as server:
         for i in range(count):
             pcm = speak_pcm16(SENTENCES[i % len(SENTENCES)])
-            for name, turn in (("websocket", _websocket_turn), ("webrtc", _webrtc_turn))[::1 if i % 2 else -1]:
+            order = list(TRANSPORTS.items())
+            for name, turn in order[i % 3:] + order[:i % 3]:  # each goes first in turn
                 results[name].append(asyncio.run(turn(server.url, pcm)))
-                stopped, first = results[name][-1]
-                print(f"  turn {i}: {name}: speech_stopped {1000 * stopped:.0f} ms, first sound "
-                      f"{1000 * first:.0f} ms", flush=True)
+                print(f"  turn {i}: {name}: " + ", ".join(f"{k} {1000 * v:.0f} ms"
+                                                         for k, v in results[name][-1].items()), flush=True)
     return results
 
 
 # -- 2 and 3: the media path alone; the callers in a child process --
 
-def _callers(conn: Any, calls: int, seconds: float) -> None:
+def _callers(conn: Any, calls: int, seconds: float, bursts: int) -> None:
     """The child: ``calls`` peers that send sound all the time and note when sound arrives."""
     async def run() -> None:
         peers = [Peer() for _ in range(calls)]
@@ -144,31 +187,48 @@ def _callers(conn: Any, calls: int, seconds: float) -> None:
         await asyncio.to_thread(conn.recv)  # done
         conn.send([p.loud_at for p in peers])
         for peer in peers:
+            peer.mic.hush()
+        await asyncio.sleep(1.0)
+        first = peers[0].mic
+        first.onsets.clear()
+        for _ in range(bursts):  # the way in: the first caller alone, a burst each 0.5 s after silence
+            first.say(BURST)
+            await asyncio.sleep(0.5)
+        conn.send(first.onsets)
+        for peer in peers:
             await peer.close()
-        # The WebSocket's turn: deltas in, each one's arrival (decoded) noted.
-        arrivals = []
+        # The WebSocket's turn: deltas in, each one's arrival (decoded) noted; then appends out.
+        arrivals, sent = [], []
         async with connect(await asyncio.to_thread(conn.recv), max_size=None) as ws:
-            async for message in ws:
-                base64.b64decode(json.loads(message)["delta"])
+            for _ in range(bursts):
+                base64.b64decode(json.loads(await ws.recv())["delta"])
                 arrivals.append(time.monotonic())
-        conn.send(arrivals)
+            for _ in range(bursts):
+                await asyncio.sleep(0.5)
+                sent.append(time.monotonic())
+                await ws.send(json.dumps({"type": "input_audio_buffer.append",
+                                          "audio": base64.b64encode(BURST).decode()}))
+        conn.send((arrivals, sent))
 
     asyncio.run(run())
 
 
 class _Answerer:
-    """The server's side of one media-only call: the reply track, and the caller's audio resampled."""
+    """The server's side of one media-only call, as lyre.server.webrtc_call.Call sets it up: the reply
+    track, and the caller's audio decoded as it comes and resampled."""
 
     def __init__(self) -> None:
         self.pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
         self.out = OutboundAudio(lambda event: None)
         self.frames = 0
+        self.loud_at: list[float] = []  # when each frame of the caller's sound (not silence) was decoded
         self._resampler = Resampler(48_000, RATE, 2)
         self.pc.on("track", lambda track: asyncio.ensure_future(self._listen(track)))
 
     async def answer(self, offer: str) -> str:
         await self.pc.setRemoteDescription(RTCSessionDescription(offer, "offer"))
         self.pc.addTrack(self.out)
+        assert all(hear_sooner(t.receiver) for t in self.pc.getTransceivers() if t.kind == "audio")  # as a Call
         await self.pc.setLocalDescription(await self.pc.createAnswer())
         return self.pc.localDescription.sdp
 
@@ -179,6 +239,8 @@ class _Answerer:
             except MediaStreamError:
                 return
             self.frames += 1
+            if np.abs(frame.to_ndarray()).max() > 64:
+                self.loud_at.append(time.monotonic())
             self._resampler = self._resampler if frame.sample_rate == 48_000 else Resampler(
                 frame.sample_rate, RATE, len(frame.layout.channels))
             self._resampler.push(frame.to_ndarray().tobytes())
@@ -186,7 +248,7 @@ class _Answerer:
 
 def media(calls: int, seconds: float, bursts: int) -> dict[str, Any]:
     parent, child = multiprocessing.get_context("spawn").Pipe()
-    process = multiprocessing.get_context("spawn").Process(target=_callers, args=(child, calls, seconds))
+    process = multiprocessing.get_context("spawn").Process(target=_callers, args=(child, calls, seconds, bursts))
     process.start()
 
     async def run() -> dict[str, Any]:
@@ -200,6 +262,7 @@ def media(calls: int, seconds: float, bursts: int) -> dict[str, Any]:
         while time.monotonic() - wall < seconds:  # every call sounds all the time
             for a in answerers:
                 a.out.push(noise, "r")
+                a.out.finish("r")
             await asyncio.sleep(1.0)
         cpu, wall = time.process_time() - cpu, time.monotonic() - wall
         await asyncio.sleep(1.5)  # what is queued plays out
@@ -208,26 +271,35 @@ def media(calls: int, seconds: float, bursts: int) -> dict[str, Any]:
             await asyncio.sleep(0.5)
             sent.append(time.monotonic())
             answerers[0].out.push(BURST, "r")
+            answerers[0].out.finish("r")
         await asyncio.sleep(1.0)
         parent.send("done")
         loud = (await asyncio.to_thread(parent.recv))[0]
+        answerers[0].loud_at.clear()
+        said = await asyncio.to_thread(parent.recv)  # the way in: the caller's bursts
+        heard = answerers[0].loud_at
         for a in answerers:
             await a.pc.close()
-        # The same bursts as WebSocket delta events.
-        delivered = []
+        # The same bursts as WebSocket events: deltas out, then appends in.
+        delivered, received = [], []
         async def handler(ws: Any) -> None:
             for _ in range(bursts):
                 await asyncio.sleep(0.5)
                 delivered.append(time.monotonic())
                 await ws.send(json.dumps({"type": "response.output_audio.delta",
                                           "delta": base64.b64encode(BURST).decode()}))
+            async for message in ws:
+                base64.b64decode(json.loads(message)["audio"])
+                received.append(time.monotonic())
         async with serve(handler, "127.0.0.1", 0) as server:
             port = server.sockets[0].getsockname()[1]
             parent.send(f"ws://127.0.0.1:{port}")
-            arrived = await asyncio.to_thread(parent.recv)
+            arrived, appended = await asyncio.to_thread(parent.recv)
         return {"calls": calls, "cpu_s": cpu, "wall_s": wall,
                 "webrtc_ms": [1000 * (min(t for t in loud if t >= s) - s) for s in sent],
-                "websocket_ms": [1000 * (a - s) for a, s in zip(arrived, delivered)]}
+                "websocket_ms": [1000 * (a - s) for a, s in zip(arrived, delivered)],
+                "webrtc_in_ms": [1000 * (min(t for t in heard if t >= s) - s) for s in said],
+                "websocket_in_ms": [1000 * (r - s) for r, s in zip(received, appended)]}
 
     try:
         return asyncio.run(run())
@@ -251,15 +323,14 @@ def main() -> None:
         print(f"media path, {n} call(s): {100 * m['cpu_s'] / m['wall_s'] / n:.1f}% of a core per call "
               f"({100 * m['cpu_s'] / m['wall_s']:.0f}% in all); sound to the caller's ear: WebRTC median "
               f"{statistics.median(m['webrtc_ms']):.0f} ms (max {max(m['webrtc_ms']):.0f}), WebSocket median "
-              f"{statistics.median(m['websocket_ms']):.1f} ms", flush=True)
+              f"{statistics.median(m['websocket_ms']):.1f} ms; the caller's sound to lyre's ear: WebRTC median "
+              f"{statistics.median(m['webrtc_in_ms']):.0f} ms (max {max(m['webrtc_in_ms']):.0f}), WebSocket "
+              f"median {statistics.median(m['websocket_in_ms']):.1f} ms", flush=True)
     if args.turns:
         out["turns"] = turns(args.turns)
-        for name, pairs in out["turns"].items():
-            stopped, first = ([1000 * p[i] for p in pairs] for i in (0, 1))
-            print(f"{name}, {len(pairs)} turns: end of speech to speech_stopped median "
-                  f"{statistics.median(stopped):.0f} ms (max {max(stopped):.0f}); to first sound median "
-                  f"{statistics.median(first):.0f} ms "
-                  f"(min {min(first):.0f}, max {max(first):.0f})")
+        for name, runs in out["turns"].items():
+            print(f"{name}, {len(runs)} turns, median ms after the end of speech: " + ", ".join(
+                f"{k} {1000 * statistics.median(r[k] for r in runs):.0f}" for k in STAGES))
     if args.json:
         args.json.write_text(json.dumps(out, indent=1))
 
