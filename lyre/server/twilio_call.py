@@ -12,8 +12,8 @@ caller's audio is resampled once. Custom parameters set it up: ``session``, a JS
 ``session.update``'s session (``{"max_speech_tokens": 400}``), then ``voice`` and ``instructions``.
 
 Back go ``media`` messages of 20 ms (160 bytes of mu-law), a ``mark`` after each chunk of a reply's
-audio, and ``clear`` when the caller speaks over a reply Twilio is still playing. The marks say how much
-of a reply the caller heard (`Playback`): at a barge-in the reply's history is cut there.
+audio, and ``clear`` when the caller speaks over a reply Twilio is still playing (lyre.server.twilio_sender).
+The marks say how much of a reply the caller heard: at a barge-in the reply's history is cut there.
 
 A fault ends the stream: the socket closes with a code and a reason naming it, and a log line says so.
 1003: a binary message; 1007: a message that is not a JSON object with an ``event``, a payload that is not
@@ -40,7 +40,8 @@ from fastapi import FastAPI, WebSocket, WebSocketDisconnect, status
 from starlette.websockets import WebSocketDisconnected, WebSocketState
 
 from lyre.server.state import ServerState
-from lyre.server.twilio_media import FRAME_MS, PHONE_RATE, Outbound, Playback, ulaw_decode
+from lyre.server.twilio_media import PHONE_RATE, ulaw_decode
+from lyre.server.twilio_sender import TwilioSender
 from lyre.server.voice_call import VoiceCall
 
 __all__ = ["MAX_MESSAGE_CHARS", "START_TIMEOUT_S", "TwilioCall", "TwilioCalls"]
@@ -93,10 +94,7 @@ class TwilioCall:
         # The caller's turns as the agent heard them: (time.perf_counter(), transcript), the last few.
         self.heard: deque[tuple[float, str]] = deque(maxlen=_HEARD_KEPT)
         self._calls = calls
-        self._outbox: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
-        self._playback = Playback()
-        self._outbound: dict[str, Outbound] = {}  # replies whose audio is going out
-        self._marks = 0
+        self._sender = TwilioSender(websocket)
         self._errors = 0  # error events from the conversation
         self._last_error = ""
         self._tasks: set[asyncio.Task[None]] = set()
@@ -104,7 +102,7 @@ class TwilioCall:
 
     async def serve(self) -> None:
         """Bridge the stream until it ends; then close the conversation and the socket."""
-        writer = asyncio.create_task(self._write(), name="lyre-twilio-writer")
+        writer = asyncio.create_task(self._sender.run(), name="lyre-twilio-writer")
         end: _Hangup | None = None  # None: the caller left
         try:
             await self._read()
@@ -130,7 +128,7 @@ class TwilioCall:
             if (text := message.get("text")) is None:
                 raise _Hangup(status.WS_1003_UNSUPPORTED_DATA, "a binary message: Twilio sends JSON text")
             await self._receive(text)
-            if self._outbox.qsize() >= _MAX_UNSENT and not await self._drained():
+            if self._sender.unsent >= _MAX_UNSENT and not await self._sender.drained(_LAST_SEND_S):
                 raise _Hangup(status.WS_1008_POLICY_VIOLATION, f"over {_MAX_UNSENT} messages left unread")
 
     def _timed_out(self) -> _Hangup:
@@ -171,6 +169,7 @@ class TwilioCall:
         if not isinstance(params, dict) or not all(isinstance(v, str) for v in params.values()):
             raise _Hangup(status.WS_1008_POLICY_VIOLATION, "start.customParameters must map names to strings")
         self.stream_sid, self.call_sid = sid, str(start.get("callSid", ""))
+        self._sender.stream_sid = sid
         self.voice = VoiceCall(self.state, self)
         self._calls.open[sid] = self
         await self._set_up(params)
@@ -220,7 +219,7 @@ class TwilioCall:
     async def _mark(self, message: dict[str, Any]) -> None:
         if not isinstance(name := _field(message, "mark").get("name"), str):
             raise _Hangup(status.WS_1008_POLICY_VIOLATION, "mark without mark.name")
-        self._playback.echoed(name, time.monotonic())
+        self._sender.echoed(name)
 
     async def _dtmf(self, message: dict[str, Any]) -> None:
         pass  # a key pressed: the agent listens to speech only
@@ -231,26 +230,17 @@ class TwilioCall:
     # -- the conversation's output (MediaSink) --
 
     def play(self, pcm: bytes, response_id: str) -> None:
-        if (outbound := self._outbound.get(response_id)) is None:
-            outbound = self._outbound[response_id] = Outbound()
-        self._send_audio(response_id, outbound.push(pcm))
+        self._sender.play(pcm, response_id)
 
     def clear(self) -> None:
-        speaking = bool(self._outbound)  # a reply is still sending audio
-        self._outbound.clear()  # a reply cut short sends not even the frame it was filling
-        if not (speaking or self._playback.playing):
-            return  # nothing is playing or on its way: nothing to stop
-        self._put({"event": "clear", "streamSid": self.stream_sid})
         assert self.voice is not None
-        for response_id, heard_ms in self._playback.clear(time.monotonic()):
+        for response_id, heard_ms in self._sender.clear():
             self._spawn(self.voice.heard(response_id, heard_ms))
 
     def event(self, event: dict[str, Any]) -> None:
         kind = event["type"]
         if kind == "response.done":
-            response_id = event["response"]["id"]
-            if (outbound := self._outbound.pop(response_id, None)) is not None:
-                self._send_audio(response_id, outbound.finish())
+            self._sender.finish(event["response"]["id"])
         elif kind == "conversation.item.input_audio_transcription.completed":
             self.heard.append((time.perf_counter(), event.get("transcript", "")))
         elif kind == "error":
@@ -258,45 +248,7 @@ class TwilioCall:
             self._last_error = str(event["error"].get("message"))
             log.info("twilio stream %s: %s", self.stream_sid, self._last_error)
 
-    def _send_audio(self, response_id: str, frames: list[bytes]) -> None:
-        """Frames of a reply, then a mark after them: Twilio echoes it once they have played."""
-        if not frames:
-            return
-        for frame in frames:
-            self._put({"event": "media", "streamSid": self.stream_sid,
-                       "media": {"payload": base64.b64encode(frame).decode("ascii")}})
-        self._playback.send(response_id, FRAME_MS * len(frames), time.monotonic())
-        self._marks += 1
-        name = f"{response_id}.{self._marks}"
-        self._playback.mark(name)
-        self._put({"event": "mark", "streamSid": self.stream_sid, "mark": {"name": name}})
-
     # -- plumbing --
-
-    def _put(self, message: dict[str, Any]) -> None:
-        self._outbox.put_nowait(message)
-
-    async def _write(self) -> None:
-        """Send the queued messages in order until the None that ends them; once Twilio has left, drop them."""
-        gone = False
-        while True:
-            message = await self._outbox.get()
-            try:
-                if message is None:
-                    return
-                if not gone:
-                    await self.websocket.send_text(json.dumps(message))
-            except (WebSocketDisconnect, WebSocketDisconnected, RuntimeError):
-                gone = True
-            finally:
-                self._outbox.task_done()
-
-    async def _drained(self) -> bool:
-        try:
-            await asyncio.wait_for(self._outbox.join(), _LAST_SEND_S)
-        except TimeoutError:
-            return False
-        return True
 
     def _spawn(self, work: Awaitable[None]) -> None:
         task = asyncio.ensure_future(work)
@@ -311,7 +263,7 @@ class TwilioCall:
             task.cancel()
         if self.voice is not None:
             await self.voice.close()
-        self._outbox.put_nowait(None)
+        self._sender.close()
         done, _ = await asyncio.wait({writer}, timeout=_LAST_SEND_S)
         if not done:
             writer.cancel()
