@@ -159,10 +159,20 @@ TRANSPORTS = {"websocket": _websocket_turn, "webrtc": _webrtc_turn,
               "websocket beside a call": _websocket_turn_beside_a_call}
 
 
-def turns(count: int) -> dict[str, list[dict[str, float]]]:
+def turns(count: int, apart: bool = False) -> dict[str, list[dict[str, float]]]:
+    """``apart``: the server on every core but the first (its torch threads as many), the callers on the
+    first, as where callers are other machines; else everything shares every core."""
+    cores = sorted(os.sched_getaffinity(0))
+    if apart:
+        if len(cores) < 2:
+            raise SystemExit("--apart needs two cores or more")
+        os.sched_setaffinity(0, cores[1:])  # the server's process starts here, and keeps it
+        os.environ["OMP_NUM_THREADS"] = str(len(cores) - 1)
     results: dict[str, list[dict[str, float]]] = {name: [] for name in TRANSPORTS}
     with thinking_at() as thinker, running_server("--stt", "--llm-url", thinker, "--llm-model", "scripted",
                                                   "--max-streams", "4") as server:
+        if apart:
+            os.sched_setaffinity(0, cores[:1])
         for i in range(count):
             pcm = speak_pcm16(SENTENCES[i % len(SENTENCES)])
             order = list(TRANSPORTS.items())
@@ -313,6 +323,8 @@ def main() -> None:
     parser.add_argument("--calls", type=int, nargs="+", default=[1, 8], help="calls at once for the CPU figure")
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--bursts", type=int, default=20)
+    parser.add_argument("--apart", action="store_true", help="turns: the server on all cores but the first, "
+                        "the callers on the first")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     print(f"# {platform.processor() or platform.machine()}, {os.cpu_count()} cores")
@@ -327,7 +339,7 @@ def main() -> None:
               f"{statistics.median(m['webrtc_in_ms']):.0f} ms (max {max(m['webrtc_in_ms']):.0f}), WebSocket "
               f"median {statistics.median(m['websocket_in_ms']):.1f} ms", flush=True)
     if args.turns:
-        out["turns"] = turns(args.turns)
+        out["turns"] = turns(args.turns, args.apart)
         for name, runs in out["turns"].items():
             print(f"{name}, {len(runs)} turns, median ms after the end of speech: " + ", ".join(
                 f"{k} {1000 * statistics.median(r[k] for r in runs):.0f}" for k in STAGES))
