@@ -2,7 +2,7 @@
 # Rerun every CPU benchmark and rewrite the figures docs/benchmarks.md quotes:
 # each script's output goes to docs/bench/<name>.txt (compare writes
 # compare.md, compare.json and its plots there), with the machine they ran on.
-# About 25 minutes on 2 cores. Run nothing else meanwhile: the figures are timings.
+# About 35 minutes on 2 cores. Run nothing else meanwhile: the figures are timings.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=docs/bench
@@ -36,4 +36,6 @@ run stt benchmarks/stt.py
 run chat benchmarks/chat.py --tokens 32 --server-requests 5
 run router benchmarks/router.py
 run agent benchmarks/agent.py --levels 1 2 4 --turns 2
+run webrtc benchmarks/webrtc.py --turns 16 --calls 1 8 --seconds 10 --bursts 20 --json "$out/webrtc.json"
+run phone benchmarks/phone.py
 echo "wrote $out/" >&2
