@@ -8,18 +8,22 @@
    last piece sent) to the VAD's speech_stopped, the transcript, the reply's first audio leaving the
    server and its first sound at the caller, each as the caller sees it. A third kind, WebSocket turns
    with a silent WebRTC call open beside them, has a call's media CPU on both sides without its
-   transport: it tells the CPU's part of the difference from the transport's (item 2).
+   transport in the turn. The transport's own part is item 2.
 2. Transport: what the media path itself adds, without the agent, each way. Out: a 200 ms burst of
    sound queued on a call's outbound track (lyre.server.webrtc_audio.OutboundAudio) to its first loud
    frame decoded at the peer. In: a burst's first frame leaving the caller's microphone to its first loud
    frame decoded on the server's side. Against the same bursts as base64 pcm16 events on a WebSocket,
    sent to decoded. Loopback; both sides' times on the one monotonic clock of the machine.
 3. CPU: the media path of N calls at once (the caller's audio: Opus decoding, resampling to 24 kHz; the
-   reply's: pacing, Opus encoding): this process's CPU over --seconds, every call carrying sound both
-   ways the whole time. The peers run in a child process, so their CPU is not counted.
+   reply's: pacing, resampling to 48 kHz, Opus encoding): this process's CPU over --seconds, every call
+   carrying sound both ways the whole time. The peers run in a child process, so their CPU is not counted.
+4. Hang-ups: a connected caller whose microphone stops (as a peer whose process or network died: nothing
+   more arrives) and one that closes its connection without hanging up, to its session freed on the
+   server (the lyre_realtime_sessions gauge back to 0).
 
     .venv/bin/python benchmarks/webrtc.py
     .venv/bin/python benchmarks/webrtc.py --turns 0 --calls 1 8 --json webrtc.json
+    .venv/bin/python benchmarks/webrtc.py --turns 0 --calls 1 --seconds 3 --hang-ups 8
 """
 
 from __future__ import annotations
@@ -183,6 +187,44 @@ def turns(count: int, apart: bool = False) -> dict[str, list[dict[str, float]]]:
     return results
 
 
+# -- 4. callers that go away --
+
+async def _hang_up_time(url: str, how: str) -> float:
+    """Seconds from a connected caller going away (``how``: "quiet", its microphone stopped as a dead
+    peer's; "close", its connection closed without a hang-up) to its session freed on the server."""
+    import httpx
+
+    peer = Peer()
+    async with httpx.AsyncClient(base_url=url, timeout=30) as http:
+        async def sessions() -> float:
+            text = (await http.get("/metrics")).text
+            return float(next(line for line in text.splitlines()
+                              if line.startswith("lyre_realtime_sessions ")).split()[1])
+
+        r = await http.post("/v1/realtime/calls", files={"sdp": (None, await peer.offer()),
+                                                         "session": (None, json.dumps(TURN))})
+        r.raise_for_status()
+        await peer.connect(r.text)
+        await peer.until("session.created", 20)
+        await asyncio.sleep(1.0)
+        gone = time.monotonic()
+        if how == "quiet":
+            peer.mic.stop()
+        else:
+            await peer.close()
+        while await sessions():
+            await asyncio.sleep(0.01)
+        took = time.monotonic() - gone
+        await peer.close()
+        return took
+
+
+def hang_ups(count: int) -> dict[str, list[float]]:
+    with thinking_at() as thinker, running_server("--stt", "--llm-url", thinker, "--llm-model", "scripted") as server:
+        return {how: [asyncio.run(_hang_up_time(server.url, how)) for _ in range(count)]
+                for how in ("quiet", "close")}
+
+
 # -- 2 and 3: the media path alone; the callers in a child process --
 
 def _callers(conn: Any, calls: int, seconds: float, bursts: int) -> None:
@@ -325,6 +367,7 @@ def main() -> None:
     parser.add_argument("--bursts", type=int, default=20)
     parser.add_argument("--apart", action="store_true", help="turns: the server on all cores but the first, "
                         "the callers on the first")
+    parser.add_argument("--hang-ups", type=int, default=8, help="callers that go away, each way")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     print(f"# {platform.processor() or platform.machine()}, {os.cpu_count()} cores")
@@ -343,6 +386,12 @@ def main() -> None:
         for name, runs in out["turns"].items():
             print(f"{name}, {len(runs)} turns, median ms after the end of speech: " + ", ".join(
                 f"{k} {1000 * statistics.median(r[k] for r in runs):.0f}" for k in STAGES))
+    if args.hang_ups:
+        out["hang_ups"] = hang_ups(args.hang_ups)
+        for how, times in out["hang_ups"].items():
+            print(f"a caller that goes {'quiet' if how == 'quiet' else 'away closing its connection'}, "
+                  f"{len(times)} times: its session freed after median {1000 * statistics.median(times):.0f} ms "
+                  f"(max {1000 * max(times):.0f})")
     if args.json:
         args.json.write_text(json.dumps(out, indent=1))
 
