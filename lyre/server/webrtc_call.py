@@ -209,7 +209,9 @@ class Call:
             await asyncio.sleep(_WATCH_S)
             now = time.monotonic()
             late, last = now - last > 3 * _WATCH_S, now
-            heard = max(self._heard_at or 0.0, (self._packets and self._packets.packet_at) or 0.0)
+            # Packets as they arrive; decoded frames only where aiortc's buffer could not be replaced.
+            packet_at = self._packets.packet_at if self._packets is not None else None
+            heard = max(self._heard_at or 0.0, packet_at or 0.0)
             if self.pc.connectionState != "connected" and now - started > CONNECT_TIMEOUT_S:
                 self.hang_up(f"not connected within {CONNECT_TIMEOUT_S:g} s")
             elif heard and not late and now - heard > MEDIA_TIMEOUT_S:
