@@ -63,9 +63,13 @@ def _settles(server: Server, metric: str, value: float = 0) -> bool:
 
 
 def test_the_openai_sdk_holds_a_spoken_turn_over_webrtc_and_hangs_up(server: Server) -> None:
+    # Spoken before the call: espeak-ng run on the event loop would stall the caller's packets, and a
+    # caller silent for 0.6 s is taken for gone.
+    sentence = speak_pcm16(SENTENCES[3])
+
     async def run() -> tuple[Peer, float, float]:
         peer, call_id = await _call(server, SESSION)
-        peer.mic.say(speak_pcm16(SENTENCES[3]))
+        peer.mic.say(sentence)
         await peer.until("response.done")
         await peer.until("output_audio_buffer.stopped", timeout=30)  # the reply played out on the track
         said_until = peer.mic.said_until
@@ -97,6 +101,8 @@ def test_the_openai_sdk_holds_a_spoken_turn_over_webrtc_and_hangs_up(server: Ser
 
 
 def test_speech_over_a_reply_clears_its_audio_and_cancels_it(server: Server) -> None:
+    sentence = speak_pcm16(SENTENCES[6])  # before the call, as above
+
     async def run() -> tuple[Peer, float]:
         peer, call_id = await _call(server, {
             **SESSION, "max_speech_tokens": 1500,
@@ -106,7 +112,7 @@ def test_speech_over_a_reply_clears_its_audio_and_cancels_it(server: Server) -> 
             "type": "message", "role": "user", "content": [{"type": "input_text", "text": "Tell me a long story."}]}})
         peer.send({"type": "response.create"})
         await peer.until("output_audio_buffer.started")
-        peer.mic.say(speak_pcm16(SENTENCES[6]))
+        peer.mic.say(sentence)
         await peer.until("output_audio_buffer.cleared")
         cleared_at = time.monotonic()
         await peer.until("response.done")
