@@ -193,8 +193,22 @@ def test_with_every_stream_parked_the_engine_knows_how_long_to_sleep() -> None:
     assert s.idle_for(now=0.0) is None  # nothing parked yet
     assert not s.schedule(now=0.0).decode and s.parked == 2
     assert s.idle_for(now=0.0) == pytest.approx(2.5)  # b: 4.0 - 0.5 - 1.0
-    s.add(_req("new"))
-    assert s.idle_for(now=0.0) is None  # someone is waiting to be admitted
+    s.add(_req("new"))  # no free row for it until a resident stream ends, which needs a step
+    assert not s.schedule(now=0.0) and s.idle_for(now=0.0) == pytest.approx(2.5)
+
+
+def test_with_every_stream_parked_and_the_queue_waiting_for_blocks_the_engine_sleeps() -> None:
+    # Two streams far ahead of their listeners hold every block; the queue's head needs more. Nothing a
+    # step could do changes that before a parked stream is due back (an abort or a new request wakes the
+    # engine sooner): the engine must sleep, not retake its lock in a loop.
+    s = Scheduler(max_batch=4, max_seq_len=128, max_waiting=8, blocks=BlockManager(9, 16),
+                  policy=SchedulingPolicy(park_above_s=2.0, unpark_below_s=1.0))
+    a, b = _req("a", prompt=60, max_tokens=60), _req("b", prompt=60, max_tokens=60)
+    a.pace, a.deadline, b.pace, b.deadline = PACE, 5.0, PACE, 4.0
+    _resident(s, a, b)  # four blocks each: one of the nine left
+    s.add(_req("head", prompt=20))
+    assert not s.schedule(now=0.0) and s.parked == 2 and len(s.waiting) == 1
+    assert s.idle_for(now=0.0) == pytest.approx(3.0)  # b: 4.0 - 1.0
 
 
 # ---- the KV cache's blocks: chunks, admission, preemption -------------------------------------------

@@ -283,10 +283,13 @@ class Scheduler:
             req.behind = False
 
     def idle_for(self, now: float) -> float | None:
-        """With every resident stream parked: seconds until the first one is due back (None: not idle).
+        """Asked when `schedule` found nothing to run: with every resident stream parked, seconds until the
+        first one is due back (None: not idle).
 
-        The engine sleeps that long instead of spinning on empty steps."""
-        if self.waiting or not self.running or self.policy.kind != "deadline":
+        The engine sleeps that long instead of spinning on empty steps. A request still waiting then waits
+        for a row or blocks that only a resident request's end frees: a step (none is due before then) or
+        an abort (which wakes the engine)."""
+        if not self.running or self.policy.kind != "deadline":
             return None
         if not all(req.parked for req in self.running.values()):
             return None
