@@ -272,3 +272,23 @@ def test_lyre_serve_engine_naive(audio_llama: Path, demo: DemoPaths) -> None:
 
         assert len(asyncio.run(websocket())) == (5 - 3) * orpheus.SAMPLES_PER_FRAME * 2
         assert server.metric("lyre_tokens_generated_total") >= 70 + 35
+
+        # Word times on the baseline too: its one segment is aligned once its audio is out.
+        timed = httpx.post(f"{server.url}/v1/audio/speech", json={**body, "timestamps": True}, timeout=120)
+        assert timed.status_code == 200, timed.text
+        assert [w["text"] for w in timed.json()["words"]] == ["Hello", "there."]
+
+        async def timed_socket() -> list[str]:
+            message = {"context_id": "t", "voice": {"mode": "id", "id": "tara"}, "transcript": "Hello there.",
+                       "continue": False, "max_tokens": 70, "seed": 2, "add_timestamps": True,
+                       "output_format": {"container": "raw", "encoding": "pcm_s16le", "sample_rate": 24000}}
+            words: list[str] = []
+            async with connect(f"{server.ws_url}/v1/tts/websocket") as ws:
+                await ws.send(json.dumps(message))
+                while not (reply := json.loads(await asyncio.wait_for(ws.recv(), 60)))["done"]:
+                    if reply["type"] == "timestamps":
+                        words += reply["word_timestamps"]["words"]
+            assert reply["type"] == "done", reply
+            return words
+
+        assert asyncio.run(timed_socket()) == ["Hello", "there."]

@@ -32,7 +32,7 @@ import asyncio
 import itertools
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -49,7 +49,7 @@ from lyre.orpheus import FrameAssembler, InvalidAudioToken, TextTokenizer
 from lyre.tts.facts import TTSFacts
 from lyre.tts.options import SpeechOptions, checked
 from lyre.tts.sampling import request_sampling
-from lyre.tts.stream import to_int16
+from lyre.tts.stream import SpokenSegment, to_int16
 from lyre.tts.context import TTSConfig
 from lyre.tts.text import TextError, normalize
 from lyre.tts.voices import Voices, load_voices
@@ -87,6 +87,8 @@ class NaiveSpeechStream:
         self.samples = 0
         self.segment_started: list[float] = []
         self.segment_done: list[float] = []
+        self.spoken: list[SpokenSegment] = []  # the one segment, once its audio is all out (for word times)
+        self._on_spoken: list[Callable[[SpokenSegment], None]] = []
         self._tts = tts
         self._text: list[str] = []
         self._ended = asyncio.Event()
@@ -135,6 +137,13 @@ class NaiveSpeechStream:
         """Whether this request's generate thread is still running."""
         return self._generation is not None and self._generation.running
 
+    def on_spoken(self, callback: Callable[[SpokenSegment], None]) -> None:
+        """Call ``callback`` with the one segment once its audio is all out, as `SpeechStream` does."""
+        self._on_spoken.append(callback)
+
+    def segments_so_far(self) -> list[SpokenSegment]:
+        return list(self.spoken)
+
     async def hold_voice(self) -> None:
         """The baseline has no cloned voices: nothing to hold."""
 
@@ -151,6 +160,7 @@ class NaiveSpeechStream:
     async def _run(self) -> AsyncIterator[np.ndarray]:
         engine, codec = self._tts.engine, self._tts.codec
         await self._ended.wait()
+        clean = ""  # no text to time words by when the prompt came ready-made
         if not self._prompt:
             if not "".join(self._text).strip():
                 return
@@ -189,6 +199,10 @@ class NaiveSpeechStream:
             else:  # the pipeline was shut down under it
                 self.finish_reason = FinishReason.ABORT
             self.segment_done.append(time.perf_counter())
+            if clean:
+                self.spoken.append(segment := SpokenSegment(clean, 0, self.samples))
+                for callback in self._on_spoken:
+                    callback(segment)
         finally:
             self._cancel.set()
 
