@@ -127,6 +127,15 @@ def test_a_bad_folder_is_refused_with_its_reason_and_the_server_keeps_serving(
     assert len(_speak(server, voice="calm")) > 0
 
 
+@pytest.mark.parametrize("path", ["x" * 1000, "/tmp/" + "y" * 300 + "/adapter", "bad\x00byte"])
+def test_a_path_the_system_cannot_look_up_is_a_400_naming_it(server: Server, path: str) -> None:
+    # Too long a name for the file system, or a NUL byte: the lookup itself fails, before any folder is read.
+    response = httpx.post(f"{server.url}/v1/adapters", headers=ADMIN, timeout=60, json={"name": "long", "path": path})
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["param"] == "path"
+    assert "long" not in _adapters(server)
+
+
 def test_loading_a_third_adapter_evicts_the_least_recent_unpinned_one(server: Server, folders: dict[str, Path]) -> None:
     assert httpx.post(f"{server.url}/v1/adapters/calm/pin", headers=ADMIN, timeout=10).json()["pinned"] is True
     _speak(server, voice="bright")  # both resident, two slots: the next load must evict one

@@ -35,7 +35,7 @@ from lyre.engine.adapter_registry import (AdapterBusy, AdapterEntry, AdapterInUs
                                           UnknownAdapter)
 from lyre.engine.config import LlamaConfig
 from lyre.engine.lora import LoraBank, PreparedAdapter
-from lyre.engine.peft_folder import VOICE_FILE, AdapterError, read_peft_adapter
+from lyre.engine.peft_folder import VOICE_FILE, AdapterError, is_there, read_peft_adapter
 from lyre.engine.sequence import Request
 
 __all__ = ["AdapterBusy", "AdapterEntry", "AdapterHost", "AdapterInUse", "AdapterLease", "AdapterRegistry",
@@ -45,7 +45,7 @@ __all__ = ["AdapterBusy", "AdapterEntry", "AdapterHost", "AdapterInUse", "Adapte
 def speaker_of(folder: Path, name: str) -> str:
     """The speaker name an adapter's prompts use: ``lyre_voice.json``'s, else the adapter's name."""
     path = folder / VOICE_FILE
-    if not path.is_file():
+    if not is_there(path, Path.is_file):
         return name
     try:
         speaker = json.loads(path.read_text()).get("speaker", name)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,7 +20,7 @@ from safetensors import safe_open
 
 from lyre.engine.config import LlamaConfig
 
-__all__ = ["LORA_TARGETS", "MAX_LORA_RANK", "VOICE_FILE", "AdapterError", "AdapterWeights", "all_finite",
+__all__ = ["LORA_TARGETS", "MAX_LORA_RANK", "VOICE_FILE", "AdapterError", "AdapterWeights", "all_finite", "is_there",
            "read_peft_adapter"]
 
 # The projections an adapter may adapt, with where each lives in a decoder layer.
@@ -105,10 +106,21 @@ def _config(folder: Path, max_rank: int) -> dict:
     return cfg
 
 
+def is_there(path: Path, kind: Callable[[Path], bool] = Path.is_dir) -> bool:
+    """``kind(path)`` (is it a folder, a file); AdapterError where the system cannot even look it up (a name
+    too long for the file system, a NUL byte: the lookup raises instead of answering)."""
+    try:
+        return kind(path)
+    except (OSError, ValueError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise AdapterError(f"adapter folder '{path.parent if kind is Path.is_file else path}' cannot be looked "
+                           f"up: {reason}") from None
+
+
 def read_peft_adapter(name: str, folder: str | Path, model: LlamaConfig, max_rank: int = MAX_LORA_RANK) -> AdapterWeights:
     """Read and check a PEFT LoRA folder against ``model``; AdapterError naming the problem otherwise."""
     folder = Path(folder).expanduser()
-    if not folder.is_dir():
+    if not is_there(folder):
         raise AdapterError(f"adapter folder '{folder}' does not exist")
     cfg = _config(folder, max_rank)
     rank, alpha = cfg["r"], float(cfg.get("lora_alpha", cfg["r"]))
