@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import logging
 from collections.abc import Iterator
 from typing import Any
 
@@ -197,6 +198,27 @@ def test_bad_events_are_refused_by_name_and_the_session_goes_on(stt: Transcriber
 
     client = asyncio.run(run())
     assert "works for me" in normalise(client.of(f"{TRANSCRIPTION}.completed")[0]["transcript"])
+
+
+def test_a_handler_that_fails_is_an_error_for_its_event_and_the_session_goes_on(
+        stt: Transcriber, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    def broken(self: RealtimeSession, event: dict[str, Any]) -> None:
+        raise KeyError("rate")  # a bug in lyre, not the client's fault
+
+    monkeypatch.setitem(RealtimeSession._handlers, "input_audio_buffer.clear", broken)
+
+    async def run() -> Client:
+        client = Client(stt)
+        error = await client.send({"type": "input_audio_buffer.clear", "event_id": "mine"})
+        assert error["type"] == "error" and error["error"]["type"] == "server_error", error
+        assert error["error"]["event_id"] == "mine" and "input_audio_buffer.clear" in error["error"]["message"]
+        assert (await client.send(MANUAL))["type"] == "transcription_session.updated"  # it goes on
+        await client.session.close()
+        return client
+
+    with caplog.at_level(logging.ERROR):
+        asyncio.run(run())
+    assert any(record.exc_info for record in caplog.records)  # its traceback is in the log
 
 
 def test_clear_empties_the_buffer(stt: Transcriber) -> None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import logging
 from collections import OrderedDict
 from typing import Any
 
@@ -44,6 +45,7 @@ _API = "websocket"  # the metrics label
 _ENDED_MEMORY = 1024  # ended context ids remembered per socket, so late messages for them are refused
 
 router = APIRouter()
+log = logging.getLogger("lyre.server.tts_socket")
 
 
 class _Gone(Exception):
@@ -216,6 +218,10 @@ class _Session:
                 self._route(context_id, message)
             except msg.ContextError as exc:
                 await self._fail(context_id, str(exc), exc.kind)
+            except Exception as exc:  # a bug in lyre: this context ends, the socket and its other contexts go on
+                log.exception("context %r: a message failed", context_id)
+                await self._fail(context_id, f"the message failed inside lyre ({type(exc).__name__}); this "
+                                             "context is ended, the socket goes on", "server_error")
 
     def _route(self, context_id: str, message: dict[str, Any]) -> None:
         """Add a message's text to its context, opening the context on its first message."""
