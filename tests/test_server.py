@@ -208,6 +208,21 @@ def test_api_key_guards_everything_but_health() -> None:
             assert w.getframerate() == SAMPLE_RATE
 
 
+def test_proxy_headers_are_believed_only_from_the_proxies_named(server: Server) -> None:
+    # A redirect's Location is built from what the server believes of the request: the scheme and client a
+    # trusted proxy says, else the connection's own. By default nobody on this host can pass as another.
+    forwarded = {"X-Forwarded-Proto": "https", "X-Forwarded-For": "203.0.113.9"}
+
+    def location(url: str) -> str:
+        answer = httpx.get(f"{url}/v1/models/", headers=forwarded, follow_redirects=False, timeout=10)
+        assert answer.status_code == 307, answer.text
+        return answer.headers["location"]
+
+    assert location(server.url).startswith("http://")
+    with running_server("--max-streams", "1", "--forwarded-allow-ips", "127.0.0.1") as proxied:
+        assert location(proxied.url).startswith("https://")
+
+
 def test_adapter_routes_are_off_without_an_admin_key(server: Server) -> None:
     """This server has no --admin-key: whatever key is sent, the adapter admin routes are not there."""
     for key in ("admin-secret", "unused"):

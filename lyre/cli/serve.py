@@ -75,6 +75,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                        help="lyre's pipeline, or the naive baseline (transformers generate per request; "
                             "needs transformers) to compare against (default: lyre)")
     serve.add_argument("--log-level", default="info")
+    serve.add_argument("--forwarded-allow-ips", metavar="IPS", default=os.environ.get("LYRE_FORWARDED_ALLOW_IPS"),
+                       help="the proxies in front of this server (lyre route, HAProxy, nginx) whose X-Forwarded-For "
+                            "and X-Forwarded-Proto it believes: comma-separated addresses or networks, or * "
+                            "(default: $LYRE_FORWARDED_ALLOW_IPS; none: every client is who its connection says, "
+                            "so no one on this host can pass as another address)")
     gpu = serve.add_argument_group("engine and codec on a GPU")
     gpu.add_argument("--attention", choices=("sdpa", "flex"),
                      help="how decode attention reads the KV cache's blocks: sdpa gathers each stream's blocks "
@@ -178,7 +183,7 @@ def run(args: argparse.Namespace) -> int:
     # uvicorn turns SIGINT/SIGTERM into a graceful shutdown: the app stops
     # admitting at once (and its fleet record says draining), lets streams in
     # flight finish (or ends them), then leaves the fleet and exits.
-    _run_draining(create_app(config), config.host, config.port, args.log_level)
+    _run_draining(create_app(config), config.host, config.port, args.log_level, args.forwarded_allow_ips or None)
     return 0
 
 
@@ -189,8 +194,11 @@ def _named(args: argparse.Namespace, settings: type) -> dict[str, object]:
     return {name: None if value == "" else value for name, value in named.items()}
 
 
-def _run_draining(app: object, host: str, port: int, log_level: str) -> None:
-    """uvicorn, with the app told to drain as soon as a shutdown starts rather than after its connections close."""
+def _run_draining(app: object, host: str, port: int, log_level: str, forwarded_allow_ips: str | None) -> None:
+    """uvicorn, with the app told to drain as soon as a shutdown starts rather than after its connections close.
+
+    Proxy headers are believed only from ``forwarded_allow_ips``: uvicorn's own default believes any process
+    on loopback, which could then pass as any address (the transcriber's fair queues are per address)."""
     import uvicorn
 
     from lyre.server import start_draining
@@ -200,7 +208,8 @@ def _run_draining(app: object, host: str, port: int, log_level: str) -> None:
             await start_draining(app)  # type: ignore[arg-type]
             await super().shutdown(sockets)
 
-    Draining(uvicorn.Config(app, host=host, port=port, log_level=log_level)).run()
+    Draining(uvicorn.Config(app, host=host, port=port, log_level=log_level, proxy_headers=bool(forwarded_allow_ips),
+                            forwarded_allow_ips=forwarded_allow_ips)).run()
 
 
 def _check_model(config: ServerConfig) -> None:
