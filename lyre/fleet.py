@@ -15,7 +15,9 @@ not the set, is the truth: a member without a key is gone.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import secrets
 from dataclasses import asdict, dataclass, field
 
 __all__ = [
@@ -25,6 +27,9 @@ __all__ = [
     "SERVICES",
     "ServerRecord",
     "server_key",
+    "server_tag",
+    "tag_in_id",
+    "tagged_id",
 ]
 
 _PREFIX = "lyre:fleet:"
@@ -35,11 +40,33 @@ EVENTS_CHANNEL = _PREFIX + "events"
 # /v1/realtime conversation (text to speech, speech to text and a think step: its own chat model or --llm-url's).
 SERVICES = ("tts", "stt", "chat", "agent")
 _SCHEMA = 1  # bumped when a field changes meaning; readers refuse records of another schema
+_TAG_CHARS = 12  # hex digits of a server's tag: 48 bits, no two servers of a fleet share one by chance
 
 
 def server_key(url: str) -> str:
     """The key holding the record of the server advertised at ``url``."""
     return f"{_PREFIX}server:{url}"
+
+
+def server_tag(url: str) -> str:
+    """A short, stable name of the server advertised at ``url``, which every router can compute from the records."""
+    return hashlib.sha256(url.encode()).hexdigest()[:_TAG_CHARS]
+
+
+def tagged_id(prefix: str, url: str | None) -> str:
+    """A new id for something that lives on one server (a WebRTC call): ``prefix``, the server's tag when it is
+    in a fleet (``url``, its advertised URL), then random hex. A router sends a request naming the id to the
+    server the tag names, wherever the ring would have put it."""
+    tag = f"{server_tag(url)}_" if url else ""
+    return f"{prefix}{tag}{secrets.token_hex(12)}"
+
+
+def tag_in_id(prefix: str, ident: str) -> str | None:
+    """The server tag in an id `tagged_id` made (None: an id with no tag, or not one of ``prefix``)."""
+    tag, sep, _ = ident.removeprefix(prefix).partition("_")
+    if not ident.startswith(prefix) or not sep or len(tag) != _TAG_CHARS:
+        return None
+    return tag
 
 
 @dataclass(frozen=True)

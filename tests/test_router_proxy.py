@@ -37,7 +37,7 @@ STUB = Path(__file__).with_name("upstream_stub.py")
 
 class Fleet:
     def __init__(self, plain: Process, talker: Process, router: Process, redis_url: str) -> None:
-        self.plain, self.talker, self.router = plain, talker, router  # talker: also advertises conversations
+        self.plain, self.talker, self.router = plain, talker, router  # talker: also conversations and chat
         self.redis_url = redis_url
 
     @property
@@ -61,7 +61,7 @@ def _stub(redis_url: str, services: str) -> Process:
 @pytest.fixture(scope="module")
 def fleet() -> Iterator[Fleet]:
     redis = Redis().start()
-    stubs = [_stub(redis.url, "tts,stt"), _stub(redis.url, "tts,stt,agent")]
+    stubs = [_stub(redis.url, "tts,stt"), _stub(redis.url, "tts,stt,agent,chat")]
     router = route(redis.url, "--api-key", KEY, "--max-inflight", str(MAX_INFLIGHT), "--max-body-bytes",
                    str(BODY_LIMIT), "--first-message-timeout", "0.5")
     try:
@@ -264,3 +264,65 @@ def test_a_stream_still_running_at_shutdown_is_cut_after_the_grace(fleet: Fleet)
         listener.join(10)
     finally:
         router.close()
+
+
+def _server_routes() -> tuple[list[tuple[str, str]], list[str]]:
+    """Every public route of a ``lyre serve`` (method, path) and its sockets, read from the app itself, so a
+    route added to the server and not to the router fails here."""
+    from starlette.routing import WebSocketRoute
+
+    from lyre.server import ServerConfig, create_app
+
+    http: list[tuple[str, str]] = []
+    sockets: list[str] = []
+    routes = list(create_app(ServerConfig()).router.routes)
+    while routes:
+        r = routes.pop()
+        if (inner := getattr(r, "original_router", None)) is not None:  # an included router
+            routes += inner.routes
+        elif isinstance(r, WebSocketRoute) or type(r).__name__ == "APIWebSocketRoute":
+            sockets.append(r.path)
+        elif getattr(r, "include_in_schema", True) and r.path not in ("/health", "/ready", "/metrics"):
+            http += [(m, r.path) for m in r.methods if m != "HEAD"]
+    return sorted(http), sorted(sockets)
+
+
+def test_every_public_route_of_a_server_is_forwarded_and_calls_go_to_their_own_server(fleet: Fleet) -> None:
+    from lyre.fleet import server_tag
+
+    http, sockets = _server_routes()
+    agent_only = ("/v1/realtime/calls", "/v1/twilio")
+    for method, path in http:
+        if "{call_id}" in path:
+            continue  # below: a call's own server, whatever the ring says
+        if path.startswith("/v1/adapters"):
+            continue  # one server's own folders and slots: an operator asks that server, not the fleet
+        url = fleet.router.url + path.replace("{name}", "somebody")
+        headers = {"authorization": "Bearer the-servers-admin-key"} if path.startswith(
+            ("/v1/audio/voices", "/v1/twilio")) and method != "GET" else AUTH  # the server checks its own key
+        answer = httpx.request(method, url, headers=headers, json={"voice": "tara"} if method == "POST" else None,
+                               timeout=10)
+        assert answer.status_code == 200, (method, path, answer.text)
+        served = answer.headers["x-lyre-server"]
+        assert served in (fleet.plain.url, fleet.talker.url), (method, path)
+        if path.startswith(agent_only):
+            assert served == fleet.talker.url, (method, path)  # only a server that can hold a conversation
+    for path in sockets:
+        async def first(path: str = path) -> str:
+            query = "" if path.startswith("/v1/twilio") else f"?voice=tara&api_key={KEY}"
+            async with connect(fleet.ws + path + query) as ws:
+                return json.loads(await ws.recv())["server"]
+
+        assert asyncio.run(first()) in (fleet.plain.url, fleet.talker.url), path
+    # A call's id names its server's tag: its hang-up reaches that server on any ring, and an id whose server is
+    # not in the fleet is a 404 from the router.
+    for holder in (fleet.plain, fleet.talker):
+        call = f"rtc_{server_tag(holder.url)}_{'ab' * 12}"
+        for method, tail in (("DELETE", ""), ("POST", "/hangup")):
+            answer = httpx.request(method, f"{fleet.router.url}/v1/realtime/calls/{call}{tail}", headers=AUTH,
+                                   timeout=10)
+            assert answer.status_code == 200 and answer.json()["server"] == holder.url, answer.text
+    for stray in (f"rtc_{'0' * 12}_{'ab' * 12}", "rtc_untagged"):
+        answer = httpx.delete(f"{fleet.router.url}/v1/realtime/calls/{stray}", headers=AUTH, timeout=10)
+        assert answer.status_code == 404 and stray in answer.json()["error"]["message"]
+    assert fleet.idle()

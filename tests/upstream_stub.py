@@ -9,7 +9,8 @@ router passed on, when, and how much.
   count while the upload is still going) and answers with the total;
 - ``POST /v1/audio/speech`` ``{"delay_s": D, "chunks": N, "chunk_s": S, "chunk_bytes": B}`` waits D before
   its headers, then streams N chunks of B bytes (default 1 KiB) S apart;
-- ``GET /v1/models`` answers with a hop-by-hop header of its own (``Connection: x-up-hop``, ``X-Up-Hop``).
+- ``GET /v1/models`` answers with a hop-by-hop header of its own (``Connection: x-up-hop``, ``X-Up-Hop``);
+- any other route echoes what came, with its method.
 """
 
 from __future__ import annotations
@@ -92,6 +93,14 @@ def create_stub(url: str, redis_url: str, services: tuple[str, ...]) -> FastAPI:
 
     app.add_api_websocket_route("/v1/tts/websocket", socket)
     app.add_api_websocket_route("/v1/realtime", socket)
+    app.add_api_websocket_route("/v1/twilio/media-stream", socket)
+
+    @app.api_route("/{rest:path}", methods=["GET", "POST", "PUT", "DELETE"])
+    async def anything(request: Request) -> dict[str, object]:
+        """Every other route a server has: what came, and which method."""
+        await request.body()
+        return {**seen(request), "method": request.method}
+
     return app
 
 

@@ -14,6 +14,7 @@ from lyre.api_keys import RequireKey
 from lyre.router import hot_voices
 from lyre.router.config import RouterConfig
 from lyre.router.fleet_view import FleetView
+from lyre.router.identity import CALLS
 from lyre.router.metrics import RouterMetrics
 from lyre.router.proxy_http import error_response, forward
 from lyre.router.proxy_socket import relay_socket
@@ -25,12 +26,23 @@ __all__ = ["HTTP_ROUTES", "SOCKET_ROUTES", "create_router_app"]
 HTTP_ROUTES = (
     ("/v1/audio/speech", "POST"),
     ("/v1/audio/voices", "GET"),
+    ("/v1/audio/voices", "POST"),  # a reference voice: any server takes it, the fleet shares it through Redis
+    ("/v1/audio/voices/{name}", "DELETE"),
     ("/v1/models", "GET"),
     ("/v1/audio/transcriptions", "POST"),
+    ("/v1/audio/alignments", "POST"),
     ("/v1/chat/completions", "POST"),
+    (CALLS, "POST"),
+    (CALLS + "/{call_id}", "DELETE"),  # to the server holding the call, named in its id
+    (CALLS + "/{call_id}/hangup", "POST"),
+    ("/v1/twilio/voice", "POST"),
     ("/", "GET"),  # the playground page
 )
-SOCKET_ROUTES = ("/v1/tts/websocket", "/v1/realtime")
+SOCKET_ROUTES = ("/v1/tts/websocket", "/v1/realtime", "/v1/twilio/media-stream")
+# Requests that cannot carry the router's key, and that the server guards with a key of its own: uploads and
+# deletes of reference voices (the servers' admin key, in the same Bearer header), and Twilio's webhook and
+# media stream (Twilio's signature). The router passes them on; the server refuses what it must.
+_SERVERS_OWN_KEY = (("POST", "/v1/audio/voices"), ("DELETE", "/v1/audio/voices/"), ("POST", "/v1/twilio/voice"))
 # Answered without the router's API key: the probes, and the playground page (as a server answers it).
 _OPEN_PATHS = frozenset({"/health", "/ready", "/"})
 
@@ -59,8 +71,7 @@ def create_router_app(config: RouterConfig) -> FastAPI:
                 await view.close()
 
     app = FastAPI(title="lyre router", version="0.1.0", lifespan=lifespan)
-    app.add_middleware(RequireKey, api_key=config.api_key, open_paths=_OPEN_PATHS,
-                       admin=lambda method, path: path.startswith(hot_voices.HOT_PREFIX), refuse=_refuse)
+    app.add_middleware(RequireKey, api_key=config.api_key, open_paths=_OPEN_PATHS, admin=_own_key, refuse=_refuse)
     for path, method in HTTP_ROUTES:
         app.router.add_route(path, forward, methods=[method], include_in_schema=False)  # Starlette's: no FastAPI layer
     for path in SOCKET_ROUTES:
@@ -101,6 +112,13 @@ def create_router_app(config: RouterConfig) -> FastAPI:
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     return app
+
+
+def _own_key(method: str, path: str) -> bool:
+    """Requests the router's key does not guard: its own admin API (its admin key), and `_SERVERS_OWN_KEY`."""
+    return path.startswith(hot_voices.HOT_PREFIX) or any(
+        method == m and (path == p or (p.endswith("/") and path.startswith(p) and len(path) > len(p)))
+        for m, p in _SERVERS_OWN_KEY)
 
 
 def _refuse() -> Response:

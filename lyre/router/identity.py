@@ -15,22 +15,28 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["SERVER_HEADER", "SESSION_HEADER", "Identity", "IdentityError", "identity_of", "json_body", "key_in_body",
-           "service_of", "voice_in_message"]
+__all__ = ["CALLS", "CALL_PREFIX", "SERVER_HEADER", "SESSION_HEADER", "Identity", "IdentityError", "call_of",
+           "identity_of", "json_body", "key_in_body", "service_of", "voice_in_message"]
 
 SESSION_HEADER = "x-lyre-session"
 SERVER_HEADER = "x-lyre-server"  # on every proxied response: the server that handled it
 _MAX_ID_CHARS = 256
 
 _REALTIME = "/v1/realtime"
+CALLS = "/v1/realtime/calls"
+CALL_PREFIX = "rtc_"  # a WebRTC call's id: lyre.fleet.tagged_id's, naming the server that holds the call
 # Which service each API needs; None: any server will do. A realtime socket is a conversation, which needs a
-# server that can hold one (lyre.fleet's "agent"), unless it asks for transcription, as OpenAI's clients do.
+# server that can hold one (lyre.fleet's "agent"), unless it asks for transcription, as OpenAI's clients do;
+# so do calls, over WebRTC or the phone. Word times of known text need no model of the server's own.
 _SERVICES = {
     "/v1/audio/speech": "tts",
     "/v1/audio/voices": "tts",
     "/v1/tts/websocket": "tts",
     "/v1/audio/transcriptions": "stt",
     _REALTIME: "agent",
+    CALLS: "agent",
+    "/v1/twilio/voice": "agent",
+    "/v1/twilio/media-stream": "agent",
     "/v1/chat/completions": "chat",
 }
 _KEY_IN_BODY = frozenset({"/v1/audio/speech"})  # the APIs whose JSON body may name the voice to route by
@@ -54,7 +60,17 @@ def service_of(path: str, query: Mapping[str, str]) -> str | None:
     """The service a request to ``path`` needs (None: any server will do)."""
     if path == _REALTIME and query.get("intent") == "transcription":
         return "stt"
-    return _SERVICES.get(path)
+    if (service := _SERVICES.get(path)) is not None:
+        return service
+    # A route with its own id in the path: a voice to delete, a call, a phone stream's credential.
+    return next((_SERVICES[base] for base in _SERVICES if path.startswith(base + "/")), None)
+
+
+def call_of(path: str) -> str | None:
+    """The call a request to ``path`` is about (``/v1/realtime/calls/{id}``, and its ``/hangup``), or None."""
+    if not path.startswith(CALLS + "/"):
+        return None
+    return path[len(CALLS) + 1:].split("/", 1)[0] or None
 
 
 def key_in_body(path: str) -> bool:

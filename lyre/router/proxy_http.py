@@ -34,7 +34,7 @@ from starlette.requests import ClientDisconnect
 from starlette.types import Receive, Scope, Send
 
 from lyre.router.headers import request_headers, response_headers
-from lyre.router.identity import (SERVER_HEADER, IdentityError, identity_of, json_body, key_in_body,
+from lyre.router.identity import (SERVER_HEADER, IdentityError, call_of, identity_of, json_body, key_in_body,
                                   service_of)
 from lyre.router.state import Lease, RouterState
 
@@ -79,15 +79,22 @@ async def forward(request: Request) -> Response:
             identity = identity_of(request.headers, request.query_params,
                                    json_body(body, request.headers.get("content-type", "")))
     service = service_of(path, request.query_params)
+    pinned = None  # a request about one call goes to the server holding it, wherever the ring would put it
+    if (call := call_of(path)) is not None and (pinned := state.holder(call)) is None:
+        return error_response(404, f"no call {call!r} in this fleet: it was never made, or its server has left",
+                              "invalid_request_error")
     headers = request_headers(request.headers, request.client.host if request.client else None,
                               keep_length=body is None)
     target = path + (f"?{request.url.query}" if request.url.query else "")
     failed: list[str] = []
-    for attempt in range(2):  # the first server, then once more on the next
-        route = state.choose(identity, service, path, exclude=failed)
-        if route is None:
-            break
-        url = route.server
+    for attempt in range(1 if pinned else 2):  # the first server, then once more on the next
+        if pinned is None:
+            route = state.choose(identity, service, path, exclude=failed)
+            if route is None:
+                break
+            url = route.server
+        else:
+            url = pinned
         if attempt == 0:
             state.metrics.overhead.observe(time.perf_counter() - started)
         sent = time.perf_counter()

@@ -43,6 +43,8 @@ log = logging.getLogger("lyre.router")
 _HANDSHAKE = frozenset({"sec-websocket-key", "sec-websocket-version", "sec-websocket-extensions",
                         "sec-websocket-protocol"})
 _MAX_MESSAGE = 16 * 2**20
+# Sockets whose caller cannot send the router's key and the server checks otherwise: Twilio's media stream.
+_SIGNED_BY_CALLER = frozenset({"/v1/twilio/media-stream"})
 _TRY_AGAIN_LATER = 1013
 _SERVER_WENT_AWAY = 1011
 _POLICY = 1008
@@ -54,7 +56,7 @@ _NONE_SERVES = {"agent": "no server in the fleet can hold a conversation now (te
 async def relay_socket(ws: WebSocket) -> None:
     state: RouterState = ws.app.state.router
     path = ws.url.path
-    if not authorized(state.config.api_key, ws.headers, ws.query_params):
+    if path not in _SIGNED_BY_CALLER and not authorized(state.config.api_key, ws.headers, ws.query_params):
         await ws.send_denial_response(error_response(403, "missing or wrong API key (send Authorization: Bearer "
                                                           "KEY, X-API-Key: KEY or ?api_key=KEY)",
                                                      "authentication_error"))

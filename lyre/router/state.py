@@ -8,9 +8,10 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
+from lyre.fleet import server_tag, tag_in_id
 from lyre.router.config import RouterConfig
 from lyre.router.fleet_view import FleetView
-from lyre.router.identity import Identity
+from lyre.router.identity import CALL_PREFIX, Identity
 from lyre.router.metrics import RouterMetrics
 from lyre.router.ring import Route
 
@@ -44,6 +45,12 @@ class RouterState:
             how = "passed_over" if route.passed_over else "adapter" if route.adapter_hit else "home"
             self.metrics.routed.labels(api, how, route.server).inc()
         return route
+
+    def holder(self, call: str) -> str | None:
+        """The server holding ``call`` (its id names the server's tag), draining or not; None: no such server."""
+        if (tag := tag_in_id(CALL_PREFIX, call)) is None:
+            return None
+        return next((url for url in self.view.servers if server_tag(url) == tag), None)
 
     def full(self) -> str | None:
         """Why a new request or socket is refused now (``max_inflight`` are open), or None when it may go on."""
