@@ -157,6 +157,8 @@ def test_process_metrics_show_memory_cpu_and_file_descriptors(server: Server) ->
     assert server.metric("process_resident_memory_bytes") > 50e6
     assert server.metric("process_cpu_seconds_total") > 0
     assert 0 < server.metric("process_open_fds") < server.metric("process_max_fds")
+    # The server's own: the engine's loop thread at least, and the tasks serving it (this scrape's among them).
+    assert server.metric("lyre_python_threads") >= 2 and server.metric("lyre_event_loop_tasks") >= 1
 
 
 def test_a_client_that_disconnects_frees_its_engine_slot(server: Server) -> None:

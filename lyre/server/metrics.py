@@ -3,6 +3,8 @@ transcriber and chat engine counters read from their stats at scrape time."""
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -17,6 +19,14 @@ _LATENCY_BUCKETS = (0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.75, 1.0,
 _TRANSCRIPTION_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0, 30.0, 60.0, 120.0, 300.0)
 
 Stats = Callable[[], Any]
+
+
+def _loop_tasks() -> int:
+    """Tasks on the running event loop (a scrape runs on it); 0 when read from elsewhere."""
+    try:
+        return len(asyncio.all_tasks())
+    except RuntimeError:
+        return 0
 
 
 class _StatsCollector(Collector):
@@ -207,5 +217,10 @@ class Metrics:
                                    "Chat request submitted to its first generated token",
                                    buckets=_LATENCY_BUCKETS, registry=r)
         r.register(_StatsCollector(engine_stats, codec_stats, stt_stats, chat_stats, adapter_stats))
-        # process_resident_memory_bytes, process_cpu_seconds_total, process_open_fds, ...: a leak shows here.
+        # process_resident_memory_bytes, process_cpu_seconds_total, process_open_fds, ...: a leak shows here,
+        # and in the tasks and threads the server itself starts.
         ProcessCollector(registry=r)
+        Gauge("lyre_event_loop_tasks", "asyncio tasks alive on the server's event loop",
+              registry=r).set_function(_loop_tasks)
+        Gauge("lyre_python_threads", "Python threads alive in the server (the engine's, the codec's, each "
+              "transcriber's, aiortc's, ...)", registry=r).set_function(threading.active_count)
