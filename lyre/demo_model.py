@@ -27,6 +27,7 @@ import torch
 from safetensors.torch import save_file
 from tokenizers import Tokenizer
 
+from lyre.files import cache_root
 from lyre.orpheus import (
     BOS,
     CODEBOOK_SIZE,
@@ -122,8 +123,6 @@ _GENERATION_CONFIG = {
 _IMAGE_TOKEN = "<|image|>"
 _INIT_STD = 0.02  # Llama's initializer_range
 _DEMO_VERSION = "demo-v1"  # bump when the demo's contents change
-_CACHE_ENV = "LYRE_CACHE_DIR"
-_DEFAULT_CACHE = Path("~/.cache/lyre")
 
 
 @dataclass(frozen=True)
@@ -184,11 +183,6 @@ def write_demo_model(root: Path, seed: int = 0) -> DemoPaths:
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return paths
-
-
-def cache_root() -> Path:
-    """lyre's cache folder: ``$LYRE_CACHE_DIR``, else ``~/.cache/lyre``."""
-    return Path(os.environ.get(_CACHE_ENV) or _DEFAULT_CACHE).expanduser()
 
 
 def demo_model(cache_dir: Path | None = None) -> DemoPaths:

@@ -1,4 +1,5 @@
-"""Files written whole or not at all: a reader never sees half of one, and a crash leaves the old one."""
+"""lyre's files: where its cache lives, and files written whole or not at all (a reader never sees half of one,
+and a crash leaves the old one)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,15 @@ import os
 import tempfile
 from pathlib import Path
 
-__all__ = ["write_atomic"]
+__all__ = ["cache_root", "write_atomic"]
+
+_CACHE_ENV = "LYRE_CACHE_DIR"
+_DEFAULT_CACHE = "~/.cache/lyre"
+
+
+def cache_root() -> Path:
+    """lyre's cache folder: ``$LYRE_CACHE_DIR``, else ``~/.cache/lyre``."""
+    return Path(os.environ.get(_CACHE_ENV) or _DEFAULT_CACHE).expanduser()
 
 
 def write_atomic(path: Path, text: str) -> None:

@@ -23,7 +23,7 @@ from lyre.bench.metrics import (
     percentile,
     stream_tokens_per_second,
 )
-from lyre.bench.report import format_table, to_json
+from lyre.bench.report import format_spread, format_table, to_json
 from lyre.bench.runner import (
     BenchConfig,
     BenchResult,
@@ -32,6 +32,7 @@ from lyre.bench.runner import (
     run_bench,
 )
 from lyre.bench.texts import BUILTIN_TEXTS, load_texts
+from lyre.bench.trials import Trial, TrialPlan, run_trials, spread
 
 __all__ = [
     "BUILTIN_TEXTS",
@@ -41,12 +42,17 @@ __all__ = [
     "LevelSummary",
     "Slo",
     "TargetResult",
+    "Trial",
+    "TrialPlan",
+    "format_spread",
     "format_table",
     "headline",
     "is_viable",
     "load_texts",
     "percentile",
     "run_bench",
+    "run_trials",
+    "spread",
     "stream_tokens_per_second",
     "to_json",
     "write_plots",

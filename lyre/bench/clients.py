@@ -25,6 +25,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
 
 from lyre.bench.metrics import Chunk
+from lyre.bench.playback import first_audible
 from lyre.orpheus import SAMPLE_RATE
 
 __all__ = ["SPEECH_PATH", "WEBSOCKET_PATH", "Channel", "Job", "Result", "Transport", "make_transport"]
@@ -63,25 +64,37 @@ class Result:
     chunks: list[Chunk] = field(default_factory=list)
     error: str | None = None  # "http_429", "timeout", "connection", "protocol", "ws: <message>", ...
     detail: str | None = None
+    ttfb_s: float | None = None  # the response's first byte: HTTP headers, or the socket's first message for it
+    leading_silence_s: float | None = None  # audio before the first audible sample (None: none came)
 
 
 class _Timeline:
-    """Audio arrivals of one request, coalesced into chunks."""
+    """Audio arrivals of one request, coalesced into chunks; the leading silence found as the audio comes."""
 
-    def __init__(self, sent: float) -> None:
+    def __init__(self, sent: float, result: Result) -> None:
         self.sent = sent
         self.chunks: list[Chunk] = []
+        self._result = result
+        self._samples = 0  # s16 samples seen so far
+        self._odd = b""  # a sample split between two reads
 
-    def add(self, nbytes: int) -> None:
-        if nbytes <= 0:
+    def add(self, data: bytes) -> None:
+        if not data:
             return
         t = time.perf_counter() - self.sent
-        seconds = nbytes / _BYTES_PER_SECOND
+        seconds = len(data) / _BYTES_PER_SECOND
         if self.chunks and t - self.chunks[-1][0] <= COALESCE_S:
             start, held = self.chunks[-1]
             self.chunks[-1] = (start, held + seconds)
         else:
             self.chunks.append((t, seconds))
+        if self._result.leading_silence_s is None:  # scanned only until the first audible sample
+            data, self._odd = self._odd + data, b""
+            if len(data) % 2:
+                data, self._odd = data[:-1], data[-1:]
+            if (found := first_audible(data)) is not None:
+                self._result.leading_silence_s = (self._samples + found) / SAMPLE_RATE
+            self._samples += len(data) // 2
 
 
 class Channel(ABC):
@@ -141,16 +154,17 @@ class _HttpChannel(Channel):
         return result
 
     async def _post(self, client: httpx.AsyncClient, body: dict[str, Any], sent: float, result: Result) -> None:
-        timeline = _Timeline(sent)
+        timeline = _Timeline(sent, result)
         result.chunks = timeline.chunks
         async with client.stream("POST", self._url, json=body, headers=self._headers) as response:
+            result.ttfb_s = time.perf_counter() - sent
             if response.status_code != 200:
                 result.error = f"http_{response.status_code}"
                 result.detail = (await response.aread()).decode(errors="replace")[:_DETAIL_CHARS]
                 return
             # Raw reads: pcm has no content encoding, and decoding would only add buffering.
             async for piece in response.aiter_raw():
-                timeline.add(len(piece))
+                timeline.add(piece)
 
 
 def _ws_error_kind(message: str) -> str:
@@ -185,7 +199,7 @@ class _WsChannel(Channel):
                     self._socket = await connect(self._url, additional_headers=self._headers,
                                                  max_size=_WS_MAX_MESSAGE)
                 await self._socket.send(json.dumps(message))
-                await self._receive(self._socket, context_id, _Timeline(sent), result)
+                await self._receive(self._socket, context_id, _Timeline(sent, result), result)
         except Exception as exc:  # noqa: BLE001 - every failure is a counted outcome, not a crash
             # The socket's state is unknown (a context may still be speaking): start afresh next time.
             await self.aclose()
@@ -201,9 +215,11 @@ class _WsChannel(Channel):
             if reply.get("context_id") not in (context_id, None):
                 continue  # a late message for an earlier context
             kind = reply.get("type")
+            if result.ttfb_s is None:
+                result.ttfb_s = time.perf_counter() - timeline.sent
             if kind == "chunk":
                 try:
-                    timeline.add(len(base64.b64decode(reply.get("data", ""), validate=True)))
+                    timeline.add(base64.b64decode(reply.get("data", ""), validate=True))
                 except (binascii.Error, TypeError) as exc:
                     raise ValueError(f"undecodable audio chunk: {exc}") from None
             elif kind == "error":

@@ -69,7 +69,8 @@ class RequestRecord:
 
     def measured(self) -> Measured:
         r = self.result
-        return Measured(sent_at=self.sent_at, e2e_s=r.e2e_s, chunks=tuple(r.chunks), error=r.error)
+        return Measured(sent_at=self.sent_at, e2e_s=r.e2e_s, chunks=tuple(r.chunks), error=r.error, ttfb_s=r.ttfb_s,
+                        leading_silence_s=r.leading_silence_s)
 
 
 class ChannelPool:

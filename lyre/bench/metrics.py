@@ -13,6 +13,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from lyre.bench.playback import C_BOUNDS_S, Playback, play
 from lyre.orpheus import TOKENS_PER_SECOND
 
 __all__ = [
@@ -112,10 +113,16 @@ class Measured:
     e2e_s: float
     chunks: Sequence[Chunk]
     error: str | None = None
+    ttfb_s: float | None = None
+    leading_silence_s: float | None = None  # audio before the first audible sample; None: nothing audible
 
     @property
     def ok(self) -> bool:
         return self.error is None
+
+    def heard(self, playback_rate: float = 1.0) -> Playback:
+        """What a listener starting at the first audible sample hears (lyre.bench.playback)."""
+        return play(self.chunks, self.leading_silence_s, playback_rate)
 
     @property
     def ttfa_s(self) -> float | None:
@@ -159,6 +166,24 @@ class LevelSummary:
     requests_per_s: float | None = None  # complete responses per second of the measured window
     tokens_per_s_p50: float | None = None
     audio_s_total: float = 0.0
+    # As the field reports it (lyre.bench.playback): the first byte, the first audible sample, the leading
+    # silence, and each request's worst playback underrun (a failed request has none to count: it is not
+    # within any bound, nor free of underruns).
+    ttfb_p50_s: float | None = None
+    ttfa_p95_s: float | None = None
+    ttfa_audible_p50_s: float | None = None
+    ttfa_audible_p95_s: float | None = None
+    leading_silence_p50_s: float | None = None
+    worst_underrun_p95_s: float | None = None
+    c50: float | None = None
+    c100: float | None = None
+    c200: float | None = None
+    zero_underrun: float | None = None
+
+    @property
+    def held(self) -> bool:
+        """Every request complete and played without an underrun: the load counts (as the field counts it)."""
+        return self.requests > 0 and self.ok == self.requests and self.zero_underrun == 1.0
 
     def meets(self, slo: Slo) -> bool:
         """True when p90 TTFA and the viable share both hold the SLO."""
@@ -175,6 +200,13 @@ def summarize(load: float, requests: Sequence[Measured], playback_rate: float = 
     viability for listeners playing at ``playback_rate`` times real time."""
     done = [r for r in requests if r.ok]
     ttfas = [t for r in done if (t := r.ttfa_s) is not None]
+    heard = [r.heard(playback_rate) for r in done]
+    audible = [t for h in heard if (t := h.audible_at_s) is not None]
+    worst = [h.worst_underrun_s for h in heard]
+
+    def share(within: float) -> float | None:
+        return sum(w <= within for w in worst) / len(requests) if requests else None
+
     rtfs = [x for r in done if (x := real_time_factor(r.e2e_s, r.audio_s)) is not None]
     rates = [x for r in done if (x := stream_tokens_per_second(r.chunks)) is not None]
     errors = Counter(r.error for r in requests if r.error is not None)
@@ -198,6 +230,16 @@ def summarize(load: float, requests: Sequence[Measured], playback_rate: float = 
         requests_per_s=throughput,
         tokens_per_s_p50=percentile(rates, 50),
         audio_s_total=sum(r.audio_s for r in done),
+        ttfb_p50_s=percentile((t for r in done if (t := r.ttfb_s) is not None), 50),
+        ttfa_p95_s=percentile(ttfas, 95),
+        ttfa_audible_p50_s=percentile(audible, 50),
+        ttfa_audible_p95_s=percentile(audible, 95),
+        leading_silence_p50_s=percentile((s for r in done if (s := r.leading_silence_s) is not None), 50),
+        worst_underrun_p95_s=percentile(worst, 95),
+        c50=share(C_BOUNDS_S[0]),
+        c100=share(C_BOUNDS_S[1]),
+        c200=share(C_BOUNDS_S[2]),
+        zero_underrun=sum(h.underruns == 0 for h in heard) / len(requests) if requests else None,
     )
 
 

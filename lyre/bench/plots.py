@@ -1,4 +1,5 @@
-"""PNG charts of a bench run: TTFA percentiles and the viable share against load, with the SLO lines.
+"""PNG charts of a bench run: TTFA percentiles and the viable share against load, with the SLO lines, and the
+audible TTFA with C100 as the field's rate sweeps show them.
 
 Drawn on matplotlib's Agg canvas directly (no pyplot), so no display, global
 figure state or backend switch is involved; matplotlib is imported only here,
@@ -94,10 +95,38 @@ def _viable(result: BenchResult, path: Path) -> None:
     figure.savefig(path, format="png")
 
 
+def _audible(result: BenchResult, path: Path) -> None:
+    """As the field plots a rate sweep: audible TTFA p50 and p95 (left axis), C100 (right axis)."""
+    figure = _figure()
+    ax = figure.subplots()
+    share = ax.twinx()
+    for i, target in enumerate(result.targets):
+        name = _name(result, i)
+        for attribute, label, style in (("ttfa_audible_p50_s", "audible TTFA p50", "-"),
+                                        ("ttfa_audible_p95_s", "audible TTFA p95", "--")):
+            xs, ys = _points(target.levels, attribute, scale=1000)
+            ax.plot(xs, ys, style, marker="o", color=f"C{i}", label=f"{name} {label}".strip())
+        xs, ys = _points(target.levels, "c100")
+        share.plot(xs, ys, ":", marker="s", color=f"C{i}", label=f"{name} C100".strip())
+    _load_axis(ax, result)
+    ax.set_ylabel("audible time to first audio (ms)")
+    ax.set_ylim(bottom=0)
+    share.set_ylabel("C100: share with no gap over 100 ms")
+    share.set_ylim(-0.02, 1.02)
+    ax.set_title("Audible first audio and playback gaps vs load")
+    ax.grid(alpha=0.3)
+    lines, labels = ax.get_legend_handles_labels()
+    more, more_labels = share.get_legend_handles_labels()
+    ax.legend(lines + more, labels + more_labels, fontsize="small")
+    figure.tight_layout()
+    figure.savefig(path, format="png")
+
+
 def write_plots(result: BenchResult, directory: Path) -> list[Path]:
-    """Write ``ttfa.png`` and ``viable.png`` into ``directory`` (made if missing); their paths."""
+    """Write ``ttfa.png``, ``viable.png`` and ``audible.png`` into ``directory`` (made if missing); their paths."""
     directory.mkdir(parents=True, exist_ok=True)
-    paths = [directory / "ttfa.png", directory / "viable.png"]
+    paths = [directory / "ttfa.png", directory / "viable.png", directory / "audible.png"]
     _ttfa(result, paths[0])
     _viable(result, paths[1])
+    _audible(result, paths[2])
     return paths

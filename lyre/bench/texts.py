@@ -1,10 +1,24 @@
-"""What the bench asks the server to say: a built-in mix of lengths, or the lines of a file."""
+"""What the bench asks the server to say: a built-in mix of lengths, the lines of a file, or a public prompt set.
+
+``seed-tts-en`` is the English target texts of seed-tts-eval (its ``en/meta.lst``: 1,088 Common Voice
+sentences), the prompt set the 2026 serving comparisons report on. Its texts come with the test set, which
+lyre cannot fetch or ship: build the list once from a local copy of it,
+
+    lyre bench --build-texts seed-tts-en /path/to/seedtts_testset/en/meta.lst
+
+which keeps each line's last field (``utt_id|prompt_text|prompt_wav|target_text``), in order, in lyre's
+cache (``$LYRE_CACHE_DIR/bench/seed-tts-en.txt``); ``--texts seed-tts-en`` then reads it.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["BUILTIN_TEXTS", "load_texts"]
+from lyre.files import cache_root, write_atomic
+
+__all__ = ["BUILTIN_TEXTS", "PROMPT_SETS", "build_prompt_set", "load_texts", "named_or_file", "prompt_set_path"]
+
+PROMPT_SETS = ("seed-tts-en",)
 
 # Short, medium and long, interleaved so every few requests mix the three
 # (a voice agent's turns vary the same way). Long ones stay under 300
@@ -48,3 +62,38 @@ def load_texts(path: Path) -> tuple[str, ...]:
     if not texts:
         raise ValueError(f"{path}: no texts (one per line expected)")
     return texts
+
+
+def prompt_set_path(name: str) -> Path:
+    """Where the prompt set ``name`` is kept once built."""
+    if name not in PROMPT_SETS:
+        raise ValueError(f"no prompt set {name!r}; there are {', '.join(PROMPT_SETS)}")
+    return cache_root() / "bench" / f"{name}.txt"
+
+
+def build_prompt_set(name: str, meta: Path) -> tuple[Path, int]:
+    """The prompt set ``name`` from its meta file (seed-tts-eval's ``meta.lst``): its path and text count."""
+    path = prompt_set_path(name)
+    texts = []
+    for number, line in enumerate(meta.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        fields = line.split("|")
+        if len(fields) < 4 or not fields[-1].strip():
+            raise ValueError(f"{meta}:{number}: expected utt_id|prompt_text|prompt_wav|target_text, got {line!r}")
+        texts.append(" ".join(fields[-1].split()))
+    if not texts:
+        raise ValueError(f"{meta}: no lines")
+    write_atomic(path, "\n".join(texts) + "\n")
+    return path, len(texts)
+
+
+def named_or_file(given: str) -> tuple[str, ...]:
+    """``--texts``: a prompt set's name (built before), else a file of one text per line."""
+    if given in PROMPT_SETS:
+        path = prompt_set_path(given)
+        if not path.is_file():
+            raise ValueError(f"--texts {given}: not built yet; build it from a local copy of the test set with "
+                             f"lyre bench --build-texts {given} PATH/TO/en/meta.lst")
+        return load_texts(path)
+    return load_texts(Path(given))
