@@ -206,7 +206,8 @@ def test_a_clip_becomes_a_voice_whose_prompt_changes_what_is_said(demo: DemoPath
         tts.close()
 
 
-@pytest.mark.parametrize("seconds, match", [(0.0, "silent"), (1.0, "at least 3"), (25.0, "at most 20")])
+@pytest.mark.parametrize("seconds, match", [(0.0, "silent"), (1.0, "at least 3"), (20.0, "at most 15"),
+                                            (26.0, "more than 25 s of audio")])
 def test_a_clip_too_short_too_long_or_silent_is_refused_naming_the_file(seconds: float, match: str) -> None:
     rng = np.random.default_rng(0)
     n = int(24_000 * max(seconds, 4.0))

@@ -98,6 +98,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     stt.add_argument("--stt-device", help="auto, cpu or cuda[:N] for Whisper (default: --device's)")
     stt.add_argument("--stt-max-file-mb", type=float, default=25.0,
                      help="largest audio file accepted, in MiB (default: 25, OpenAI's limit)")
+    stt.add_argument("--stt-max-file-seconds", type=float, default=600.0,
+                     help="most audio a file to transcribe may hold; decoding stops past it and the file is "
+                          "refused (default: 600)")
     stt.add_argument("--stt-max-sessions", type=int, default=8,
                      help="realtime sessions at once, all kinds together: transcription and agent WebSockets, "
                           "WebRTC calls, phone streams; more are refused (default: 8)")

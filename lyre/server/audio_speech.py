@@ -22,6 +22,7 @@ from lyre.server.state import ServerState
 from lyre.server.voices_api import inline_reference
 from lyre.stt import AlignedWord, WordTimer
 from lyre.tts import AdapterBusy, AdapterError, SpeechOptions
+from lyre.tts.reference_voices import MAX_SECONDS, MIN_SECONDS
 
 __all__ = ["SpeechRequest", "router"]
 
@@ -57,9 +58,9 @@ class SpeechRequest(BaseModel):
                              "speech.word_timestamps events among the audio deltas; otherwise one JSON answer "
                              "with the whole audio base64-encoded and its words")
     reference_audio: str | None = Field(
-        None, description="lyre's extra: a voice for this request alone, from a clip (3-20 s of one person "
-                          "speaking, any format ffmpeg reads, base64; within the server's body limit). It speaks "
-                          "instead of voice")
+        None, description=f"lyre's extra: a voice for this request alone, from a clip ({MIN_SECONDS:g}-{MAX_SECONDS:g} "
+                          "s of one person speaking, any format ffmpeg reads, base64; within the server's body "
+                          "limit). It speaks instead of voice; a clip sent again is not made again")
     reference_text: str | None = Field(None, max_length=2000, description="What reference_audio says; default: the "
                                        "server's Whisper transcribes it")
     priority: Literal["realtime", "batch"] = Field(

@@ -47,6 +47,8 @@ class ServerConfig:
     stt_model: str | None = None  # Whisper folder or hub id; None: the demo, Whisper base
     stt_device: str | None = None  # None: the same as device; auto is resolved as device is
     stt_max_file_bytes: int = 25 * 1024 * 1024  # OpenAI's upload limit
+    # Audio a file to transcribe may hold: decoding stops past it (a small compressed file can hold hours).
+    stt_max_file_seconds: float = 600.0
     stt_max_sessions: int = 8  # realtime sessions open at once: sockets, WebRTC calls and phone streams together
     stt_idle_timeout_s: float = 30.0  # a realtime session with no client event and no pass running this long closes
     stt_max_buffer_s: float = 60.0  # seconds of audio a realtime session's input buffer may hold
@@ -87,7 +89,7 @@ class ServerConfig:
         if self.max_queue < 0:
             raise ValueError(f"max_queue must be >= 0, got {self.max_queue}")
         for name in ("queue_timeout_s", "ws_idle_timeout_s", "ws_flush_after_s", "stt_idle_timeout_s",
-                     "stt_max_buffer_s"):
+                     "stt_max_buffer_s", "stt_max_file_seconds"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
         if not 0 < self.port < 65536:

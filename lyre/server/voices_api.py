@@ -30,7 +30,8 @@ from lyre.server.transcriptions import as_http_error, upload_body_limit, upload_
 from lyre.stt import AudioError, TranscribeOptions, TranscriberBusy, TranscriberClosed, TranscriptionFailed
 from lyre.stt.audio import decode_file
 from lyre.tts import Synthesizer
-from lyre.tts.reference_voices import ReferenceRejected, ReferenceVoice, read_reference_clip
+from lyre.tts.reference_voices import (MAX_FILE_SECONDS, MAX_SECONDS, MIN_SECONDS, ReferenceRejected, ReferenceVoice,
+                                      read_reference_clip)
 
 __all__ = ["VOICES_PATH", "inline_reference", "is_admin", "router"]
 
@@ -82,7 +83,8 @@ async def list_voices(request: Request) -> dict[str, list[dict[str, Any]]]:
 async def add_voice(
     request: Request,
     name: Annotated[str, Form(max_length=200, description="The voice's name: 1-64 letters, digits, '_', '.', '-'")],
-    file: Annotated[UploadFile, File(description="3-20 s of one person speaking, in any format ffmpeg reads")],
+    file: Annotated[UploadFile, File(description=f"{MIN_SECONDS:g}-{MAX_SECONDS:g} s of one person speaking, in any "
+                                                 "format ffmpeg reads")],
     text: Annotated[str | None, Form(max_length=2000, description="What the clip says; default: the server's "
                                                                   "Whisper transcribes it")] = None,
 ) -> dict[str, Any]:
@@ -125,8 +127,9 @@ def _refusal(tts: Synthesizer) -> str | None:
 
 async def make_voice(state: ServerState, tts: Synthesizer, name: str, data: bytes, text: str | None,
                      ) -> ReferenceVoice:
-    """A reference voice from a clip's bytes: decoded, cut, checked, transcribed when ``text`` is missing,
-    SNAC-encoded. ReferenceRejected naming the part at fault: ``file`` (the clip) or ``text``."""
+    """A reference voice from a clip's bytes: decoded (no more than `MAX_FILE_SECONDS` of it), cut, checked,
+    transcribed when ``text`` is missing, SNAC-encoded. ReferenceRejected naming the part at fault: ``file``
+    (the clip) or ``text``."""
     clip = await asyncio.to_thread(read_reference_clip, data)
     transcribed = not (text and text.strip())
     if transcribed:
@@ -139,7 +142,7 @@ async def _transcribe(state: ServerState, data: bytes) -> str:
         raise ReferenceRejected("text: what the clip says is needed (this server has no speech to text to hear "
                                 "it: start it with --stt)", "text")
     try:
-        audio = await asyncio.to_thread(decode_file, data)
+        audio = await asyncio.to_thread(decode_file, data, "file", MAX_FILE_SECONDS)
         transcript = await state.stt.transcribe(audio, TranscribeOptions(), session="voices")
     except (AudioError, TranscriberBusy, TranscriberClosed, TranscriptionFailed) as exc:
         raise as_http_error(exc) from exc

@@ -25,15 +25,19 @@ from typing import Any
 
 from lyre import orpheus
 from lyre.files import write_atomic
-from lyre.tts.clips import ClipRejected, SilenceCut, TrimmedClip, load_clip, trim_clip
+from lyre.tts.clips import ClipRejected, ClipTooLong, SilenceCut, TrimmedClip, load_clip, trim_clip
 
-__all__ = ["MAX_SECONDS", "MIN_SECONDS", "ReferenceRejected", "ReferenceVoice", "ReferenceVoices",
-           "check_name", "check_text", "default_voices_dir", "read_reference_clip"]
+__all__ = ["MAX_FILE_SECONDS", "MAX_SECONDS", "MIN_SECONDS", "SILENCE_MARGIN_S", "ReferenceRejected", "ReferenceVoice",
+           "ReferenceVoices", "check_name", "check_text", "default_voices_dir", "read_reference_clip"]
 
 log = logging.getLogger("lyre.tts")
 
 MIN_SECONDS = 3.0  # of speech after the silence cut: less does not carry a voice
-MAX_SECONDS = 20.0  # more costs every request's prompt without a better likeness
+# Of speech after the cut: more costs every request's prompt without a better likeness. 15 s (about 1,230 audio
+# tokens) and its text fit the default --max-seq-len of 2048 beside the prompt and about 5 s of reply.
+MAX_SECONDS = 15.0
+SILENCE_MARGIN_S = 10.0  # silence around the speech a clip may hold, cut before the clip is measured
+MAX_FILE_SECONDS = MAX_SECONDS + SILENCE_MARGIN_S  # audio decoded from a clip at most; past it, it is refused
 # Fast speech is about 20 characters a second; text much denser than this cannot be what the clip says.
 MAX_CHARS_PER_SECOND = 30.0
 MAX_TEXT_CHARS = 1000
@@ -66,19 +70,28 @@ def check_name(name: str) -> str:
 
 def read_reference_clip(data: bytes) -> TrimmedClip:
     """An uploaded clip as 24 kHz mono with the silence around the speech cut, between `MIN_SECONDS` and
-    `MAX_SECONDS` long; ReferenceRejected (param ``file``) naming what is wrong with it."""
+    `MAX_SECONDS` long; ReferenceRejected (param ``file``) naming what is wrong with it. No more than
+    `MAX_FILE_SECONDS` of it is ever decoded."""
     try:
-        clip = trim_clip(load_clip(data), SilenceCut())
+        clip = trim_clip(load_clip(data, MAX_FILE_SECONDS), SilenceCut())
+    except ClipTooLong:
+        raise ReferenceRejected(f"file: more than {MAX_FILE_SECONDS:g} s of audio; a reference may be at most "
+                                f"{MAX_SECONDS:g} s of speech, with up to {SILENCE_MARGIN_S:g} s of silence around "
+                                "it (cut it to one or two sentences)", "file") from None
     except ClipRejected as exc:
         raise ReferenceRejected(f"file: {exc}", "file") from None
-    if clip.seconds < MIN_SECONDS:
-        raise ReferenceRejected(f"file: {clip.seconds:.2f} s of speech once the silence around it is cut; a "
+    _check_seconds(clip.seconds)
+    return clip
+
+
+def _check_seconds(seconds: float) -> None:
+    if seconds < MIN_SECONDS:
+        raise ReferenceRejected(f"file: {seconds:.2f} s of speech once the silence around it is cut; a "
                                 f"reference needs at least {MIN_SECONDS:g} s", "file")
-    if clip.seconds > MAX_SECONDS:
-        raise ReferenceRejected(f"file: {clip.seconds:.1f} s of speech once the silence around it is cut; a "
+    if seconds > MAX_SECONDS:
+        raise ReferenceRejected(f"file: {seconds:.1f} s of speech once the silence around it is cut; a "
                                 f"reference may be at most {MAX_SECONDS:g} s (cut it to one or two sentences)",
                                 "file")
-    return clip
 
 
 def check_text(text: str, seconds: float) -> str:
