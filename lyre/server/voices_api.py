@@ -9,7 +9,9 @@ Uploading and deleting answer only to the admin key, as the adapter routes
 do. A clip without ``text`` is transcribed by the server's Whisper, and the
 transcript comes back so the uploader can check it. The voice is kept in the
 server's voices folder, and, on a server registered with a fleet, in the
-fleet's Redis, so every server speaks it.
+fleet's Redis, so every server speaks it. A name another voice holds (the
+model's, an adapter, a reference voice here or in the fleet), or that another
+upload is taking, is a 409.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from lyre.server.transcriptions import as_http_error, upload_body_limit, upload_
 from lyre.stt import AudioError, TranscribeOptions, TranscriberBusy, TranscriberClosed, TranscriptionFailed
 from lyre.stt.audio import decode_file
 from lyre.tts import Synthesizer
+from lyre.tts.reference_store import ReferenceVoices, new_claim
 from lyre.tts.reference_voices import (MAX_FILE_SECONDS, MAX_SECONDS, MIN_SECONDS, ReferenceRejected, ReferenceVoice,
                                       read_reference_clip)
 
@@ -59,6 +62,7 @@ class VoiceRoute(LimitedBodyRoute):
 router = APIRouter(route_class=VoiceRoute)
 _ERRORS = {400: error_doc("A field is missing or wrong; the message names it"),
            401: error_doc("Missing or wrong admin key"), 404: error_doc("No such voice, or no admin key set"),
+           409: error_doc("Another voice holds the name, or another upload of it took it first"),
            413: error_doc("The clip is over the server's upload limit")}
 
 
@@ -88,22 +92,34 @@ async def add_voice(
     text: Annotated[str | None, Form(max_length=2000, description="What the clip says; default: the server's "
                                                                   "Whisper transcribes it")] = None,
 ) -> dict[str, Any]:
-    """Make a voice from a clip; it is spoken at once by every route that takes a voice."""
+    """Make a voice from a clip; it is spoken at once by every route that takes a voice. A 409 when another
+    voice (the model's, an adapter, a reference voice here or in the fleet) holds the name, or another upload
+    of it takes it first."""
     state: ServerState = request.app.state.lyre
     tts = state.require_tts()
     if (refused := _refusal(tts)) is not None:
         raise InvalidParam(refused, "file")
+    references: ReferenceVoices = tts.references  # type: ignore[assignment]
+    fleet = state.fleet_voices
     try:
-        tts.references.check_new(name)  # type: ignore[union-attr]
-        limit, too_large = upload_limit(request)
-        if file.size is not None and file.size > limit:
-            raise HTTPException(413, too_large)
-        voice = await make_voice(state, tts, name, await file.read(), text)
-        await asyncio.to_thread(tts.references.add, voice)  # type: ignore[union-attr]
+        with references.reserving(name):  # a second upload of the name, here, is refused until this one ends
+            if fleet is not None:
+                await fleet.check_new(name)  # before the clip is read: what the fleet holds is refused at once
+            limit, too_large = upload_limit(request)
+            if file.size is not None and file.size > limit:
+                raise HTTPException(413, too_large)
+            voice = await make_voice(state, tts, name, await file.read(), text)
+            claim = new_claim()
+            if fleet is not None:
+                await fleet.claim(voice, claim)  # of two servers taking the name at once, Redis picks one
+            try:
+                await asyncio.to_thread(references.add, voice, claim)
+            except BaseException:
+                if fleet is not None:
+                    await fleet.withdraw(name, claim)
+                raise
     except ReferenceRejected as exc:
         raise InvalidParam(str(exc), exc.param) from None
-    if state.fleet_voices is not None:
-        await state.fleet_voices.publish(voice)
     return voice.describe()
 
 
