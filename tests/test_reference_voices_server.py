@@ -1,5 +1,5 @@
 """Voices from a reference clip on real servers: upload, list, speak (HTTP, SSE, the WebSocket, `lyre say`),
-delete, bad input, one namespace with adapters, a request's own reference, a fleet
+delete, bad input, one namespace with adapters, a request's own reference (cached, its encodes bounded), a fleet
 of two sharing its voices through Redis and racing for a name, a restart.
 
 Two `lyre serve --register` processes and a real redis-server, shared by the tests; each test uploads the voices
@@ -49,7 +49,7 @@ class Pair:
 def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
     folders = [tmp_path_factory.mktemp("voices-a"), tmp_path_factory.mktemp("voices-b")]
     redis = Redis().start()
-    common = ("--admin-key", "voice-admin", "--max-streams", "4")
+    common = ("--admin-key", "voice-admin", "--max-streams", "4", "--max-inline-references", "1")
     a = serve(redis.url, *common, "--voices-dir", str(folders[0]), "--stt")  # hears clips sent without text
     b = serve(redis.url, *common, "--voices-dir", str(folders[1]))
     try:
@@ -249,6 +249,37 @@ def test_an_adapter_and_a_reference_voice_never_share_a_name(pair: Pair, demo: D
     names = [v["name"] for v in httpx.get(pair.a.url + "/v1/audio/voices", timeout=10).json()["voices"]]
     assert len(names) == len(set(names)), names
     assert httpx.delete(pair.a.url + "/v1/adapters/calm", headers=ADMIN, timeout=30).status_code == 200
+
+
+def test_a_request_s_own_reference_is_made_once_and_only_so_many_are_made_at_once(pair: Pair) -> None:
+    def made(outcome: str) -> float:
+        series = f'lyre_inline_references_total{{outcome="{outcome}"}} '
+        lines = httpx.get(pair.b.url + "/metrics", timeout=10).text.splitlines()
+        return next((float(line.rsplit(" ", 1)[1]) for line in lines if line.startswith(series)), 0.0)
+
+    clip = base64.b64encode(_wav(4.0, seed=7)).decode()
+    first, cached = made("made"), made("cached")
+    one = _speak(pair.b.url, reference_audio=clip, reference_text=SAID)
+    again = _speak(pair.b.url, reference_audio=clip, reference_text=SAID)
+    assert one.status_code == again.status_code == 200 and one.content == again.content, again.text
+    assert made("made") == first + 1 and made("cached") == cached + 1
+
+    async def at_once() -> tuple[list[httpx.Response], httpx.Response]:
+        async with httpx.AsyncClient(timeout=120) as client:
+            clips = [base64.b64encode(_wav(4.0, seed=100 + i)).decode() for i in range(6)]  # none cached
+            requests = [client.post(pair.b.url + "/v1/audio/speech",
+                                    json={**SPEECH, "reference_audio": own, "reference_text": SAID}) for own in clips]
+            upload = client.post(pair.b.url + "/v1/audio/voices", data={"name": "uploaded-meanwhile", "text": SAID},
+                                 files={"file": ("clip.wav", speak_wav(SAID), "audio/wav")}, headers=ADMIN)
+            *spoken, uploaded = await asyncio.gather(*requests, upload)
+        return spoken, uploaded
+
+    spoken, uploaded = asyncio.run(at_once())
+    codes = [r.status_code for r in spoken]
+    assert 200 in codes and 429 in codes and set(codes) <= {200, 429}, [r.text[:200] for r in spoken]
+    busy = next(r for r in spoken if r.status_code == 429)
+    assert busy.headers["Retry-After"] == "1" and "reference clips" in busy.json()["error"]["message"]
+    assert uploaded.status_code == 201, uploaded.text  # uploads are not counted against requests' own clips
 
 
 def test_a_restarted_server_speaks_the_voices_it_kept(tmp_path: Path) -> None:

@@ -71,6 +71,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     reference.add_argument("--allow-reference-voices", action="store_true",
                            help="speak reference voices on a model not known to (Orpheus's pretrained checkpoints "
                                 "are; a finetune says so in its voices.json)")
+    reference.add_argument("--max-inline-references", type=int, default=2,
+                           help="speech requests' own reference clips (reference_audio) made into voices at once; "
+                                "more are refused with 429 (a clip made once is cached) (default: 2)")
     serve.add_argument("--engine", choices=("lyre", "naive"), default="lyre",
                        help="lyre's pipeline, or the naive baseline (transformers generate per request; "
                             "needs transformers) to compare against (default: lyre)")

@@ -86,7 +86,8 @@ _AUDIO_TYPES = {"audio/pcm": {}, "audio/wav": {}, "audio/mpeg": {}, "audio/ogg":
     responses={200: {"description": "Audio, streamed as it is made", "content": _AUDIO_TYPES},
                404: error_doc("Text to speech is not served by this server"),
                413: error_doc("The request body is over the server's limit"),
-               429: error_doc("Every adapter slot holds a cloned voice in use"),
+               429: error_doc("Every adapter slot holds a cloned voice in use, or too many requests' own "
+                              "reference clips are being made into voices"),
                503: error_doc("The server is shutting down, or a cloned voice's folder cannot be loaded")},
 )
 async def create_speech(body: SpeechRequest, request: Request) -> StreamingResponse:

@@ -37,6 +37,7 @@ class ServerConfig:
     voice_aliases: tuple[tuple[str, str], ...] = ()
     voices_dir: str | None = None  # reference voices' folder; None: the lyre cache's, one per codec
     allow_reference_voices: bool = False  # speak reference voices whatever the model says of itself
+    max_inline_references: int = 2  # requests' own reference clips made into voices at once; more get 429
     ws_max_contexts: int = 16  # open contexts per WebSocket
     ws_max_message_bytes: int = 64 * 1024
     ws_idle_timeout_s: float = 60.0  # a context with no new text and nothing to speak is closed
@@ -83,7 +84,8 @@ class ServerConfig:
         if not (self.tts or self.stt or self.llm):
             raise ValueError("serve at least one of text to speech (tts), speech to text (stt) and chat (llm)")
         for name in ("max_input_chars", "ws_max_contexts", "ws_max_message_bytes",
-                     "stt_max_file_bytes", "stt_max_sessions", "max_body_bytes", "llm_max_batch", "llm_max_seq_len"):
+                     "stt_max_file_bytes", "stt_max_sessions", "max_body_bytes", "llm_max_batch", "llm_max_seq_len",
+                     "max_inline_references"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.max_queue < 0:

@@ -12,6 +12,9 @@ server's voices folder, and, on a server registered with a fleet, in the
 fleet's Redis, so every server speaks it. A name another voice holds (the
 model's, an adapter, a reference voice here or in the fleet), or that another
 upload is taking, is a 409.
+
+A speech request's own clip (``reference_audio``) is made into a voice as an
+upload is, through `InlineReferences`: cached, and bounded apart from uploads.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from starlette.exceptions import HTTPException
 from lyre.server.auth import require_admin
 from lyre.server.body_limit import LimitedBodyRoute
 from lyre.server.errors import InvalidParam, error_doc
+from lyre.server.inline_references import inline_key
 from lyre.server.state import ServerState
 from lyre.server.transcriptions import as_http_error, upload_body_limit, upload_limit
 from lyre.stt import AudioError, TranscribeOptions, TranscriberBusy, TranscriberClosed, TranscriptionFailed
@@ -171,7 +175,8 @@ _INLINE = {"file": "reference_audio", "text": "reference_text"}
 
 
 async def inline_reference(state: ServerState, tts: Synthesizer, audio: str, text: str | None) -> ReferenceVoice:
-    """A request's own reference (``reference_audio``, base64, and ``reference_text``), checked as an upload."""
+    """A request's own reference (``reference_audio``, base64, and ``reference_text``), checked as an upload;
+    made once per clip and text (`InlineReferences`), and a 429 when too many are being made."""
     if (refused := _refusal(tts)) is not None:
         raise InvalidParam(f"reference_audio: {refused}", "reference_audio")
     try:
@@ -180,7 +185,8 @@ async def inline_reference(state: ServerState, tts: Synthesizer, audio: str, tex
         raise InvalidParam("reference_audio: not base64 (send the clip's file, base64-encoded)",
                            "reference_audio") from None
     try:
-        return await make_voice(state, tts, "inline", data, text)
+        return await state.inline_references.get(inline_key(data, text),
+                                                 lambda: make_voice(state, tts, "inline", data, text))
     except ReferenceRejected as exc:
         param = _INLINE.get(exc.param, exc.param)
         raise InvalidParam(param + str(exc).removeprefix(exc.param), param) from None

@@ -111,7 +111,7 @@ class TTS:
                          if engine.adapters is not None else None)
         self.references = ReferenceVoices(self.config.voices_dir, self._holder, self._check_prompt)
         self._encoder: Any = None  # a SnacEncoder on the codec's model, made with the first reference voice
-        self._encoder_lock = threading.Lock()
+        self._encoder_made = threading.Lock()
         # What every stream it opens reads, and nothing else of it.
         self.context = PipelineContext(engine, tokenizer, codec, self.config, playback_rate, self.adapters)
         self._ids = itertools.count()
@@ -212,10 +212,12 @@ class TTS:
 
         self._check_references()
         text = check_text(text, clip.seconds)
-        with self._encoder_lock:
+        with self._encoder_made:
             if self._encoder is None:
                 self._encoder = SnacEncoder(self.codec.decoder.model)
-            frames = orpheus.without_repeated_frames(self._encoder.encode(clip.pcm))
+        # Encodes run side by side (the codec's model is only read, as its decodes do meanwhile): an upload never
+        # waits behind requests' own references, whose number the server bounds.
+        frames = orpheus.without_repeated_frames(self._encoder.encode(clip.pcm))
         voice = ReferenceVoice(name, text, tuple(frames), round(clip.seconds, 3), transcribed)
         self._check_prompt(voice)
         return voice
