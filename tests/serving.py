@@ -100,8 +100,20 @@ class Server:
         return os.pread(fd, os.fstat(fd).st_size, 0).decode(errors="replace")
 
     def rss_kb(self) -> int:
+        return self._status_kb("VmRSS:")
+
+    def peak_rss_kb(self) -> int:
+        """The most memory the server has held at once since it started, or since `reset_peak_rss`."""
+        return self._status_kb("VmHWM:")
+
+    def reset_peak_rss(self) -> None:
+        """Start `peak_rss_kb` again from what the server holds now (Linux's clear_refs)."""
+        with open(f"/proc/{self.process.pid}/clear_refs", "w") as f:
+            f.write("5")
+
+    def _status_kb(self, field: str) -> int:
         with open(f"/proc/{self.process.pid}/status") as f:
-            return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+            return next(int(line.split()[1]) for line in f if line.startswith(field))
 
     def metric(self, name: str, headers: dict[str, str] | None = None) -> float:
         text = httpx.get(f"{self.url}/metrics", headers=headers, timeout=10).text

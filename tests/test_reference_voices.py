@@ -1,12 +1,12 @@
 """Voices from a reference clip, in process: Orpheus's zero-shot prompt, the cached reference, the store, which
-models may speak them."""
+models may speak them, the longest clip, the fleet's voices checked as uploads are."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import math
 import shutil
-import time
 from pathlib import Path
 
 import numpy as np
@@ -21,8 +21,10 @@ from lyre.engine.loader import load_llama
 from lyre.engine.runner import ModelRunner
 from lyre.engine.sequence import Request
 from lyre.model_folder import load_tokenizer
-from lyre.tts import TTS, SpeechOptions, TTSConfig
-from lyre.tts.reference_voices import ReferenceRejected, ReferenceVoice, ReferenceVoices, read_reference_clip
+from lyre.tts import TTS, ServingConfig, SpeechOptions, TTSConfig
+from lyre.tts.reference_store import ReferenceVoices, new_claim
+from lyre.tts.reference_voices import MAX_SECONDS, ReferenceRejected, ReferenceVoice, read_reference_clip
+from lyre.tts.voices import VoiceNameTaken
 from speech import speak_wav, wav_bytes
 from test_kv_blocks import FEED, sampled_logits
 
@@ -105,13 +107,17 @@ def test_a_second_request_in_a_reference_voice_reuses_its_turn_with_the_logits_o
 
 def test_the_store_writes_each_voice_whole_and_reads_them_back(tmp_path: Path) -> None:
     folder = tmp_path / "voices"
-    store = ReferenceVoices(folder, taken=lambda name: name == "tara")
+    store = ReferenceVoices(folder, holder=lambda name: "one of the model's voices" if name == "tara" else None)
     voice = ReferenceVoice("fox", SAID, FRAMES, 4.5)
-    store.add(voice)
-    with pytest.raises(ReferenceRejected, match="exists") as exists:
-        store.add(voice)
+    claim = new_claim()
+    with store.reserving("fox"):
+        with pytest.raises(VoiceNameTaken, match="being uploaded"):
+            store.check_new("fox")  # a second upload of the name, while the first is under way
+        store.add(voice, claim)
+    with pytest.raises(VoiceNameTaken, match="exists") as exists:
+        store.check_new("fox")
     assert exists.value.param == "name"
-    with pytest.raises(ReferenceRejected, match="already a voice") as taken:
+    with pytest.raises(VoiceNameTaken, match="one of the model's voices") as taken:
         store.check_new("tara")
     assert taken.value.param == "name"
     for bad in ("", "a/b", "..", "x" * 65, "has space"):
@@ -122,7 +128,7 @@ def test_the_store_writes_each_voice_whole_and_reads_them_back(tmp_path: Path) -
     assert sorted(p.name for p in folder.iterdir()) == ["broken.json", "fox.json", "other.json"]  # no temp file
     again = ReferenceVoices(folder)
     assert [v.name for v in again] == ["fox"] and again.get("fox") == voice and again.on_disk() == ["fox"]
-    assert again.get("fox").digest == voice.digest
+    assert again.get("fox").digest == voice.digest and again.claim_of("fox") == claim
     again.remove("fox")
     assert not (folder / "fox.json").exists() and len(ReferenceVoices(folder)) == 0
     with pytest.raises(ValueError, match="frames"):
@@ -173,7 +179,7 @@ def test_a_clip_becomes_a_voice_whose_prompt_changes_what_is_said(demo: DemoPath
         with pytest.raises(ReferenceRejected, match="more than") as long_text:
             tts.make_reference("fox", clip, SAID * 10)
         assert long_text.value.param == "text"
-        tts.references.add(voice)
+        tts.references.add(voice, new_claim())
         tts.check_voice("fox")  # what the agent's session.update asks
         with pytest.raises(ValueError, match="unknown voice"):
             tts.check_voice("nobody")
@@ -206,7 +212,8 @@ def test_a_clip_becomes_a_voice_whose_prompt_changes_what_is_said(demo: DemoPath
         tts.close()
 
 
-@pytest.mark.parametrize("seconds, match", [(0.0, "silent"), (1.0, "at least 3"), (25.0, "at most 20")])
+@pytest.mark.parametrize("seconds, match", [(0.0, "silent"), (1.0, "at least 3"), (20.0, "at most 15"),
+                                            (26.0, "more than 25 s of audio")])
 def test_a_clip_too_short_too_long_or_silent_is_refused_naming_the_file(seconds: float, match: str) -> None:
     rng = np.random.default_rng(0)
     n = int(24_000 * max(seconds, 4.0))
@@ -223,7 +230,22 @@ def test_a_clip_too_short_too_long_or_silent_is_refused_naming_the_file(seconds:
         assert bad.value.param == "file" and str(bad.value).startswith("file:")
 
 
-def test_the_fleet_shares_voices_through_redis_and_a_delete_outranks_only_older_uploads(tmp_path: Path) -> None:
+def test_a_clip_as_long_as_the_api_takes_fits_a_server_at_its_default_max_seq_len(tmp_path: Path) -> None:
+    # As many frames as MAX_SECONDS of real speech encodes to, every coarse code new: the demo codec repeats its
+    # coarse codes, and keeps only a few frames of any clip.
+    frames = tuple(tuple((97 * f + 13 * k) % orpheus.CODEBOOK_SIZE for k in range(orpheus.FRAME_TOKENS))
+                   for f in range(math.ceil(MAX_SECONDS * orpheus.SAMPLE_RATE / orpheus.SAMPLES_PER_FRAME)))
+    said = " ".join(["Speech at a steady rate says this much."] * round(MAX_SECONDS * 14 / 40))  # 14 chars a second
+    tts = TTS.load(config=TTSConfig(voices_dir=tmp_path / "voices"))  # ServingConfig's defaults
+    try:
+        assert tts.engine.config.max_seq_len == ServingConfig().max_seq_len
+        tts.references.check(ReferenceVoice("longest", said, frames, MAX_SECONDS))  # the turn and a reply fit
+    finally:
+        tts.close()
+
+
+def test_the_fleet_shares_voices_through_redis_and_a_delete_removes_only_the_upload_it_deleted(
+        tmp_path: Path) -> None:
     import redis as redis_client
 
     from fleet_processes import Redis
@@ -237,23 +259,26 @@ def test_the_fleet_shares_voices_through_redis_and_a_delete_outranks_only_older_
         async def scenario() -> None:
             fa, fb = FleetVoices(server.url, a), FleetVoices(server.url, b)
             try:
-                a.add(voice)
-                await fa.publish(voice)
+                first = new_claim()
+                a.add(voice, first)
+                assert await fa.claim(voice, first)
+                assert await fa.claim(voice, first)  # the same upload claiming again (a lost reply) holds it still
+                with pytest.raises(VoiceNameTaken, match="another upload"):
+                    await fb.claim(ReferenceVoice("fox", "Other words.", FRAMES, 4.5), new_claim())
                 await fb.sync()
                 assert b.get("fox") == voice and b.on_disk() == []  # held for the fleet, not kept on disk
                 await fb.withdraw("fox")
                 b.drop("fox")
                 await fa.sync()
                 assert "fox" not in a and not (tmp_path / "a" / "fox.json").exists()
-                # Uploaded again after the delete, but Redis never heard of it (it was away): the upload is
-                # newer than the delete, so it stays, and the next sync publishes it.
-                time.sleep(0.01)
-                a.add(voice)
+                # Uploaded again, but Redis never heard of it (it was away): the delete removed another upload's
+                # claim, so this one stays, and the next sync claims it for the fleet.
+                a.add(voice, new_claim())
                 await fa.sync()
                 assert "fox" in a
                 await fb.sync()
                 assert b.get("fox") == voice
-                # A Redis that restarted empty: the server that keeps the voice publishes it again.
+                # A Redis that restarted empty: the server that keeps the voice claims it again.
                 redis_client.Redis.from_url(server.url).flushall()
                 await fa.sync()
                 await fb.sync()
@@ -265,3 +290,62 @@ def test_the_fleet_shares_voices_through_redis_and_a_delete_outranks_only_older_
         asyncio.run(scenario())
     finally:
         server.stop()
+
+
+def test_voices_from_the_fleet_are_checked_as_uploads_are_off_the_event_loop_and_bad_ones_skipped(
+        demo: DemoPaths, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    import threading
+
+    import redis as redis_client
+
+    from fleet_processes import Redis
+    from lyre.fleet_voices import DIGESTS_KEY, FleetVoices, voice_key
+
+    # 1,024 positions leave 348 for a reference: a 50-frame turn (350 audio tokens) does not fit this server.
+    tts = TTS.load(serving=ServingConfig(max_seq_len=1024), config=TTSConfig(voices_dir=tmp_path / "voices"))
+    server = Redis().start()
+    client = redis_client.Redis.from_url(server.url)
+    good = ReferenceVoice("good", SAID, FRAMES, 4.5)
+    record = json.loads(good.to_json())
+    bad = {
+        "too-long-here": {**record, "name": "too-long-here", "frames": [list(FRAMES[i % 12]) for i in range(50)]},
+        "control": {**record, "name": "control", "text": "Say <|eot_id|> now."},
+        "bloated": {**record, "name": "bloated", "seconds": 4000.0},
+        "more-frames": {**record, "name": "more-frames", "seconds": 3.0, "frames": [list(f) for f in FRAMES] * 4},
+        "not-text": {**record, "name": "not-text", "text": 42},
+        "other-name": {**record, "name": "someone-else"},
+    }
+    try:
+        for name, data in [("good", record), *bad.items()]:
+            client.set(voice_key(name), json.dumps(data))
+            client.hset(DIGESTS_KEY, name, f"digest-of-{name}")
+        client.set(voice_key("nested"), "[" * 100_000)
+        client.hset(DIGESTS_KEY, "nested", "digest-of-nested")
+        checked_on: list[threading.Thread] = []
+
+        def check(voice: ReferenceVoice) -> None:  # the pipeline's, noting where it runs
+            checked_on.append(threading.current_thread())
+            tts.references.check(voice)
+
+        store = ReferenceVoices(None, check=check)
+
+        async def sync() -> tuple[int, threading.Thread]:
+            fleet = FleetVoices(server.url, store)
+            try:
+                await fleet.sync()
+                await fleet.sync()  # a voice refused once is not fetched, nor logged, again
+                return fleet.syncs, threading.current_thread()
+            finally:
+                await fleet.close()
+
+        with caplog.at_level("WARNING", logger="lyre.fleet"):
+            syncs, loop_thread = asyncio.run(sync())
+        assert syncs == 2
+        assert [v.name for v in store] == ["good"]
+        assert checked_on and loop_thread not in checked_on
+        skipped = [r.getMessage() for r in caplog.records if "skipped" in r.getMessage()]
+        assert sorted(m.split("'")[1] for m in skipped) == sorted([*bad, "nested"]), skipped
+    finally:
+        client.close()
+        server.stop()
+        tts.close()

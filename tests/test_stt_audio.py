@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import io
+import time
 import wave
 
 import av
 import numpy as np
 import pytest
+from bombs import silence_bomb
 from speech import ESPEAK_RATE, SENTENCES, speak, speak_pcm16, speak_wav
 
-from lyre.stt import SAMPLE_RATE, AudioError, PcmResampler, decode_file
+from lyre.stt import SAMPLE_RATE, AudioError, AudioTooLong, PcmResampler, decode_file
 
 SENTENCE = SENTENCES[10]  # the longest: about 5.7 s
 
@@ -77,6 +79,18 @@ def test_a_file_without_samples_is_rejected() -> None:
         out.setframerate(SAMPLE_RATE)
     with pytest.raises(AudioError, match="holds no audio samples"):
         decode_file(buffer.getvalue(), "silence.wav")
+
+
+@pytest.mark.parametrize(("codec", "container"), [("flac", "flac"), ("libopus", "ogg")])
+def test_decoding_stops_at_the_limit_of_a_file_holding_more(codec: str, container: str) -> None:
+    bomb = silence_bomb(codec, container, 3600)  # an hour of silence in under 1 MB
+    start = time.process_time()
+    with pytest.raises(AudioTooLong, match=r"bomb\.audio holds more than 60 s of audio") as too_long:
+        decode_file(bomb, "bomb.audio", max_seconds=60)
+    assert too_long.value.limit_s == 60
+    assert time.process_time() - start < 1.0  # the hour, decoded, takes seconds
+    within = decode_file(silence_bomb(codec, container, 30), max_seconds=60)
+    assert within.size == pytest.approx(30 * SAMPLE_RATE, rel=0.02) and not within.any()
 
 
 def _stream(resampler: PcmResampler, pcm: bytes, sizes: list[int]) -> np.ndarray:

@@ -71,6 +71,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     reference.add_argument("--allow-reference-voices", action="store_true",
                            help="speak reference voices on a model not known to (Orpheus's pretrained checkpoints "
                                 "are; a finetune says so in its voices.json)")
+    reference.add_argument("--max-inline-references", type=int, default=2,
+                           help="speech requests' own reference clips (reference_audio) made into voices at once; "
+                                "more are refused with 429 (a clip made once is cached) (default: 2)")
     serve.add_argument("--engine", choices=("lyre", "naive"), default="lyre",
                        help="lyre's pipeline, or the naive baseline (transformers generate per request; "
                             "needs transformers) to compare against (default: lyre)")
@@ -103,6 +106,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     stt.add_argument("--stt-device", help="auto, cpu or cuda[:N] for Whisper (default: --device's)")
     stt.add_argument("--stt-max-file-mb", type=float, default=25.0,
                      help="largest audio file accepted, in MiB (default: 25, OpenAI's limit)")
+    stt.add_argument("--stt-max-file-seconds", type=float, default=600.0,
+                     help="most audio a file to transcribe may hold; decoding stops past it and the file is "
+                          "refused (default: 600)")
     stt.add_argument("--stt-max-sessions", type=int, default=8,
                      help="realtime sessions at once, all kinds together: transcription and agent WebSockets, "
                           "WebRTC calls, phone streams; more are refused (default: 8)")

@@ -1,7 +1,8 @@
 """Admin routes for cloned voices (LoRA adapters): list, register and load, unload, pin.
 
     GET    /v1/adapters                      every known adapter: resident, pinned, bytes, last use
-    POST   /v1/adapters {"name", "path", "pin"}   register and load a PEFT folder the server can read
+    POST   /v1/adapters {"name", "path", "pin"}   register and load a PEFT folder the server can read (409 for a
+                                             name another voice holds: the model's, a reference voice's)
     DELETE /v1/adapters/{name}[?force=true]  unload (409 while streams run on it, unless forced)
     POST   /v1/adapters/{name}/pin, /unpin
 
@@ -34,7 +35,8 @@ __all__ = ["ADMIN_PREFIX", "router"]
 ADMIN_PREFIX = "/v1/adapters"
 router = APIRouter()
 _ERRORS = {401: error_doc("Missing or wrong admin key"), 404: error_doc("No such adapter, or no admin key set"),
-           409: error_doc("Streams are running on the adapter"), 429: error_doc("Every adapter slot is in use")}
+           409: error_doc("Streams are running on the adapter, or its name is another voice's"),
+           429: error_doc("Every adapter slot is in use")}
 
 
 class AdapterRequest(BaseModel):
@@ -89,10 +91,10 @@ async def list_adapters(request: Request) -> dict[str, Any]:
 
 @router.post(ADMIN_PREFIX, status_code=201, responses=_ERRORS)
 async def add_adapter(body: AdapterRequest, request: Request) -> dict[str, Any]:
-    """Register and load an adapter folder; refused (and not kept) with the reason when it cannot be served."""
+    """Register and load an adapter folder; refused (and not kept) with the reason when it cannot be served,
+    and with a 409 when another voice (the model's, a reference voice, another adapter) holds its name."""
     adapters = _admin(request)
-    if body.name in adapters:
-        raise InvalidParam(f"name: adapter {body.name!r} is already registered", "name")
+    adapters.check_new(body.name)  # before the folder is looked at
     root: str | None = request.app.state.lyre.config.adapter_root
     path = body.path if root is None else await asyncio.to_thread(_inside_root, root, body.path)
     try:

@@ -17,6 +17,7 @@ from lyre.stt import (
     MAX_ALIGN_SECONDS,
     SAMPLE_RATE,
     AudioError,
+    AudioTooLong,
     TranscriberBusy,
     TranscriberClosed,
     TranscriptionFailed,
@@ -81,8 +82,10 @@ async def create_alignment(
         stt.check_language(language)
     except ValueError as exc:
         raise InvalidParam(str(exc), "language") from None
-    try:
-        audio = await asyncio.to_thread(decode_file, await file.read(), file.filename or "file")
+    try:  # decoding stops past the longest audio that can be aligned
+        audio = await asyncio.to_thread(decode_file, await file.read(), file.filename or "file", MAX_ALIGN_SECONDS)
+    except AudioTooLong as exc:
+        raise InvalidParam(f"file: at most {MAX_ALIGN_SECONDS:g} s of audio can be aligned; {exc}", "file") from None
     except AudioError as exc:
         raise as_http_error(exc) from None
     seconds = audio.size / SAMPLE_RATE

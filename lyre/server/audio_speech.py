@@ -22,6 +22,7 @@ from lyre.server.state import ServerState
 from lyre.server.voices_api import inline_reference
 from lyre.stt import AlignedWord, WordTimer
 from lyre.tts import AdapterBusy, AdapterError, SpeechOptions
+from lyre.tts.reference_voices import MAX_SECONDS, MIN_SECONDS
 
 __all__ = ["SpeechRequest", "router"]
 
@@ -57,9 +58,9 @@ class SpeechRequest(BaseModel):
                              "speech.word_timestamps events among the audio deltas; otherwise one JSON answer "
                              "with the whole audio base64-encoded and its words")
     reference_audio: str | None = Field(
-        None, description="lyre's extra: a voice for this request alone, from a clip (3-20 s of one person "
-                          "speaking, any format ffmpeg reads, base64; within the server's body limit). It speaks "
-                          "instead of voice")
+        None, description=f"lyre's extra: a voice for this request alone, from a clip ({MIN_SECONDS:g}-{MAX_SECONDS:g} "
+                          "s of one person speaking, any format ffmpeg reads, base64; within the server's body "
+                          "limit). It speaks instead of voice; a clip sent again is not made again")
     reference_text: str | None = Field(None, max_length=2000, description="What reference_audio says; default: the "
                                        "server's Whisper transcribes it")
     priority: Literal["realtime", "batch"] = Field(
@@ -85,7 +86,8 @@ _AUDIO_TYPES = {"audio/pcm": {}, "audio/wav": {}, "audio/mpeg": {}, "audio/ogg":
     responses={200: {"description": "Audio, streamed as it is made", "content": _AUDIO_TYPES},
                404: error_doc("Text to speech is not served by this server"),
                413: error_doc("The request body is over the server's limit"),
-               429: error_doc("Every adapter slot holds a cloned voice in use"),
+               429: error_doc("Every adapter slot holds a cloned voice in use, or too many requests' own "
+                              "reference clips are being made into voices"),
                503: error_doc("The server is shutting down, or a cloned voice's folder cannot be loaded")},
 )
 async def create_speech(body: SpeechRequest, request: Request) -> StreamingResponse:

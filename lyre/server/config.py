@@ -37,6 +37,7 @@ class ServerConfig:
     voice_aliases: tuple[tuple[str, str], ...] = ()
     voices_dir: str | None = None  # reference voices' folder; None: the lyre cache's, one per codec
     allow_reference_voices: bool = False  # speak reference voices whatever the model says of itself
+    max_inline_references: int = 2  # requests' own reference clips made into voices at once; more get 429
     ws_max_contexts: int = 16  # open contexts per WebSocket
     ws_max_message_bytes: int = 64 * 1024
     ws_idle_timeout_s: float = 60.0  # a context with no new text and nothing to speak is closed
@@ -47,6 +48,8 @@ class ServerConfig:
     stt_model: str | None = None  # Whisper folder or hub id; None: the demo, Whisper base
     stt_device: str | None = None  # None: the same as device; auto is resolved as device is
     stt_max_file_bytes: int = 25 * 1024 * 1024  # OpenAI's upload limit
+    # Audio a file to transcribe may hold: decoding stops past it (a small compressed file can hold hours).
+    stt_max_file_seconds: float = 600.0
     stt_max_sessions: int = 8  # realtime sessions open at once: sockets, WebRTC calls and phone streams together
     stt_idle_timeout_s: float = 30.0  # a realtime session with no client event and no pass running this long closes
     stt_max_buffer_s: float = 60.0  # seconds of audio a realtime session's input buffer may hold
@@ -81,13 +84,14 @@ class ServerConfig:
         if not (self.tts or self.stt or self.llm):
             raise ValueError("serve at least one of text to speech (tts), speech to text (stt) and chat (llm)")
         for name in ("max_input_chars", "ws_max_contexts", "ws_max_message_bytes",
-                     "stt_max_file_bytes", "stt_max_sessions", "max_body_bytes", "llm_max_batch", "llm_max_seq_len"):
+                     "stt_max_file_bytes", "stt_max_sessions", "max_body_bytes", "llm_max_batch", "llm_max_seq_len",
+                     "max_inline_references"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.max_queue < 0:
             raise ValueError(f"max_queue must be >= 0, got {self.max_queue}")
         for name in ("queue_timeout_s", "ws_idle_timeout_s", "ws_flush_after_s", "stt_idle_timeout_s",
-                     "stt_max_buffer_s"):
+                     "stt_max_buffer_s", "stt_max_file_seconds"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
         if not 0 < self.port < 65536:

@@ -8,6 +8,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
 from lyre.server.admission import Overloaded
+from lyre.tts import VoiceNameTaken
 
 __all__ = ["InvalidParam", "document_errors", "error_doc", "error_response", "install_error_handlers"]
 
@@ -53,6 +54,11 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _bad_value(request: Request, exc: ValueError) -> JSONResponse:
         count(request, "invalid_request")
         return error_response(400, str(exc), "invalid_request_error", getattr(exc, "param", None))
+
+    @app.exception_handler(VoiceNameTaken)
+    async def _name_taken(request: Request, exc: VoiceNameTaken) -> JSONResponse:
+        count(request, "name_taken")
+        return error_response(409, str(exc), "invalid_request_error", exc.param)
 
     @app.exception_handler(Overloaded)
     async def _overloaded(request: Request, exc: Overloaded) -> JSONResponse:

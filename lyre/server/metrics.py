@@ -210,6 +210,9 @@ class Metrics:
         self.transcription_latency = Histogram(
             "lyre_transcription_seconds", "Transcription request received to response ready, successful ones",
             buckets=_TRANSCRIPTION_BUCKETS, registry=r)
+        self.inline_references = Counter(
+            "lyre_inline_references", "Speech requests' own reference clips, by outcome: made into a voice, found "
+            "cached, waited for another request making it, refused (too many being made)", ["outcome"], registry=r)
         self.chat_requests = Counter("lyre_chat_requests", "Chat completion requests by mode and outcome",
                                      ["mode", "outcome"], registry=r)
         self.chat_tokens = Counter("lyre_chat_tokens", "Chat tokens, prompt and completion", ["kind"], registry=r)

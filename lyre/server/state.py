@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Hashable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from starlette.exceptions import HTTPException
@@ -13,6 +13,7 @@ from lyre.llm import Chat
 from lyre.server.admission import Admission
 from lyre.server.aligner import Aligner
 from lyre.server.config import ServerConfig
+from lyre.server.inline_references import InlineReferences
 from lyre.server.metrics import Metrics
 from lyre.stt import Transcriber, WordTimer
 from lyre.tts import Synthesizer
@@ -44,6 +45,11 @@ class ServerState:
     chat_active: int = 0  # chat completions in flight (a draining server waits for them)
     ready: bool = False  # models loaded and warmed up
     draining: bool = False  # shutting down: admit nothing new
+    # Speech requests' own reference voices: cached, and made no more than config.max_inline_references at once
+    inline_references: InlineReferences = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.inline_references = InlineReferences(self.config.max_inline_references, self.metrics.inline_references)
 
     @property
     def converses(self) -> bool:

@@ -19,6 +19,7 @@ from lyre.server.state import ServerState
 from lyre.stt import (
     MAX_PROMPT_CHARS,
     AudioError,
+    AudioTooLong,
     TranscribeOptions,
     TranscriberBusy,
     TranscriberClosed,
@@ -147,7 +148,12 @@ async def create_transcription(
         except ValueError as exc:
             raise InvalidParam(str(exc), "language") from None
         name = file.filename or "file"
-        audio = await asyncio.to_thread(decode_file, await file.read(), name)
+        most = state.config.stt_max_file_seconds
+        try:
+            audio = await asyncio.to_thread(decode_file, await file.read(), name, most)
+        except AudioTooLong as exc:
+            raise InvalidParam(f"file: {exc}; this server transcribes at most {most:g} s of audio a file "
+                               "(--stt-max-file-seconds)", "file") from None
         # One queue per client address: a client sending many files delays others by one job at most.
         client = request.client.host if request.client else None
         transcript = await stt.transcribe(audio, options, session=("rest", client))

@@ -9,7 +9,12 @@ Uploading and deleting answer only to the admin key, as the adapter routes
 do. A clip without ``text`` is transcribed by the server's Whisper, and the
 transcript comes back so the uploader can check it. The voice is kept in the
 server's voices folder, and, on a server registered with a fleet, in the
-fleet's Redis, so every server speaks it.
+fleet's Redis, so every server speaks it. A name another voice holds (the
+model's, an adapter, a reference voice here or in the fleet), or that another
+upload is taking, is a 409.
+
+A speech request's own clip (``reference_audio``) is made into a voice as an
+upload is, through `InlineReferences`: cached, and bounded apart from uploads.
 """
 
 from __future__ import annotations
@@ -25,12 +30,15 @@ from starlette.exceptions import HTTPException
 from lyre.server.auth import require_admin
 from lyre.server.body_limit import LimitedBodyRoute
 from lyre.server.errors import InvalidParam, error_doc
+from lyre.server.inline_references import inline_key
 from lyre.server.state import ServerState
 from lyre.server.transcriptions import as_http_error, upload_body_limit, upload_limit
 from lyre.stt import AudioError, TranscribeOptions, TranscriberBusy, TranscriberClosed, TranscriptionFailed
 from lyre.stt.audio import decode_file
 from lyre.tts import Synthesizer
-from lyre.tts.reference_voices import ReferenceRejected, ReferenceVoice, read_reference_clip
+from lyre.tts.reference_store import ReferenceVoices, new_claim
+from lyre.tts.reference_voices import (MAX_FILE_SECONDS, MAX_SECONDS, MIN_SECONDS, ReferenceRejected, ReferenceVoice,
+                                      read_reference_clip)
 
 __all__ = ["VOICES_PATH", "inline_reference", "is_admin", "router"]
 
@@ -58,6 +66,7 @@ class VoiceRoute(LimitedBodyRoute):
 router = APIRouter(route_class=VoiceRoute)
 _ERRORS = {400: error_doc("A field is missing or wrong; the message names it"),
            401: error_doc("Missing or wrong admin key"), 404: error_doc("No such voice, or no admin key set"),
+           409: error_doc("Another voice holds the name, or another upload of it took it first"),
            413: error_doc("The clip is over the server's upload limit")}
 
 
@@ -82,26 +91,39 @@ async def list_voices(request: Request) -> dict[str, list[dict[str, Any]]]:
 async def add_voice(
     request: Request,
     name: Annotated[str, Form(max_length=200, description="The voice's name: 1-64 letters, digits, '_', '.', '-'")],
-    file: Annotated[UploadFile, File(description="3-20 s of one person speaking, in any format ffmpeg reads")],
+    file: Annotated[UploadFile, File(description=f"{MIN_SECONDS:g}-{MAX_SECONDS:g} s of one person speaking, in any "
+                                                 "format ffmpeg reads")],
     text: Annotated[str | None, Form(max_length=2000, description="What the clip says; default: the server's "
                                                                   "Whisper transcribes it")] = None,
 ) -> dict[str, Any]:
-    """Make a voice from a clip; it is spoken at once by every route that takes a voice."""
+    """Make a voice from a clip; it is spoken at once by every route that takes a voice. A 409 when another
+    voice (the model's, an adapter, a reference voice here or in the fleet) holds the name, or another upload
+    of it takes it first."""
     state: ServerState = request.app.state.lyre
     tts = state.require_tts()
     if (refused := _refusal(tts)) is not None:
         raise InvalidParam(refused, "file")
+    references: ReferenceVoices = tts.references  # type: ignore[assignment]
+    fleet = state.fleet_voices
     try:
-        tts.references.check_new(name)  # type: ignore[union-attr]
-        limit, too_large = upload_limit(request)
-        if file.size is not None and file.size > limit:
-            raise HTTPException(413, too_large)
-        voice = await make_voice(state, tts, name, await file.read(), text)
-        await asyncio.to_thread(tts.references.add, voice)  # type: ignore[union-attr]
+        with references.reserving(name):  # a second upload of the name, here, is refused until this one ends
+            if fleet is not None:
+                await fleet.check_new(name)  # before the clip is read: what the fleet holds is refused at once
+            limit, too_large = upload_limit(request)
+            if file.size is not None and file.size > limit:
+                raise HTTPException(413, too_large)
+            voice = await make_voice(state, tts, name, await file.read(), text)
+            claim = new_claim()
+            if fleet is not None:
+                await fleet.claim(voice, claim)  # of two servers taking the name at once, Redis picks one
+            try:
+                await asyncio.to_thread(references.add, voice, claim)
+            except BaseException:
+                if fleet is not None:
+                    await fleet.withdraw(name, claim)
+                raise
     except ReferenceRejected as exc:
         raise InvalidParam(str(exc), exc.param) from None
-    if state.fleet_voices is not None:
-        await state.fleet_voices.publish(voice)
     return voice.describe()
 
 
@@ -125,8 +147,9 @@ def _refusal(tts: Synthesizer) -> str | None:
 
 async def make_voice(state: ServerState, tts: Synthesizer, name: str, data: bytes, text: str | None,
                      ) -> ReferenceVoice:
-    """A reference voice from a clip's bytes: decoded, cut, checked, transcribed when ``text`` is missing,
-    SNAC-encoded. ReferenceRejected naming the part at fault: ``file`` (the clip) or ``text``."""
+    """A reference voice from a clip's bytes: decoded (no more than `MAX_FILE_SECONDS` of it), cut, checked,
+    transcribed when ``text`` is missing, SNAC-encoded. ReferenceRejected naming the part at fault: ``file``
+    (the clip) or ``text``."""
     clip = await asyncio.to_thread(read_reference_clip, data)
     transcribed = not (text and text.strip())
     if transcribed:
@@ -139,7 +162,7 @@ async def _transcribe(state: ServerState, data: bytes) -> str:
         raise ReferenceRejected("text: what the clip says is needed (this server has no speech to text to hear "
                                 "it: start it with --stt)", "text")
     try:
-        audio = await asyncio.to_thread(decode_file, data)
+        audio = await asyncio.to_thread(decode_file, data, "file", MAX_FILE_SECONDS)
         transcript = await state.stt.transcribe(audio, TranscribeOptions(), session="voices")
     except (AudioError, TranscriberBusy, TranscriberClosed, TranscriptionFailed) as exc:
         raise as_http_error(exc) from exc
@@ -152,7 +175,8 @@ _INLINE = {"file": "reference_audio", "text": "reference_text"}
 
 
 async def inline_reference(state: ServerState, tts: Synthesizer, audio: str, text: str | None) -> ReferenceVoice:
-    """A request's own reference (``reference_audio``, base64, and ``reference_text``), checked as an upload."""
+    """A request's own reference (``reference_audio``, base64, and ``reference_text``), checked as an upload;
+    made once per clip and text (`InlineReferences`), and a 429 when too many are being made."""
     if (refused := _refusal(tts)) is not None:
         raise InvalidParam(f"reference_audio: {refused}", "reference_audio")
     try:
@@ -161,7 +185,8 @@ async def inline_reference(state: ServerState, tts: Synthesizer, audio: str, tex
         raise InvalidParam("reference_audio: not base64 (send the clip's file, base64-encoded)",
                            "reference_audio") from None
     try:
-        return await make_voice(state, tts, "inline", data, text)
+        return await state.inline_references.get(inline_key(data, text),
+                                                 lambda: make_voice(state, tts, "inline", data, text))
     except ReferenceRejected as exc:
         param = _INLINE.get(exc.param, exc.param)
         raise InvalidParam(param + str(exc).removeprefix(exc.param), param) from None

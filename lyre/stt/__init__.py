@@ -10,7 +10,7 @@ OpenAI Realtime transcription events and knows nothing of the transport.
 
 from lyre.stt.agreement import LocalAgreement
 from lyre.stt.align import AlignedWord, Alignment, written_words
-from lyre.stt.audio import SAMPLE_RATE, AudioError, PcmResampler, decode_file
+from lyre.stt.audio import SAMPLE_RATE, AudioError, AudioTooLong, PcmResampler, decode_file
 from lyre.stt.model import demo_whisper, resolve_whisper
 from lyre.stt.realtime import RealtimeConfig, RealtimeSession, TurnListener
 from lyre.stt.realtime_events import DEFAULT_MODEL, RealtimeError, error_event
@@ -39,6 +39,7 @@ __all__ = [
     "MAX_PARTIAL_SECONDS",
     "SAMPLE_RATE",
     "AudioError",
+    "AudioTooLong",
     "FinalWindow",
     "LocalAgreement",
     "PartialPolicy",

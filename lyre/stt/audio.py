@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-import io
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from lyre import audio_files
+
 if TYPE_CHECKING:
     import av
 
-__all__ = ["SAMPLE_RATE", "AudioError", "PcmResampler", "decode_file"]
+__all__ = ["SAMPLE_RATE", "AudioError", "AudioTooLong", "PcmResampler", "decode_file"]
 
 SAMPLE_RATE = 16_000  # what Whisper hears
 
@@ -19,20 +20,28 @@ class AudioError(ValueError):
     """Audio that cannot be used; the message says what was wrong."""
 
 
-def decode_file(data: bytes, name: str = "file") -> np.ndarray:
-    """Decode an audio file (wav, mp3, flac, ogg, webm, m4a, ...) to float32 16 kHz mono, shape (samples,)."""
+class AudioTooLong(AudioError):
+    """A file holding more audio than its reader takes (``limit_s`` seconds)."""
+
+    def __init__(self, message: str, limit_s: float) -> None:
+        super().__init__(message)
+        self.limit_s = limit_s
+
+
+def decode_file(data: bytes, name: str = "file", max_seconds: float | None = None) -> np.ndarray:
+    """Decode an audio file (wav, mp3, flac, ogg, webm, m4a, ...) to float32 16 kHz mono, shape (samples,).
+
+    Decoded frame by frame, and refused (`AudioTooLong`) as soon as it holds more than ``max_seconds``."""
     if not data:
         raise AudioError(f"{name} is empty")
-    import av  # PyAV and faster-whisper load when audio is first decoded, not with the server
-    from faster_whisper.audio import decode_audio
-
     try:
-        audio = decode_audio(io.BytesIO(data), sampling_rate=SAMPLE_RATE)
-    except (av.error.FFmpegError, ValueError, IndexError) as error:
-        raise AudioError(f"{name} is not an audio file that can be decoded ({error})") from None
-    if audio.size == 0:
-        raise AudioError(f"{name} holds no audio samples")
-    return audio
+        return audio_files.decode_audio(data, SAMPLE_RATE, max_seconds)
+    except audio_files.AudioTooLong as exc:
+        raise AudioTooLong(f"{name} holds more than {exc.limit_s:g} s of audio", exc.limit_s) from None
+    except audio_files.NoAudio:
+        raise AudioError(f"{name} holds no audio samples") from None
+    except audio_files.UnreadableAudio as exc:
+        raise AudioError(f"{name} is not an audio file that can be decoded ({exc})") from None
 
 
 class PcmResampler:

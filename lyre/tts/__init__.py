@@ -19,7 +19,7 @@ from lyre.tts.stream import SpeechStream, SpokenSegment
 from lyre.tts.synthesizer import PROMPT_ROOM, TTS, Synthesizer, TTSConfig
 from lyre.tts.text import TextError
 from lyre.tts.trim import TrimConfig
-from lyre.tts.voices import OPENAI_VOICES, Voices, load_voices, parse_alias
+from lyre.tts.voices import OPENAI_VOICES, VoiceNameTaken, Voices, load_voices, parse_alias
 from lyre.tts.windows import WindowPolicy
 
 __all__ = [
@@ -44,6 +44,7 @@ __all__ = [
     "TTSFacts",
     "TextError",
     "TrimConfig",
+    "VoiceNameTaken",
     "Voices",
     "WindowPolicy",
     "load_voices",

@@ -10,13 +10,14 @@ to first audio then includes) and prompts with the adapter's speaker name.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from lyre.engine.adapter_registry import AdapterBusy, AdapterEntry, AdapterInUse, UnknownAdapter
 from lyre.engine.adapters import AdapterLease, EngineAdapters
 from lyre.engine.peft_folder import AdapterError
-from lyre.tts.voices import Voices
+from lyre.tts.voices import VoiceNameTaken, Voices
 
 __all__ = ["AdapterBusy", "AdapterError", "AdapterInUse", "AdapterVoices", "UnknownAdapter"]
 
@@ -24,17 +25,26 @@ __all__ = ["AdapterBusy", "AdapterError", "AdapterInUse", "AdapterVoices", "Unkn
 class AdapterVoices:
     """The adapters a TTS pipeline serves as voices, beside the model's own."""
 
-    def __init__(self, adapters: EngineAdapters, voices: Voices) -> None:
+    def __init__(self, adapters: EngineAdapters, voices: Voices,
+                 holder: Callable[[str], str | None] = lambda name: None) -> None:
+        """``holder(name)``: what other voice of the pipeline holds ``name`` (a reference voice), or None."""
         self._adapters = adapters
         self._voices = voices
+        self._holder = holder
 
     def __contains__(self, name: object) -> bool:
         return name in self._adapters.registry.entries
 
+    def check_new(self, name: str) -> None:
+        """VoiceNameTaken when another voice holds ``name``: the model's, a reference voice, another adapter."""
+        held = self._voices.holder(name) or self._holder(name) or (
+            "a cloned voice (adapter)" if name in self else None)
+        if held is not None:
+            raise VoiceNameTaken.held(name, held)
+
     def register(self, name: str, path: str | Path, pin: bool = False) -> None:
-        """Know ``name`` as the adapter in ``path`` (not loaded yet). A model voice's name is refused."""
-        if name in self._voices:
-            raise ValueError(f"adapter name {name!r} is already a voice of this model (or an alias of one)")
+        """Know ``name`` as the adapter in ``path`` (not loaded yet); VoiceNameTaken as `check_new` says."""
+        self.check_new(name)
         self._adapters.register(name, path, pin)
 
     async def add(self, name: str, path: str | Path, pin: bool = False) -> None:

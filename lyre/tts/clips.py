@@ -11,15 +11,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-import io
 from pathlib import Path
 
 import numpy as np
 
+from lyre.audio_files import AudioTooLong, NoAudio, UnreadableAudio, decode_audio
 from lyre.orpheus import SAMPLE_RATE
 from lyre.tts.trim import TrimConfig, leading_silence
 
-__all__ = ["ClipRejected", "SilenceCut", "TrimmedClip", "load_clip", "trim_clip"]
+__all__ = ["ClipRejected", "ClipTooLong", "SilenceCut", "TrimmedClip", "load_clip", "trim_clip"]
 
 FULL_SCALE = 0.999  # a sample at or past this is at full scale (int16 32767 is 0.99997)
 MAX_CLIPPED_SHARE = 0.001  # a clip with more of its samples at full scale is refused as clipped
@@ -27,6 +27,14 @@ MAX_CLIPPED_SHARE = 0.001  # a clip with more of its samples at full scale is re
 
 class ClipRejected(ValueError):
     """An audio file training cannot use; the message is the reason."""
+
+
+class ClipTooLong(ClipRejected):
+    """A file holding more than ``limit_s`` seconds of audio (decoding stopped there)."""
+
+    def __init__(self, limit_s: float) -> None:
+        super().__init__(f"too long: more than {limit_s:g} s of audio")
+        self.limit_s = limit_s
 
 
 @dataclass(frozen=True)
@@ -69,54 +77,38 @@ class TrimmedClip:
         return len(self.pcm) / SAMPLE_RATE
 
 
-def _decode(source: Path | bytes) -> tuple[np.ndarray, int]:
-    """Every sample of the first audio stream at its own rate, float32 (channels, samples)."""
-    import av
+class _ClippingCount:
+    """Sample instants at full scale on any channel, counted as the decoder hands them out."""
 
-    if (len(source) if isinstance(source, bytes) else source.stat().st_size) == 0:
-        raise ClipRejected("empty file (0 bytes)")
-    try:
-        with av.open(io.BytesIO(source) if isinstance(source, bytes) else str(source)) as container:
-            if not container.streams.audio:
-                raise ClipRejected("no audio stream in the file")
-            stream = container.streams.audio[0]
-            planar = av.AudioResampler(format="fltp")  # keeps rate and channels; any sample format in
-            chunks = [f.to_ndarray() for frame in container.decode(stream) for f in planar.resample(frame)]
-            chunks += [f.to_ndarray() for f in planar.resample(None)]
-            rate = stream.rate
-    except (av.error.FFmpegError, UnicodeDecodeError, ValueError) as exc:
-        if isinstance(exc, ClipRejected):
-            raise
-        raise ClipRejected(f"unreadable: not an audio file PyAV can decode ({exc})") from None
-    if not chunks or sum(c.shape[1] for c in chunks) == 0:
-        raise ClipRejected("empty: the file holds no audio samples")
-    return np.concatenate(chunks, axis=1).astype(np.float32, copy=False), rate
+    def __init__(self) -> None:
+        self.clipped = 0
+        self.samples = 0
+
+    def __call__(self, channels: np.ndarray) -> None:  # (channels, samples) at the file's own rate
+        self.clipped += int(np.count_nonzero(np.abs(channels).max(axis=0) >= FULL_SCALE))
+        self.samples += channels.shape[1]
+
+    @property
+    def share(self) -> float:
+        return self.clipped / self.samples if self.samples else 0.0
 
 
-def _to_mono_24k(samples: np.ndarray, rate: int) -> np.ndarray:
-    """(channels, samples) at ``rate`` -> float32 (samples,) at SAMPLE_RATE."""
-    import av
-
-    mono = np.ascontiguousarray(samples.mean(axis=0, dtype=np.float32))  # (samples,)
-    if rate == SAMPLE_RATE:
-        return mono
-    resampler = av.AudioResampler(format="flt", layout="mono", rate=SAMPLE_RATE)
-    frame = av.AudioFrame.from_ndarray(mono.reshape(1, -1), format="flt", layout="mono")
-    frame.sample_rate = rate
-    frames = resampler.resample(frame) + resampler.resample(None)
-    return np.concatenate([f.to_ndarray().reshape(-1) for f in frames]).astype(np.float32, copy=False)
-
-
-def load_clip(source: Path | bytes) -> np.ndarray:
+def load_clip(source: Path | bytes, max_seconds: float | None = None) -> np.ndarray:
     """A file (its path, or its bytes) decoded, checked for clipping, as float32 mono at 24 kHz; ClipRejected
-    says why not."""
-    samples, rate = _decode(source)
-    # Judged before mixing and resampling, which smooth a clipped plateau below full scale.
-    clipped = float(np.mean(np.abs(samples).max(axis=0) >= FULL_SCALE))
-    if clipped > MAX_CLIPPED_SHARE:
-        raise ClipRejected(f"clipped: {100 * clipped:.1f}% of its samples are at full scale "
+    says why not, without decoding past ``max_seconds`` of audio (None: no limit)."""
+    count = _ClippingCount()  # judged before mixing and resampling, which smooth a clipped plateau
+    try:
+        pcm = decode_audio(source, SAMPLE_RATE, max_seconds, watch=count)
+    except AudioTooLong as exc:
+        raise ClipTooLong(exc.limit_s) from None
+    except NoAudio as exc:
+        raise ClipRejected(f"empty: {exc}") from None
+    except UnreadableAudio as exc:
+        raise ClipRejected(f"unreadable: not an audio file PyAV can decode ({exc})") from None
+    if count.share > MAX_CLIPPED_SHARE:
+        raise ClipRejected(f"clipped: {100 * count.share:.1f}% of its samples are at full scale "
                            f"(at most {100 * MAX_CLIPPED_SHARE:.1f}% allowed)")
-    return _to_mono_24k(samples, rate)
+    return pcm
 
 
 def trim_clip(pcm: np.ndarray, cut: SilenceCut) -> TrimmedClip:

@@ -28,8 +28,8 @@ from lyre.tts.context import PROMPT_ROOM, PipelineContext, TTSConfig
 from lyre.tts.facts import TTSFacts, pipeline_facts
 from lyre.tts.intake import TextIntake
 from lyre.tts.options import ServingConfig, SpeechOptions, checked
-from lyre.tts.reference_voices import (ReferenceRejected, ReferenceVoice, ReferenceVoices, check_text,
-                                      default_voices_dir)
+from lyre.tts.reference_store import ReferenceVoices
+from lyre.tts.reference_voices import ReferenceRejected, ReferenceVoice, check_text, default_voices_dir
 from lyre.tts.sampling import AUDIO_CONSTRAINT, request_sampling
 from lyre.tts.segments import split_segments
 from lyre.tts.stream import SpeechStream
@@ -105,12 +105,13 @@ class TTS:
         self.config = config or TTSConfig()
         self.playback_rate = playback_rate
         self.source = source
-        # Cloned voices (LoRA adapters), when the engine has adapter slots.
-        self.adapters = AdapterVoices(engine.adapters, voices) if engine.adapters is not None else None
-        # Voices from a reference clip; a name of the model's or an adapter's is not theirs to take.
-        self.references = ReferenceVoices(self.config.voices_dir, self._taken)
+        # Cloned voices (LoRA adapters), when the engine has adapter slots, and voices from a reference clip:
+        # one namespace with the model's voices, so neither may take a name another voice holds.
+        self.adapters = (AdapterVoices(engine.adapters, voices, self._reference_holder)
+                         if engine.adapters is not None else None)
+        self.references = ReferenceVoices(self.config.voices_dir, self._holder, self._check_prompt)
         self._encoder: Any = None  # a SnacEncoder on the codec's model, made with the first reference voice
-        self._encoder_lock = threading.Lock()
+        self._encoder_made = threading.Lock()
         # What every stream it opens reads, and nothing else of it.
         self.context = PipelineContext(engine, tokenizer, codec, self.config, playback_rate, self.adapters)
         self._ids = itertools.count()
@@ -179,8 +180,14 @@ class TTS:
             raise ValueError(f"{exc}; cloned and reference voices: {', '.join(others)}" if others else str(exc)
                              ) from None
 
-    def _taken(self, name: str) -> bool:
-        return name in self.voices or (self.adapters is not None and name in self.adapters)
+    def _holder(self, name: str) -> str | None:
+        """What voice other than a reference voice holds ``name``, or None."""
+        if self.adapters is not None and name in self.adapters:
+            return "a cloned voice (adapter)"
+        return self.voices.holder(name)
+
+    def _reference_holder(self, name: str) -> str | None:
+        return "a reference voice" if name in self.references else None
 
     def references_refused(self) -> str | None:
         if self.config.allow_reference_voices or self.voices.reference_voices:
@@ -205,11 +212,19 @@ class TTS:
 
         self._check_references()
         text = check_text(text, clip.seconds)
-        with self._encoder_lock:
+        with self._encoder_made:
             if self._encoder is None:
                 self._encoder = SnacEncoder(self.codec.decoder.model)
-            frames = orpheus.without_repeated_frames(self._encoder.encode(clip.pcm))
+        # Encodes run side by side (the codec's model is only read, as its decodes do meanwhile): an upload never
+        # waits behind requests' own references, whose number the server bounds.
+        frames = orpheus.without_repeated_frames(self._encoder.encode(clip.pcm))
         voice = ReferenceVoice(name, text, tuple(frames), round(clip.seconds, 3), transcribed)
+        self._check_prompt(voice)
+        return voice
+
+    def _check_prompt(self, voice: ReferenceVoice) -> None:
+        """ReferenceRejected unless ``voice``'s turn is a prompt this server takes: text free of control tokens,
+        and room beside it in a request's positions for a prompt and a reply."""
         room = self.engine.config.max_seq_len - PROMPT_ROOM - MIN_REPLY_TOKENS
         try:
             used = len(voice.prefix_ids(self.tokenizer))
@@ -220,7 +235,6 @@ class TTS:
                                     f"hold {self.engine.config.max_seq_len} positions, which leaves room for "
                                     f"{room} (use a shorter clip, or start the server with a larger --max-seq-len)",
                                     "file")
-        return voice
 
     def _open(self, voice: str | None, options: SpeechOptions | None, trim: bool, streamed: bool,
               idle_timeout_s: float | None, request_id: str | None, whole: bool,

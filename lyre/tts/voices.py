@@ -20,7 +20,8 @@ from pathlib import Path
 
 from lyre import orpheus
 
-__all__ = ["OPENAI_VOICES", "VOICES_FILE", "Voices", "default_aliases", "load_voices", "parse_alias"]
+__all__ = ["OPENAI_VOICES", "VOICES_FILE", "VoiceNameTaken", "Voices", "default_aliases", "load_voices",
+           "parse_alias"]
 
 log = logging.getLogger("lyre.tts")
 
@@ -38,6 +39,21 @@ _ENGLISH_ALIASES = {
     "ash": "leo", "ballad": "dan", "cedar": "zac", "echo": "leo", "fable": "dan", "onyx": "zac", "verse": "leo",
 }
 assert set(_ENGLISH_ALIASES) == set(OPENAI_VOICES) and set(_ENGLISH_ALIASES.values()) == set(orpheus.VOICES)
+
+
+class VoiceNameTaken(ValueError):
+    """A new voice (a reference voice, an adapter) under a name another voice holds; the message names it.
+
+    A voice's name is one namespace across the model's voices and their aliases, cloned voices (adapters) and
+    reference voices: a request names a voice, and the name must mean one voice.
+    """
+
+    param = "name"
+
+    @classmethod
+    def held(cls, name: str, holder: str) -> VoiceNameTaken:
+        """The refusal of ``name``, which ``holder`` (such as "a reference voice") holds on this server."""
+        return cls(f"name: {name!r} is already {holder} on this server; a voice's name names one voice")
 
 
 def default_aliases(names: tuple[str, ...]) -> dict[str, str]:
@@ -102,6 +118,14 @@ class Voices:
 
     def __len__(self) -> int:
         return len(self.names)
+
+    def holder(self, name: str) -> str | None:
+        """What of the model's ``name`` is (one of its voices, or an alias of one), or None."""
+        if name in self.names:
+            return "one of the model's voices"
+        if name in self.aliases:
+            return f"an alias of the model's voice {self.aliases[name]!r}"
+        return None
 
     def resolve(self, name: str | None) -> str | None:
         """The model voice ``name`` means (None stays None: no voice in the prompt).
