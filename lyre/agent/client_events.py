@@ -6,12 +6,12 @@
 Whatever goes wrong with an event comes back as an ``error`` event naming it
 (the client's ``event_id``) and, where it is the client's, the field; the
 session and the socket go on. A failure that is lyre's own (any exception but
-a `RealtimeError`) is logged with its traceback and told as a ``server_error``.
+a `RealtimeError`) is logged with its traceback and told as a ``server_error``
+(`lyre.stt.realtime_events.act_on`, as for a transcription session).
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar, Protocol
 
@@ -21,8 +21,6 @@ from lyre.stt import AudioError, RealtimeError, TranscriberBusy, TranscriberClos
 from lyre.stt.realtime_events import act_on, append_audio, expect_object
 
 __all__ = ["ClientEvents", "Conversing"]
-
-log = logging.getLogger("lyre.agent")
 
 _MAX_ITEM_ID = 64  # characters of an item id a client chooses
 
@@ -88,23 +86,16 @@ class ClientEvents:
 
     async def _handle(self, event: dict[str, Any]) -> None:
         kind = event["type"]
-        try:
-            if kind.startswith("input_audio_buffer."):
-                work = self._session.listen(event)  # the transcription session's, errors and all
-            elif (handler := self._handlers.get(kind)) is not None:
-                work = handler(self, event)
-            else:
-                raise RealtimeError(f"unknown event type {kind!r}; a conversation session takes "
-                                    f"{', '.join(['input_audio_buffer.append', *self._handlers])}",
-                                    "invalid_event", "type")
-            if work is not None:
-                await work
-        except RealtimeError:
-            raise
-        except Exception as exc:  # a bug in lyre: the client is told which event, the log how
-            log.exception("client event %s failed", kind)
-            raise RealtimeError(f"{kind} failed inside lyre ({type(exc).__name__}); nothing of it was done, and "
-                                "the session goes on", "server_error", kind="server_error") from None
+        if kind.startswith("input_audio_buffer."):
+            work = self._session.listen(event)  # the transcription session's, errors and all
+        elif (handler := self._handlers.get(kind)) is not None:
+            work = handler(self, event)
+        else:
+            raise RealtimeError(f"unknown event type {kind!r}; a conversation session takes "
+                                f"{', '.join(['input_audio_buffer.append', *self._handlers])}",
+                                "invalid_event", "type")
+        if work is not None:
+            await work
 
     # -- one reader per event type --
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import logging
 import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
@@ -49,6 +50,8 @@ RATES = (24_000, 16_000)  # pcm16 input rates taken: OpenAI's one, and Whisper's
 _G711 = ("g711_ulaw", "g711_alaw", "audio/pcmu", "audio/pcma")
 
 Shape = Literal["beta", "ga"]
+
+log = logging.getLogger("lyre.stt.realtime")
 
 
 class RealtimeError(Exception):
@@ -84,15 +87,24 @@ def new_id(prefix: str) -> str:
 async def act_on(text: str, max_bytes: int, handle: Callable[[dict[str, Any]], Awaitable[None] | None],
                  report: Callable[[RealtimeError, str | None], None]) -> None:
     """Parse one client event and ``handle`` it; a RealtimeError on the way goes to ``report``, with the
-    client's ``event_id`` when it gave one."""
-    client_event_id = None
+    client's ``event_id`` when it gave one.
+
+    Any other exception is a bug in lyre, not the client's fault: it is logged with its traceback, the client
+    is told which event failed as a ``server_error``, and the session goes on (one event's failure does not
+    end a session, nor the socket it runs on)."""
+    client_event_id, kind = None, None
     try:
         event = parse_event(text, max_bytes)
         client_event_id = event.get("event_id") if isinstance(event.get("event_id"), str) else None
+        kind = event["type"]
         if (work := handle(event)) is not None:
             await work
     except RealtimeError as error:
         report(error, client_event_id)
+    except Exception as exc:
+        log.exception("client event %s failed", kind)
+        report(RealtimeError(f"{kind} failed inside lyre ({type(exc).__name__}); nothing of it was done, and the "
+                             "session goes on", "server_error", kind="server_error"), client_event_id)
 
 
 def parse_event(text: str, max_bytes: int) -> dict[str, Any]:
