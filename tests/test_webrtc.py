@@ -19,7 +19,7 @@ import httpx
 import openai
 import pytest
 from openai import AsyncOpenAI
-from scripted_thinker import REPLY, thinking_at
+from scripted_thinker import IN_TWO_PARTS, REPLY, SECOND_PART, thinking_at
 from serving import Server, running_server
 from speech import SENTENCES, normalise, speak_pcm16
 from webrtc_peer import Peer
@@ -220,6 +220,50 @@ def test_bad_offers_are_refused_naming_what_is_wrong(server: Server) -> None:
     asyncio.run(fill())
 
 
+def test_a_barge_in_keeps_in_the_history_what_the_track_sent_not_the_time_since_it_began(server: Server) -> None:
+    # A reply that runs dry: its think step stalls between its two sentences (tests/scripted_thinker.py)
+    # until the first has played out, and the track sends silence meanwhile. The caller speaks over the
+    # second sentence; the history keeps what went out, which the session's clock (real time from the
+    # reply's first audio) overstates by the whole gap.
+    sentence = speak_pcm16(SENTENCES[6])  # before the call, as above
+
+    async def run() -> tuple[Peer, float, float]:
+        peer, call_id = await _call(server, {
+            **SESSION, "max_speech_tokens": 100,
+            "audio": {"input": {"transcription": {"language": "en"},
+                                "turn_detection": {"type": "server_vad", "create_response": False}}}})
+        peer.send({"type": "conversation.item.create", "item": {
+            "type": "message", "role": "user", "content": [{"type": "input_text", "text": IN_TWO_PARTS}]}})
+        peer.send({"type": "response.create"})
+        await peer.until("output_audio_buffer.started")
+        async with asyncio.timeout(60):
+            while not peer.loud_at or time.monotonic() - peer.loud_at[-1] < 1.0:  # the first has played
+                await asyncio.sleep(0.01)
+            SECOND_PART.set()
+            gap = peer.loud_at[-1]
+            while peer.loud_at[-1] == gap:  # the second sentence plays
+                await asyncio.sleep(0.01)
+        peer.mic.say(sentence)
+        await peer.until("output_audio_buffer.cleared")
+        cleared_at = time.monotonic()
+        truncated = await peer.until("conversation.item.truncated", timeout=30)
+        async with httpx.AsyncClient(base_url=server.url) as http:
+            assert (await http.delete(f"{CALLS}/{call_id}")).status_code == 204
+        await peer.close()
+        return peer, cleared_at, truncated["audio_end_ms"]
+
+    peer, cleared_at, cut_ms = asyncio.run(run())
+    assert peer.of("response.done")[0]["response"]["status"] == "cancelled"
+    heard = [t for t in peer.loud_at if t <= cleared_at]
+    heard_ms, since_first_ms = 20 * len(heard), 1000 * (cleared_at - heard[0])
+    # The cut is what reached the caller, not the time since it began. Each run of sound may count a frame
+    # more than it held (the resampler's last 32 samples spill into the next) or one it only partly filled.
+    runs = 1 + sum(b - a > 0.03 for a, b in zip(heard, heard[1:]))
+    assert abs(cut_ms - heard_ms) <= 20 * (runs + 2), (cut_ms, heard_ms, runs)
+    assert cut_ms < since_first_ms - 1000, (cut_ms, since_first_ms)  # the gap was over a second
+    assert _settles(server, "lyre_engine_running")
+
+
 def test_ice_servers_are_read_with_their_credentials_and_bad_ones_refused() -> None:
     from lyre.server.config import ServerConfig, ice_server_parts
 
@@ -293,3 +337,32 @@ def test_the_reply_track_sends_whole_opus_rate_frames_and_new_audio_without_wait
     # the next tick: that waited 5-18 ms here (9 ms median), this well under.
     assert sorted(waits)[len(waits) // 2] < 0.004, waits
     assert events == ["output_audio_buffer.started", "output_audio_buffer.stopped"] * 12
+
+
+def test_a_clear_says_how_much_of_each_reply_the_track_sent() -> None:
+    import numpy as np
+
+    from lyre.server.webrtc_audio import OutboundAudio
+
+    def audio(ms: int) -> bytes:  # noise, pcm16 at 24 kHz
+        return np.random.default_rng(ms).integers(-8000, 8000, 24 * ms, dtype=np.int16).tobytes()
+
+    async def run() -> list[list[tuple[str, float]]]:
+        track = OutboundAudio(lambda event: None)
+        cuts = [track.clear()]  # nothing playing: nothing cut
+        track.push(audio(100), "resp_a")
+        for _ in range(10):  # 200 ms: the reply's 100 ms, then it runs dry
+            await track.recv()
+        track.push(audio(60), "resp_a")
+        await track.recv()
+        cuts.append(track.clear())  # 220 ms since it began; 120 ms of it sent
+        track.push(audio(50), "resp_b")
+        track.finish("resp_b")
+        track.push(audio(100), "resp_c")
+        for _ in range(3):
+            await track.recv()
+        cuts.append(track.clear())  # resp_b all sent (not cut); 10 ms of resp_c
+        track.stop()
+        return cuts
+
+    assert asyncio.run(run()) == [[], [("resp_a", 120.0)], [("resp_c", 10.0)]]

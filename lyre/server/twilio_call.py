@@ -97,7 +97,6 @@ class TwilioCall:
         self._sender = TwilioSender(websocket)
         self._errors = 0  # error events from the conversation
         self._last_error = ""
-        self._tasks: set[asyncio.Task[None]] = set()
         self._deadline = asyncio.get_running_loop().time() + START_TIMEOUT_S
 
     async def serve(self) -> None:
@@ -232,10 +231,8 @@ class TwilioCall:
     def play(self, pcm: bytes, response_id: str) -> None:
         self._sender.play(pcm, response_id)
 
-    def clear(self) -> None:
-        assert self.voice is not None
-        for response_id, heard_ms in self._sender.clear():
-            self._spawn(self.voice.heard(response_id, heard_ms))
+    def clear(self) -> list[tuple[str, float]]:
+        return self._sender.clear()
 
     def event(self, event: dict[str, Any]) -> None:
         kind = event["type"]
@@ -250,17 +247,10 @@ class TwilioCall:
 
     # -- plumbing --
 
-    def _spawn(self, work: Awaitable[None]) -> None:
-        task = asyncio.ensure_future(work)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
     async def _end(self, writer: asyncio.Task[None], end: _Hangup | None) -> None:
         """Close the conversation (its replies' slots are freed), send what is queued, close the socket."""
         if self._calls.open.get(self.stream_sid) is self:
             del self._calls.open[self.stream_sid]
-        for task in list(self._tasks):
-            task.cancel()
         if self.voice is not None:
             await self.voice.close()
         self._sender.close()

@@ -11,7 +11,7 @@ is resampled to what the agent listens at, the assistant's is paced out at real 
 event travels, both ways, as JSON on the data channel the caller opens, named ``oai-events``; audio
 deltas do not (the audio is on the track), and as at OpenAI the call adds ``output_audio_buffer.started``,
 ``.stopped`` and ``.cleared``. Barge-in needs no client help: the server cuts the reply's audio at once
-and the reply's history keeps what had played.
+and the reply's history keeps what the track had sent of it (``conversation.item.truncated`` says where).
 
 A call holds a realtime session (``--stt-max-sessions`` counts calls and sockets together). It hangs up,
 freeing its engine slots, when the caller asks, when the connection fails or closes, when its audio

@@ -69,8 +69,8 @@ class Call:
     def play(self, pcm: bytes, response_id: str) -> None:
         self.out.push(pcm, response_id)
 
-    def clear(self) -> None:
-        self.out.clear()
+    def clear(self) -> list[tuple[str, float]]:
+        return self.out.clear()
 
     def event(self, event: dict[str, Any]) -> None:
         if event["type"] == "error" and self._errors is not None:
