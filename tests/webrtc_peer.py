@@ -6,6 +6,8 @@ data channel, as a browser would open a call to ``POST /v1/realtime/calls``.
     await peer.connect(answer.text)
     peer.mic.say(pcm16_24k)                       # played at real time; silence otherwise
     created = await peer.until("response.created")
+
+    peer, call_id = await call(server_url, session)   # all of the above with the ``openai`` SDK
 """
 
 from __future__ import annotations
@@ -20,15 +22,17 @@ import numpy as np
 from aiortc import MediaStreamTrack, RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamError
 from av import AudioFrame
+from openai import AsyncOpenAI
 
 from lyre.server.voice_call import Resampler
 from lyre.server.webrtc_audio import hear_sooner
 
-__all__ = ["Microphone", "Peer"]
+__all__ = ["CALLS", "Microphone", "Peer", "call"]
 
 RATE = 24_000  # what `say` takes
 WIRE_RATE = 48_000  # what the microphone sends, as a browser's does (Opus's own rate)
 FRAME = WIRE_RATE // 50  # 20 ms
+CALLS = "/v1/realtime/calls"
 
 
 class Microphone(MediaStreamTrack):
@@ -147,3 +151,20 @@ class Peer:
             self.frames += 1
             if np.abs(frame.to_ndarray()).max() > 64:
                 self.loud_at.append(time.monotonic())
+
+
+async def call(url: str, session: dict[str, Any] | None = None) -> tuple[Peer, str]:
+    """A call to the server at ``url`` made with the ``openai`` SDK, connected and its session created; the
+    peer and the call's id (from ``Location``)."""
+    peer = Peer()
+    kwargs = {"session": session} if session is not None else {}
+    async with AsyncOpenAI(api_key="unused", base_url=f"{url}/v1") as client:
+        create = client.realtime.calls.with_raw_response.create
+        raw = await create(sdp=await peer.offer(), **kwargs)  # type: ignore[arg-type]
+        answer = raw.text
+    assert raw.status_code == 201 and raw.headers["content-type"].startswith("application/sdp")
+    location = raw.headers["location"]
+    assert location.startswith(CALLS + "/rtc_")
+    await peer.connect(answer)
+    await peer.until("session.created", timeout=20)
+    return peer, location.rsplit("/", 1)[1]

@@ -8,11 +8,12 @@ import json
 import logging
 import secrets
 import time
-from contextlib import ExitStack
+from contextlib import AsyncExitStack, ExitStack
 from typing import TYPE_CHECKING, Any
 
 from aiortc import (MediaStreamTrack, RTCConfiguration, RTCDataChannel, RTCIceServer, RTCPeerConnection,
                     RTCSessionDescription)
+from aiortc.exceptions import OperationError
 from aiortc.mediastreams import MediaStreamError
 from av import AudioFrame
 
@@ -21,7 +22,7 @@ from lyre.server.realtime_socket import RealtimeSessions
 from lyre.server.state import ServerState
 from lyre.server.voice_call import VoiceCall
 from lyre.server.webrtc_audio import InOrder, OutboundAudio, hear_sooner
-from lyre.server.webrtc_offer import EVENTS_CHANNEL
+from lyre.server.webrtc_offer import EVENTS_CHANNEL, no_common_codec
 from lyre.stt import RealtimeError
 
 if TYPE_CHECKING:
@@ -57,6 +58,7 @@ class Call:
         self._heard_at: float | None = None  # when the caller's audio last arrived, decoded
         self._packets: InOrder | None = None  # the caller's audio packets as they arrive
         self._hung_up: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        self._closing: asyncio.Task[None] | None = None  # freeing what the call holds, once hung up
         self._held = ExitStack()
         self._errors: list[str] | None = None  # while the offer's session settings are applied
         self.voice = VoiceCall(state, self, model)
@@ -91,7 +93,8 @@ class Call:
 
     async def answer(self, offer: str, session: dict[str, Any] | None) -> str:
         """Take the caller's offer (and session settings); returns the SDP answer. ValueError names what
-        is wrong with either."""
+        is wrong with either; any other exception is a fault of the server's. Either way the caller hangs
+        up the call."""
         if session is not None:
             self._errors = []
             await self.voice.receive(json.dumps({"type": "session.update", "session": session}))
@@ -100,15 +103,18 @@ class Call:
                 raise ValueError(f"session: {errors[0]}")
         try:
             await self.pc.setRemoteDescription(RTCSessionDescription(offer, "offer"))
-        except (ValueError, KeyError, IndexError) as exc:
-            raise ValueError(f"sdp: the offer was refused: {exc}") from None
+        except OperationError:  # aiortc raises it here only for a media section with no codec it speaks
+            raise ValueError(no_common_codec(offer)) from None
+        except Exception as exc:  # aiortc reading what the caller wrote (lyre's checks passed it)
+            log.info("call %s: aiortc refused the offer: %r", self.id, exc)
+            raise ValueError(f"sdp: the offer was refused ({type(exc).__name__}: {exc})") from None
         self.pc.addTrack(self.out)
         for transceiver in self.pc.getTransceivers():
             if transceiver.kind == "audio":
                 self._packets = hear_sooner(transceiver.receiver)
+        self._spawn(self._watch())  # from here on, a call never connected is hung up
         await self.pc.setLocalDescription(await self.pc.createAnswer())
         self._spawn(self._read_events())
-        self._spawn(self._watch())
         return self.pc.localDescription.sdp
 
     def hold(self, sessions: RealtimeSessions) -> None:
@@ -123,21 +129,44 @@ class Call:
             self.voice.report(RealtimeError(f"call ended: {reason}", "call_ended", kind="server_error"))
         self._hung_up.set_result(reason)
         self._calls.forget(self)
-        asyncio.ensure_future(self._close())
+        self._closing = asyncio.ensure_future(self._close())
+        self._closing.add_done_callback(self._freed)
 
     async def closed(self) -> str:
-        return await asyncio.shield(self._hung_up)
+        """Once the call is hung up and everything it held is free; why it hung up."""
+        reason = await asyncio.shield(self._hung_up)
+        assert self._closing is not None
+        await asyncio.wait({self._closing})  # its failure is logged, not raised here
+        return reason
 
     async def _close(self) -> None:
-        await self.voice.close()  # cancels passes and replies: their engine slots are free
-        for task in list(self._tasks):
+        """Free what the call holds, each part whatever became of the one before: the agent's replies and
+        passes (their engine slots), the call's tasks, the peer connection, and last the session slot."""
+        async with AsyncExitStack() as parts:  # unwound last first, every part even when one raises
+            parts.callback(self._held.close)
+            parts.push_async_callback(self._close_peer)
+            parts.push_async_callback(self._stop_tasks)
+            await self.voice.close()
+
+    async def _stop_tasks(self) -> None:
+        tasks = list(self._tasks)
+        for task in tasks:
             task.cancel()
         self.out.stop()
+        if tasks:
+            await asyncio.wait(tasks)
+
+    async def _close_peer(self) -> None:
         try:
             await asyncio.wait_for(self.pc.close(), 5.0)
         except TimeoutError:
             log.warning("call %s: the peer connection took over 5 s to close", self.id)
-        self._held.close()
+        except Exception as exc:  # aiortc, on a connection an offer left half set up: closed as far as it goes
+            log.warning("call %s: closing the peer connection failed: %r", self.id, exc)
+
+    def _freed(self, closing: asyncio.Task[None]) -> None:
+        if not closing.cancelled() and (exc := closing.exception()) is not None:
+            log.error("call %s: closing it failed (its slots are free): %r", self.id, exc, exc_info=exc)
 
     # -- the peer connection's events --
 
@@ -227,3 +256,4 @@ class Call:
         if not task.cancelled() and (exc := task.exception()) is not None:
             log.error("call %s: %r", self.id, exc, exc_info=exc)
             self.hang_up(f"internal error: {exc}")
+

@@ -1,0 +1,240 @@
+"""A WebRTC call's life (lyre.server.webrtc_call): offers refused, callers that go away, and a hang-up
+that frees everything. A real ``lyre serve --stt`` on loopback,
+thinking at a scripted endpoint (tests/scripted_thinker.py), called by aiortc peers (tests/webrtc_peer.py).
+
+Every path ends with the call's realtime session and its engine slots freed: the ``/metrics`` gauges
+``lyre_realtime_sessions`` and ``lyre_engine_running`` back at 0. The server allows two realtime sessions,
+so a call that leaks one shows at once as a refusal (429).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from scripted_thinker import thinking_at
+from serving import Server, running_server
+from webrtc_peer import CALLS, Peer, call
+
+from lyre.server.admission import Admission
+from lyre.server.config import ServerConfig
+from lyre.server.metrics import Metrics
+from lyre.server.realtime_socket import RealtimeSessions
+from lyre.server.state import ServerState
+from lyre.server.voice_call import VoiceCall
+from lyre.server.webrtc import Calls
+from lyre.server.webrtc_call import Call
+
+SESSION = {"type": "realtime", "instructions": "Answer in one short sentence.", "max_speech_tokens": 35,
+           "audio": {"input": {"transcription": {"language": "en"}}, "output": {"voice": "tara"}}}
+LONG = {**SESSION, "max_speech_tokens": 1500}  # a reply that speaks for many seconds
+SDP = {"content-type": "application/sdp"}
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[Server]:
+    with thinking_at() as thinker, running_server("--stt", "--llm-url", thinker, "--llm-model", "scripted",
+                                                  "--max-streams", "4", "--stt-max-sessions", "2") as running:
+        yield running
+
+
+async def _metric(server: Server, name: str) -> float:
+    return await asyncio.to_thread(server.metric, name)
+
+
+async def _until(server: Server, name: str, value: float, within: float) -> None:
+    """The gauge ``name`` reads ``value`` within ``within`` seconds (polled: the gauge does not touch the call,
+    where a hang-up to probe it would end it)."""
+    deadline = time.monotonic() + within
+    while (now := await _metric(server, name)) != value:
+        assert time.monotonic() < deadline, f"{name} is {now}, not {value}, after {within} s"
+        await asyncio.sleep(0.05)
+
+
+async def _freed(server: Server, within: float = 10.0) -> None:
+    """No call open, no engine slot held."""
+    await _until(server, "lyre_realtime_sessions", 0, within)
+    await _until(server, "lyre_engine_running", 0, within)
+
+
+async def _story(peer: Peer) -> None:
+    """Ask for a reply and wait until its audio plays."""
+    peer.send({"type": "conversation.item.create", "item": {
+        "type": "message", "role": "user", "content": [{"type": "input_text", "text": "Tell a story."}]}})
+    peer.send({"type": "response.create"})
+    await peer.until("output_audio_buffer.started")
+
+
+async def _offer(audio: bool = True, channel: bool = True, direction: str = "sendrecv") -> str:
+    from aiortc import RTCConfiguration, RTCPeerConnection
+
+    pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
+    if audio:
+        pc.addTransceiver("audio", direction=direction)  # type: ignore[arg-type]
+    if channel:
+        pc.createDataChannel("oai-events")
+    await pc.setLocalDescription(await pc.createOffer())
+    sdp = pc.localDescription.sdp
+    await pc.close()
+    return sdp
+
+
+def _only_codec(sdp: str, codec: str) -> str:
+    """``sdp`` with its audio offering only ``codec`` (one aiortc lacks): the offer passes lyre's own
+    checks, and aiortc refuses it when the call takes it."""
+    lines, section = [], ""
+    for line in sdp.splitlines():
+        if line.startswith("m="):
+            section = line[2:].split()[0]
+            if section == "audio":
+                lines += [" ".join(line.split()[:3] + ["97"]), f"a=rtpmap:97 {codec}"]
+                continue
+        if section == "audio" and line.startswith(("a=rtpmap:", "a=fmtp:", "a=rtcp-fb:")):
+            continue
+        lines.append(line)
+    return "\r\n".join(lines) + "\r\n"
+
+
+def test_bad_offers_are_refused_naming_what_is_wrong(server: Server) -> None:
+    good = asyncio.run(_offer())
+    cases: list[tuple[dict[str, Any], int, str]] = [
+        ({"content": "hello", "headers": SDP}, 400, "sdp"),
+        ({"content": "", "headers": SDP}, 400, "sdp"),
+        ({"content": asyncio.run(_offer(audio=False)), "headers": SDP}, 400, "no audio"),
+        ({"content": asyncio.run(_offer(channel=False)), "headers": SDP}, 400, "oai-events"),
+        ({"content": asyncio.run(_offer(direction="sendonly")), "headers": SDP}, 400, "sendrecv"),
+        ({"json": {"sdp": good}}, 415, "application/sdp"),
+        ({"files": {"sdp": (None, good), "session": (None, "{not json")}}, 400, "session"),
+        ({"files": {"sdp": (None, good), "session": (None, '{"audio": {"output": {"voice": "nobody"}}}')}}, 400,
+         "nobody"),
+        ({"files": {"session": (None, "{}")}}, 400, "sdp"),
+        ({"content": good.replace("a=mid:0", "a=mid:"), "headers": SDP}, 400, "a=mid"),
+        # Offers lyre's own reading passes and aiortc refuses as the call takes them.
+        ({"content": _only_codec(good, "speex/16000"), "headers": SDP}, 400, "no audio codec in common"),
+        ({"content": re.sub(r"a=ice-pwd:.*\r\n", "", good), "headers": SDP}, 400, "sdp: the offer was refused"),
+    ]
+    with httpx.Client(base_url=server.url, timeout=30) as http:
+        for request, status, named in cases:
+            r = http.post(CALLS, **request)
+            assert r.status_code == status, (request, r.text)
+            assert named in r.json()["error"]["message"], (named, r.text)
+        assert http.delete(f"{CALLS}/rtc_nope").status_code == 404
+        assert http.post(f"{CALLS}/rtc_nope/hangup").status_code == 404
+
+    # None of them left a session behind: two calls (the limit) still fit, and a third is refused.
+    async def fill() -> None:
+        first, second = await call(server.url), await call(server.url)
+        async with httpx.AsyncClient(base_url=server.url) as client:
+            r = await client.post(CALLS, content=good, headers=SDP)
+            assert r.status_code == 429 and "limit 2" in r.json()["error"]["message"]
+            for _, call_id in (first, second):
+                assert (await client.delete(f"{CALLS}/{call_id}")).status_code == 204
+        for peer, _ in (first, second):
+            await peer.close()
+        await _freed(server)
+
+    asyncio.run(fill())
+
+
+def test_offers_with_no_codec_in_common_free_their_call_every_time(server: Server) -> None:
+    speex = _only_codec(asyncio.run(_offer()), "speex/16000")
+    with httpx.Client(base_url=server.url, timeout=30) as http:
+        answers = [http.post(CALLS, content=speex, headers=SDP) for _ in range(20)]
+    assert [r.status_code for r in answers] == [400] * 20
+    message = answers[0].json()["error"]["message"]
+    assert "speex/16000" in message and "opus/48000" in message, message
+
+    async def then() -> None:  # a good call still gets in, and leaves nothing behind
+        assert await _metric(server, "lyre_realtime_sessions") == 0  # answered only once freed
+        peer, call_id = await call(server.url, SESSION)
+        async with httpx.AsyncClient(base_url=server.url) as http:
+            assert (await http.delete(f"{CALLS}/{call_id}")).status_code == 204
+        await peer.close()
+        await _freed(server)
+
+    asyncio.run(then())
+
+
+def test_a_hang_up_answers_once_the_call_is_freed(server: Server) -> None:
+    async def run() -> None:
+        peer, call_id = await call(server.url, LONG)
+        await _story(peer)
+        async with httpx.AsyncClient(base_url=server.url) as http:
+            assert (await http.delete(f"{CALLS}/{call_id}")).status_code == 204
+            # Not polled: the hang-up answered once the session and the reply's engine slots were free.
+            text = (await http.get("/metrics")).text
+        await peer.close()
+        gauges = {line.split()[0]: float(line.split()[1]) for line in text.splitlines()
+                  if line.startswith(("lyre_realtime_sessions ", "lyre_engine_running "))}
+        assert gauges == {"lyre_realtime_sessions": 0, "lyre_engine_running": 0}
+
+    asyncio.run(run())
+
+
+def test_a_caller_that_goes_away_frees_the_call(server: Server) -> None:
+    async def run() -> None:
+        async with httpx.AsyncClient(base_url=server.url) as http:
+            await _freed(server)  # the calls of the tests before are closed
+            # A peer that closes its connection in the middle of a reply, without hanging up.
+            peer, call_id = await call(server.url, LONG)
+            await _story(peer)
+            assert await _metric(server, "lyre_realtime_sessions") == 1
+            await peer.close()
+            await _freed(server, within=3.0)
+            assert (await http.delete(f"{CALLS}/{call_id}")).status_code == 404
+            # A peer whose microphone goes quiet for good (as one whose network or process died): no audio.
+            # The call is gone within a second (0.6 s of silence on the wire; the margin is for a busy CI).
+            peer, call_id = await call(server.url, SESSION)
+            await asyncio.sleep(0.5)
+            assert await _metric(server, "lyre_realtime_sessions") == 1
+            peer.mic.stop()
+            await _until(server, "lyre_realtime_sessions", 0, 1.5)
+            assert (await http.delete(f"{CALLS}/{call_id}")).status_code == 404
+            await peer.close()
+            await _freed(server)
+
+    asyncio.run(run())
+
+
+def _stand_ins() -> ServerState:
+    """A server's state with stand-ins for the models."""
+    state = ServerState(config=ServerConfig(), tts=None, admission=Admission(1, 1, 1.0), metrics=Metrics(),
+                        ready=True)
+    state.stt = state.tts = state.thinker = object()  # type: ignore[assignment]  # nothing is heard or said
+    return state
+
+
+@pytest.mark.parametrize("voice_close_fails", [False, True])
+def test_closed_returns_once_everything_is_freed_even_when_a_part_fails(monkeypatch: pytest.MonkeyPatch,
+                                                                        voice_close_fails: bool) -> None:
+    if voice_close_fails:
+        closing = VoiceCall.close
+
+        async def failing(self: VoiceCall) -> None:
+            await closing(self)
+            raise RuntimeError("the agent session failed to close")
+        monkeypatch.setattr(VoiceCall, "close", failing)
+    state = _stand_ins()
+
+    async def run() -> tuple[Call, RealtimeSessions]:
+        sessions, calls, peer = RealtimeSessions(), Calls(), Peer()
+        made = Call(state, calls, None)
+        made.hold(sessions)
+        calls.open[made.id] = made
+        await made.answer(await peer.offer(), None)
+        assert sessions.open == 1 and made._tasks
+        made.hang_up("hung up by the caller")
+        assert await made.closed() == "hung up by the caller"
+        # At once, not polled: closed() came back once all of it was free.
+        assert sessions.open == 0 and made.pc.connectionState == "closed" and not calls.open
+        assert not made._tasks and made.out.readyState == "ended"
+        await peer.close()
+        return made, sessions
+
+    asyncio.run(run())
+
