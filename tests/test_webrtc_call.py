@@ -1,5 +1,5 @@
-"""A WebRTC call's life (lyre.server.webrtc_call): offers refused, callers that go away, and a hang-up
-that frees everything. A real ``lyre serve --stt`` on loopback,
+"""A WebRTC call's life (lyre.server.webrtc_call): offers refused, callers that go away, pause or never
+speak, and a hang-up that frees everything. A real ``lyre serve --stt`` on loopback,
 thinking at a scripted endpoint (tests/scripted_thinker.py), called by aiortc peers (tests/webrtc_peer.py).
 
 Every path ends with the call's realtime session and its engine slots freed: the ``/metrics`` gauges
@@ -17,8 +17,10 @@ from typing import Any
 
 import httpx
 import pytest
+from polling import eventually_async
 from scripted_thinker import thinking_at
 from serving import Server, running_server
+from speech import SENTENCES, speak_pcm16
 from webrtc_peer import CALLS, Peer, call
 
 from lyre.server.admission import Admission
@@ -29,6 +31,7 @@ from lyre.server.state import ServerState
 from lyre.server.voice_call import VoiceCall
 from lyre.server.webrtc import Calls
 from lyre.server.webrtc_call import Call
+from lyre.server.webrtc_watch import GONE_AFTER_S, MEDIA_TIMEOUT_S
 
 SESSION = {"type": "realtime", "instructions": "Answer in one short sentence.", "max_speech_tokens": 35,
            "audio": {"input": {"transcription": {"language": "en"}}, "output": {"voice": "tara"}}}
@@ -187,18 +190,79 @@ def test_a_caller_that_goes_away_frees_the_call(server: Server) -> None:
             await peer.close()
             await _freed(server, within=3.0)
             assert (await http.delete(f"{CALLS}/{call_id}")).status_code == 404
-            # A peer whose microphone goes quiet for good (as one whose network or process died): no audio.
-            # The call is gone within a second (0.6 s of silence on the wire; the margin is for a busy CI).
-            peer, call_id = await call(server.url, SESSION)
-            await asyncio.sleep(0.5)
-            assert await _metric(server, "lyre_realtime_sessions") == 1
+            # A peer whose network or process died in the middle of a reply: nothing more arrives. The
+            # reply stops and frees its slots once 0.6 s pass without a packet (the margin is for a busy
+            # CI); the call waits for the caller to come back, then hangs up.
+            peer, call_id = await call(server.url, LONG)
+            await _story(peer)
+            await _until(server, "lyre_engine_running", 1, 10.0)
             peer.mic.stop()
-            await _until(server, "lyre_realtime_sessions", 0, 1.5)
+            gone = time.monotonic()
+            await _until(server, "lyre_engine_running", 0, MEDIA_TIMEOUT_S + 1.5)
+            assert await _metric(server, "lyre_realtime_sessions") == 1
+            await _until(server, "lyre_realtime_sessions", 0, GONE_AFTER_S + 1.5)
+            assert time.monotonic() - gone > GONE_AFTER_S - 0.5  # it waited for the caller
             assert (await http.delete(f"{CALLS}/{call_id}")).status_code == 404
             await peer.close()
             await _freed(server)
 
     asyncio.run(run())
+
+
+def test_a_caller_that_connects_and_never_sends_audio_is_hung_up(server: Server) -> None:
+    async def run() -> None:
+        peer = Peer()
+        peer.mic.stop()  # the track ends before the first packet: aiortc sends no RTP at all
+        async with httpx.AsyncClient(base_url=server.url, timeout=30) as http:
+            r = await http.post(CALLS, content=await peer.offer(), headers=SDP)
+            assert r.status_code == 201, r.text
+            await peer.connect(r.text)
+            await peer.until("session.created", timeout=20)
+            connected = time.monotonic()
+            await _until(server, "lyre_realtime_sessions", 0, GONE_AFTER_S + 3.0)
+            assert time.monotonic() - connected > GONE_AFTER_S - 1.0
+            ended = peer.of("error")[-1]["error"]
+            assert ended["code"] == "call_ended" and "no audio from the caller" in ended["message"], ended
+            assert (await http.delete(r.headers["location"])).status_code == 404
+        await peer.close()
+        await _freed(server)
+
+    asyncio.run(run())
+
+
+def test_a_caller_whose_network_drops_a_moment_is_paused_not_hung_up(server: Server) -> None:
+    sentence = speak_pcm16(SENTENCES[3])  # before the call: espeak-ng would stall the caller's packets
+
+    async def run() -> Peer:
+        peer, call_id = await call(server.url, LONG)
+        await _story(peer)
+        await _until(server, "lyre_engine_running", 1, 10.0)
+        peer.mic.drop(1.5)  # a Wi-Fi roam: 1.5 s without a packet, then they flow again
+        # The reply stops as at a barge-in, and frees its engine slots; the call stays.
+        await peer.until("output_audio_buffer.cleared", timeout=MEDIA_TIMEOUT_S + 2.0)
+        assert (await peer.until("response.done"))["response"]["status"] == "cancelled"
+        await _until(server, "lyre_engine_running", 0, 2.0)
+        assert await _metric(server, "lyre_realtime_sessions") == 1
+        # The caller is back: it speaks and is answered.
+        assert await eventually_async(lambda: not peer.mic.dropping, timeout=3.0)
+        await peer.until("session.updated")
+        peer.send({"type": "session.update", "session": {"type": "realtime", "max_speech_tokens": 35}})
+        await peer.until("session.updated", count=2)
+        peer.mic.say(sentence)
+        answer = await peer.until("response.done", count=2, timeout=60)
+        assert answer["response"]["status"] == "completed"
+        async with httpx.AsyncClient(base_url=server.url) as http:
+            assert (await http.delete(f"{CALLS}/{call_id}")).status_code == 204
+        await peer.close()
+        await _freed(server)
+        return peer
+
+    peer = asyncio.run(run())
+    assert not [e for e in peer.of("error") if e["error"]["code"] == "call_ended"]
+    assert "pharmacy" in peer.of("conversation.item.input_audio_transcription.completed")[-1]["transcript"].lower()
+
+
+# -- a call's own close, in process: no server, stand-ins for the models it never uses here --
 
 
 def _stand_ins() -> ServerState:
@@ -238,3 +302,26 @@ def test_closed_returns_once_everything_is_freed_even_when_a_part_fails(monkeypa
 
     asyncio.run(run())
 
+
+def test_the_watch_pauses_a_call_whose_audio_stops_and_judges_nothing_on_a_late_tick() -> None:
+    from lyre.server.webrtc_watch import CONNECT_TIMEOUT_S, Change, MediaWatch
+
+    def ticks(watch: MediaWatch, times: list[float], connected: bool, heard: float | None) -> list[Change | None]:
+        return [watch.tick(t, connected, heard) for t in times]
+
+    never = MediaWatch(started=0.0)
+    assert ticks(never, [1.0, CONNECT_TIMEOUT_S - 0.1], False, None) == [None, None]
+    assert never.tick(CONNECT_TIMEOUT_S + 0.1, False, None) is Change.GONE and "not connected" in never.reason
+    silent = MediaWatch(started=0.0)  # connected at 1.1, never a packet
+    assert ticks(silent, [1.0 + 0.1 * i for i in range(1, 50)], True, None) == [None] * 49  # never paused
+    assert silent.tick(6.2, True, None) is Change.GONE and "within 5 s of connecting" in silent.reason
+    roam = MediaWatch(started=0.0)  # the last packet at 2.0; back at 3.5
+    assert ticks(roam, [1.0, 2.0, 2.5], True, 2.0) == [None, None, None]
+    assert roam.tick(2.7, True, 2.0) is Change.PAUSED and roam.paused
+    assert roam.tick(2.8, True, 2.0) is None
+    assert roam.tick(3.6, True, 3.5) is None  # late: the loop was held up, so packets may be unread
+    assert roam.tick(3.7, True, 3.6) is Change.RESUMED and not roam.paused
+    gone = MediaWatch(started=0.0)
+    changes = ticks(gone, [1.0 + 0.1 * i for i in range(1, 55)], True, 1.45)  # to 6.4
+    assert changes == [None] * 10 + [Change.PAUSED] + [None] * 43  # paused at 2.1
+    assert gone.paused and gone.tick(6.5, True, 1.45) is Change.GONE and gone.reason.endswith("for 5 s")

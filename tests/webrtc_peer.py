@@ -8,6 +8,7 @@ data channel, as a browser would open a call to ``POST /v1/realtime/calls``.
     created = await peer.until("response.created")
 
     peer, call_id = await call(server_url, session)   # all of the above with the ``openai`` SDK
+    peer.mic.drop(1.0)                            # the network loses the microphone's packets for 1 s
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ class Microphone(MediaStreamTrack):
         self._sounding = False
         self.said_until: float | None = None  # when the last queued speech went out
         self.onsets: list[float] = []  # when each frame of sound after silence went out
+        self._lost_until = 0.0  # time.monotonic() until which the network loses every packet
 
     def hush(self) -> None:
         """Drop what is queued: silence from the next frame."""
@@ -58,6 +60,16 @@ class Microphone(MediaStreamTrack):
     def say(self, pcm: bytes) -> None:
         resampler = Resampler(RATE, WIRE_RATE, 1)
         self._queue += resampler.push(pcm) + resampler.flush()
+
+    def drop(self, seconds: float) -> None:
+        """The network loses the microphone's packets for ``seconds`` from now (a Wi-Fi roam, a handover):
+        none reach the server, and what was said meanwhile is lost; then they flow again."""
+        self._lost_until = time.monotonic() + seconds
+
+    @property
+    def dropping(self) -> bool:
+        """The network is losing the microphone's packets now."""
+        return time.monotonic() < self._lost_until
 
     @property
     def speaking(self) -> bool:
@@ -68,6 +80,12 @@ class Microphone(MediaStreamTrack):
             raise MediaStreamError
         if self._start is None:
             self._start = time.monotonic()
+        if (lost := self._lost_until - time.monotonic()) > 0:
+            # The frames of the gap are made and lost on the way: the next to arrive is the one due after it.
+            await asyncio.sleep(lost)
+            gone = int((time.monotonic() - self._start) * WIRE_RATE) // FRAME * FRAME - self._pts
+            del self._queue[:2 * max(gone, 0)]
+            self._pts += max(gone, 0)
         # A frame goes once its 20 ms have passed, as a microphone's is captured.
         if (wait := self._start + (self._pts + FRAME) / WIRE_RATE - time.monotonic()) > 0:
             await asyncio.sleep(wait)

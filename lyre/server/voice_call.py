@@ -5,6 +5,7 @@ stream share.
     await call.audio(pcm, rate)                 # the caller's audio: pcm16 mono at any rate
     await call.receive(text)                    # a client event, as JSON text (a data channel's)
     await call.heard(response_id, ms)           # the transport knows how much of a reply was played
+    call.hush()                                 # the caller cannot hear for now: the reply stops
     await call.close()                          # cancels every pass and reply; frees their slots
 
 Audio in is resampled (PyAV) to the session's input rate and handed to its ear as media, without a
@@ -143,6 +144,13 @@ class VoiceCall:
         if item is None or "audio_ms" not in item:
             return
         self.session.truncate(item_id, 0, min(round(heard_ms), int(item["audio_ms"])))
+
+    def hush(self) -> None:
+        """The caller cannot hear for now (its media stopped): the reply stops as at a barge-in, its engine
+        slots freed and its history cut to what went out, and a speculative one is dropped."""
+        self._silence()
+        self._cut(self.sink.clear())
+        self.session.hush()
 
     async def close(self) -> None:
         for task in list(self._cuts):

@@ -15,10 +15,12 @@ and the reply's history keeps what the track had sent of it (``conversation.item
 
 A call holds a realtime session (``--stt-max-sessions`` counts calls and sockets together). An offer the
 call cannot take (aiortc's refusal included: no audio codec in common) is a 400 naming why, and the call
-is gone before the answer goes. It hangs up, freeing its engine slots, when the caller asks, when the
-connection fails or closes, when its audio stops for 0.6 s (a peer gone without a goodbye), when it does
-not connect within 20 s (lyre.server.webrtc_call), and when the server shuts down. ICE uses host
-candidates, plus the STUN and TURN servers of ``--ice-server``.
+is gone before the answer goes. When the caller's audio stops for 0.6 s (a network gone for a moment, or
+a peer gone for good: UDP tells them apart only by time) its reply stops, freeing its engine slots, and
+the call waits; audio again and it goes on. It hangs up, freeing everything, when the caller asks, when
+the connection fails or closes, when its audio has stopped for 5 s (or never came within 5 s of
+connecting), when it does not connect within 20 s (lyre.server.webrtc_watch), and when the server shuts
+down. ICE uses host candidates, plus the STUN and TURN servers of ``--ice-server``.
 """
 
 from __future__ import annotations

@@ -1,5 +1,8 @@
 """One WebRTC call (lyre.server.webrtc): its peer connection (aiortc), its agent session, and the tasks
-between them. Loaded with the first call."""
+between them. Loaded with the first call.
+
+Whether the caller is there is lyre.server.webrtc_watch's to judge: while its audio has stopped for a
+moment the reply stops (`VoiceCall.hush`), and a caller gone is hung up."""
 
 from __future__ import annotations
 
@@ -23,16 +26,15 @@ from lyre.server.state import ServerState
 from lyre.server.voice_call import VoiceCall
 from lyre.server.webrtc_audio import InOrder, OutboundAudio, hear_sooner
 from lyre.server.webrtc_offer import EVENTS_CHANNEL, no_common_codec
+from lyre.server.webrtc_watch import Change, MediaWatch
 from lyre.stt import RealtimeError
 
 if TYPE_CHECKING:
     from lyre.server.webrtc import Calls
 
-__all__ = ["CONNECT_TIMEOUT_S", "MEDIA_TIMEOUT_S", "Call"]
+__all__ = ["Call"]
 
-MEDIA_TIMEOUT_S = 0.6  # no audio from a connected caller this long: the peer is gone
 _WATCH_S = 0.1  # how often the call looks at its connection and its audio
-CONNECT_TIMEOUT_S = 20.0  # an answered offer whose connection never comes up
 _MAX_UNSENT_BYTES = 4 * 2**20  # events the caller leaves unread on the data channel, at most
 _MAX_QUEUED_S = 5.0  # the caller's audio the agent may fall behind by
 _FRAME_S = 0.02  # a WebRTC audio frame
@@ -230,21 +232,23 @@ class Call:
             await self.voice.receive(await self._inbox.get())
 
     async def _watch(self) -> None:
-        """Hangs up a call that never connects, or whose caller's audio stops (a peer gone without a
-        goodbye is only silence on UDP): its slots are free within a second. A tick that comes late
-        (the event loop was held up, and packets may still wait unread) judges nothing."""
-        started = last = time.monotonic()
+        """Hangs up a call never connected, or whose caller is gone; while the caller's audio has stopped,
+        keeps its reply stopped (lyre.server.webrtc_watch)."""
+        watch = MediaWatch(time.monotonic())
         while True:
             await asyncio.sleep(_WATCH_S)
-            now = time.monotonic()
-            late, last = now - last > 3 * _WATCH_S, now
             # Packets as they arrive; decoded frames only where aiortc's buffer could not be replaced.
             packet_at = self._packets.packet_at if self._packets is not None else None
-            heard = max(self._heard_at or 0.0, packet_at or 0.0)
-            if self.pc.connectionState != "connected" and now - started > CONNECT_TIMEOUT_S:
-                self.hang_up(f"not connected within {CONNECT_TIMEOUT_S:g} s")
-            elif heard and not late and now - heard > MEDIA_TIMEOUT_S:
-                self.hang_up(f"no audio from the caller for {MEDIA_TIMEOUT_S:g} s")
+            heard = max(self._heard_at or 0.0, packet_at or 0.0) or None
+            change = watch.tick(time.monotonic(), self.pc.connectionState == "connected", heard)
+            if change is Change.GONE:
+                self.hang_up(watch.reason)
+                return
+            if change is not None:
+                log.info("call %s: the caller's audio has %s", self.id,
+                         "stopped: the reply stops, and the call waits" if watch.paused else "come back")
+            if watch.paused:  # a reply begun meanwhile (a turn the caller ended before) stops too
+                self.voice.hush()
 
     def _spawn(self, work: Any) -> None:
         task = asyncio.ensure_future(work)
