@@ -1,5 +1,5 @@
 """A WebRTC call's life (lyre.server.webrtc_call): offers refused, callers that go away, pause or never
-speak, and a hang-up that frees everything. A real ``lyre serve --stt`` on loopback,
+speak, events that pile up, and a hang-up that frees everything. A real ``lyre serve --stt`` on loopback,
 thinking at a scripted endpoint (tests/scripted_thinker.py), called by aiortc peers (tests/webrtc_peer.py).
 
 Every path ends with the call's realtime session and its engine slots freed: the ``/metrics`` gauges
@@ -10,6 +10,8 @@ so a call that leaks one shows at once as a refusal (429).
 from __future__ import annotations
 
 import asyncio
+import base64
+import json
 import re
 import time
 from collections.abc import Iterator
@@ -32,6 +34,7 @@ from lyre.server.voice_call import VoiceCall
 from lyre.server.webrtc import Calls
 from lyre.server.webrtc_call import Call
 from lyre.server.webrtc_watch import GONE_AFTER_S, MEDIA_TIMEOUT_S
+from lyre.stt import Transcript
 
 SESSION = {"type": "realtime", "instructions": "Answer in one short sentence.", "max_speech_tokens": 35,
            "audio": {"input": {"transcription": {"language": "en"}}, "output": {"voice": "tara"}}}
@@ -265,11 +268,12 @@ def test_a_caller_whose_network_drops_a_moment_is_paused_not_hung_up(server: Ser
 # -- a call's own close, in process: no server, stand-ins for the models it never uses here --
 
 
-def _stand_ins() -> ServerState:
-    """A server's state with stand-ins for the models."""
+def _stand_ins(stt: object = None) -> ServerState:
+    """A server's state with stand-ins for the models: ``stt`` as its speech to text."""
     state = ServerState(config=ServerConfig(), tts=None, admission=Admission(1, 1, 1.0), metrics=Metrics(),
                         ready=True)
-    state.stt = state.tts = state.thinker = object()  # type: ignore[assignment]  # nothing is heard or said
+    state.stt = stt or object()  # type: ignore[assignment]
+    state.tts = state.thinker = object()  # type: ignore[assignment]  # no reply is made
     return state
 
 
@@ -301,6 +305,71 @@ def test_closed_returns_once_everything_is_freed_even_when_a_part_fails(monkeypa
         return made, sessions
 
     asyncio.run(run())
+
+
+class _Stalled:
+    """Speech to text that answers only once released: meanwhile the agent is busy with the one event that
+    asked for it, and reads no other."""
+
+    def __init__(self) -> None:
+        self.stalled = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def transcribe(self, audio: Any, options: Any, session: Any = None) -> Transcript:
+        self.stalled.set()
+        await self.release.wait()
+        self.stalled.clear()
+        self.release.clear()  # the next one stalls again
+        return Transcript("hello", "en", 1.0, ())
+
+
+def test_events_past_the_inbox_bound_are_refused_naming_them_and_the_call_goes_on() -> None:
+    from lyre.server.webrtc_call import _MAX_INBOX, _MAX_INBOX_CHARS
+
+    stt = _Stalled()
+    audio = base64.b64encode(bytes(4800)).decode()  # 0.1 s: a transcript to wait for
+    stall = {"type": "conversation.item.create", "item": {
+        "type": "message", "role": "user", "content": [{"type": "input_audio", "audio": audio}]}}
+
+    def said(text: str, event_id: str) -> dict[str, Any]:
+        return {"type": "conversation.item.create", "event_id": event_id, "item": {
+            "type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}}
+
+    async def run() -> Peer:
+        peer, made = Peer(), Call(_stand_ins(stt), Calls(), None)
+        # The microphone sends silence: a caller, not one gone (lyre.server.webrtc_watch).
+        await peer.connect(await made.answer(await peer.offer(), None))
+        await peer.until("session.created", timeout=20)
+        # Many small events behind a stalled one: the bound's worth wait, the rest are refused at once.
+        burst = 2 * _MAX_INBOX
+        peer.send(stall)
+        await stt.stalled.wait()
+        for i in range(burst):
+            peer.send({"type": "input_audio_buffer.clear", "event_id": f"small_{i}"})
+        await peer.until("error", count=burst - _MAX_INBOX, timeout=30)
+        stt.release.set()
+        await peer.until("input_audio_buffer.cleared", count=_MAX_INBOX, timeout=30)
+        # A few large ones behind another: refused once they would hold over the bound's characters.
+        big = _MAX_INBOX_CHARS // 8 - 1000
+        peer.send(stall)
+        await stt.stalled.wait()
+        for i in range(10):
+            peer.send(said("x" * big, f"large_{i}"))
+        await peer.until("error", count=burst - _MAX_INBOX + 2, timeout=60)
+        stt.release.set()
+        await peer.until("conversation.item.done", count=2 + 8, timeout=30)
+        made.hang_up("hung up by the caller")
+        await made.closed()
+        await peer.close()
+        return peer
+
+    peer = asyncio.run(run())
+    refused = [e["error"] for e in peer.of("error")]
+    assert all(e["code"] == "too_many_events" and "wait for the agent" in e["message"] for e in refused)
+    small = [e["event_id"] for e in refused if e["event_id"].startswith("small_")]
+    assert small == [f"small_{i}" for i in range(_MAX_INBOX, 2 * _MAX_INBOX)]  # the ones past the bound, named
+    assert [e["event_id"] for e in refused if e["event_id"].startswith("large_")] == ["large_8", "large_9"]
+    assert len(peer.of("input_audio_buffer.cleared")) == _MAX_INBOX  # the ones within it, all acted on
 
 
 def test_the_watch_pauses_a_call_whose_audio_stops_and_judges_nothing_on_a_late_tick() -> None:

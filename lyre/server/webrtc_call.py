@@ -2,7 +2,12 @@
 between them. Loaded with the first call.
 
 Whether the caller is there is lyre.server.webrtc_watch's to judge: while its audio has stopped for a
-moment the reply stops (`VoiceCall.hush`), and a caller gone is hung up."""
+moment the reply stops (`VoiceCall.hush`), and a caller gone is hung up. The caller's events wait for the
+agent in a bounded inbox: one that comes with _MAX_INBOX events (or _MAX_INBOX_CHARS of them) already
+waiting is refused with an ``error`` event naming it, and the call goes on. Refused, not the call ended:
+a data channel cannot be read slower to hold a caller back as a socket can, and a burst costs its sender
+only the events over the bound, each named so it can be sent again; a caller that floods on and reads
+nothing is hung up by the bound on what it leaves unread (_MAX_UNSENT_BYTES)."""
 
 from __future__ import annotations
 
@@ -36,6 +41,8 @@ __all__ = ["Call"]
 
 _WATCH_S = 0.1  # how often the call looks at its connection and its audio
 _MAX_UNSENT_BYTES = 4 * 2**20  # events the caller leaves unread on the data channel, at most
+_MAX_INBOX = 256  # the caller's events waiting for the agent to read them, at most
+_MAX_INBOX_CHARS = 2 * 2**20  # ... and their characters: eight of the largest (aiortc takes 256 KiB a message)
 _MAX_QUEUED_S = 5.0  # the caller's audio the agent may fall behind by
 _FRAME_S = 0.02  # a WebRTC audio frame
 
@@ -56,6 +63,7 @@ class Call:
         self._channel: RTCDataChannel | None = None
         self._unsent: list[str] = []  # events before the caller's data channel is open
         self._inbox: asyncio.Queue[str] = asyncio.Queue()
+        self._inbox_chars = 0
         self._tasks: set[asyncio.Task[Any]] = set()
         self._heard_at: float | None = None  # when the caller's audio last arrived, decoded
         self._packets: InOrder | None = None  # the caller's audio packets as they arrive
@@ -191,6 +199,13 @@ class Call:
             self.voice.report(RealtimeError("binary data channel messages are not supported; send JSON text "
                                             "events", "invalid_event"))
             return
+        if self._inbox.qsize() >= _MAX_INBOX or self._inbox_chars + len(message) > _MAX_INBOX_CHARS:
+            self.voice.report(RealtimeError(
+                f"event refused: {self._inbox.qsize()} events wait for the agent already (at most {_MAX_INBOX}, "
+                f"{_MAX_INBOX_CHARS // 2**20} Mi characters); send it again once they are answered",
+                "too_many_events"), _event_id(message))
+            return
+        self._inbox_chars += len(message)
         self._inbox.put_nowait(message)
 
     def _on_state(self) -> None:
@@ -229,7 +244,9 @@ class Call:
     async def _read_events(self) -> None:
         """The caller's events, one at a time, in order."""
         while True:
-            await self.voice.receive(await self._inbox.get())
+            text = await self._inbox.get()
+            self._inbox_chars -= len(text)
+            await self.voice.receive(text)
 
     async def _watch(self) -> None:
         """Hangs up a call never connected, or whose caller is gone; while the caller's audio has stopped,
@@ -261,3 +278,12 @@ class Call:
             log.error("call %s: %r", self.id, exc, exc_info=exc)
             self.hang_up(f"internal error: {exc}")
 
+
+def _event_id(text: str) -> str | None:
+    """The client's ``event_id`` of an event, if it has one: for an error that names the event."""
+    try:
+        event = json.loads(text)
+    except json.JSONDecodeError:
+        return None
+    event_id = event.get("event_id") if isinstance(event, dict) else None
+    return event_id if isinstance(event_id, str) else None
