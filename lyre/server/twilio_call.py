@@ -21,9 +21,10 @@ A fault ends the stream: the socket closes with a code and a reason naming it, a
 1003: a binary message; 1007: a message that is not a JSON object with an ``event``, a payload that is not
 base64; 1008: an unknown event, media before ``start``, a second ``start``, a payload of an impossible
 size, a media format other than mu-law at 8 kHz, custom parameters the session refuses, a ``start`` for
-another call or with other parameters than its credential's, no ``start`` within START_TIMEOUT_S, a client that leaves lyre's messages unread; 1009: a message over
-MAX_MESSAGE_CHARS; 1000: ``stop``, or no media for the server's ``stt_idle_timeout_s``; 1011: a fault of
-lyre's own. Whatever the end, the conversation is closed and its replies' engine slots freed.
+another call or with other parameters than its credential's, no ``start`` within START_TIMEOUT_S, a
+client that leaves lyre's messages unread; 1009: a message over MAX_MESSAGE_CHARS; 1000: ``stop``, or no
+media for the server's ``stt_idle_timeout_s``; 1011: a fault of lyre's own. Whatever the end, the
+conversation is closed and its replies' engine slots freed.
 """
 
 from __future__ import annotations
