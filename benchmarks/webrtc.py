@@ -17,13 +17,16 @@
 3. CPU: the media path of N calls at once (the caller's audio: Opus decoding, resampling to 24 kHz; the
    reply's: pacing, resampling to 48 kHz, Opus encoding): this process's CPU over --seconds, every call
    carrying sound both ways the whole time. The peers run in a child process, so their CPU is not counted.
-4. Hang-ups: a connected caller whose microphone stops (as a peer whose process or network died: nothing
-   more arrives) and one that closes its connection without hanging up, to its session freed on the
-   server (the lyre_realtime_sessions gauge back to 0).
+4. Hang-ups: a connected caller whose microphone stops in the middle of a reply (as a peer whose process
+   or network died: nothing more arrives) and one that closes its connection without hanging up, to the
+   reply's engine slots freed (the lyre_engine_running gauge back to 0) and to its session freed on the
+   server (lyre_realtime_sessions back to 0). A quiet caller's slots go when its audio has stopped for
+   0.6 s; its session when that has lasted 5 s (it might have come back).
 
     .venv/bin/python benchmarks/webrtc.py
     .venv/bin/python benchmarks/webrtc.py --turns 0 --calls 1 8 --json webrtc.json
     .venv/bin/python benchmarks/webrtc.py --turns 0 --calls 1 --seconds 3 --hang-ups 8
+    .venv/bin/python benchmarks/webrtc.py --turns 0 --calls --hang-ups 8   # hang-ups only
 """
 
 from __future__ import annotations
@@ -195,7 +198,8 @@ def media(calls: int, seconds: float, bursts: int) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--turns", type=int, default=6, help="spoken turns per transport through the agent")
-    parser.add_argument("--calls", type=int, nargs="+", default=[1, 8], help="calls at once for the CPU figure")
+    parser.add_argument("--calls", type=int, nargs="*", default=[1, 8], help="calls at once for the CPU figure "
+                        "(none: no media figures)")
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--bursts", type=int, default=20)
     parser.add_argument("--apart", action="store_true", help="turns: the server on all cores but the first, "
@@ -221,10 +225,11 @@ def main() -> None:
                 f"{k} {1000 * statistics.median(r[k] for r in runs):.0f}" for k in STAGES))
     if args.hang_ups:
         out["hang_ups"] = hang_ups(args.hang_ups)
-        for how, times in out["hang_ups"].items():
-            print(f"a caller that goes {'quiet' if how == 'quiet' else 'away closing its connection'}, "
-                  f"{len(times)} times: its session freed after median {1000 * statistics.median(times):.0f} ms "
-                  f"(max {1000 * max(times):.0f})")
+        for how, runs in out["hang_ups"].items():
+            print(f"a caller that goes {'quiet' if how == 'quiet' else 'away closing its connection'} mid-reply, "
+                  f"{len(runs)} times: " + "; ".join(
+                      f"its {freed} freed after median {1000 * statistics.median(r[freed] for r in runs):.0f} ms "
+                      f"(max {1000 * max(r[freed] for r in runs):.0f})" for freed in ("slots", "session")))
     if args.json:
         args.json.write_text(json.dumps(out, indent=1))
 

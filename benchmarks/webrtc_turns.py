@@ -146,26 +146,35 @@ def turns(count: int, apart: bool = False) -> dict[str, list[dict[str, float]]]:
     return results
 
 
-async def _hang_up_time(url: str, how: str) -> float:
-    """Seconds from a connected caller going away (``how``: "quiet", its microphone stopped as a dead
-    peer's; "close", its connection closed without a hang-up) to its session freed on the server."""
+async def _hang_up_time(url: str, how: str) -> dict[str, float]:
+    """Seconds from a connected caller going away in the middle of a reply (``how``: "quiet", its
+    microphone stopped as a dead peer's; "close", its connection closed without a hang-up) to the reply's
+    engine slots freed ("slots") and to its session freed ("session") on the server."""
     async with _call(url) as (peer, http):
-        await asyncio.sleep(1.0)
+        peer.send({"type": "session.update", "session": {"type": "realtime", "max_speech_tokens": 1500}})
+        peer.send({"type": "conversation.item.create", "item": {
+            "type": "message", "role": "user", "content": [{"type": "input_text", "text": "Tell a story."}]}})
+        peer.send({"type": "response.create"})
+        await peer.until("output_audio_buffer.started")
         gone = time.monotonic()
         if how == "quiet":
             peer.mic.stop()
         else:
             await peer.close()
-        while True:  # not serving.Server.metric: a new client per poll, 30 ms of it here
-            text = (await http.get("/metrics")).text
-            if not float(next(line for line in text.splitlines()
-                              if line.startswith("lyre_realtime_sessions ")).split()[1]):
-                return time.monotonic() - gone
+        freed: dict[str, float] = {}
+        while len(freed) < 2:  # not serving.Server.metric: a new client per poll, 30 ms of it here
+            gauges = {line.split()[0]: float(line.split()[1]) for line in (await http.get("/metrics")).text.splitlines()
+                      if line.startswith(("lyre_engine_running ", "lyre_realtime_sessions "))}
+            for name, gauge in (("slots", "lyre_engine_running"), ("session", "lyre_realtime_sessions")):
+                if name not in freed and not gauges[gauge]:
+                    freed[name] = time.monotonic() - gone
             await asyncio.sleep(0.01)
+        return freed
 
 
-def hang_ups(count: int) -> dict[str, list[float]]:
-    """Item 4: ``count`` callers that go quiet, and ``count`` that close; the seconds to each freed."""
+def hang_ups(count: int) -> dict[str, list[dict[str, float]]]:
+    """Item 4: ``count`` callers that go quiet mid-reply, and ``count`` that close; the seconds to each's
+    slots and session freed."""
     with thinking_at() as thinker, running_server("--stt", "--llm-url", thinker, "--llm-model", "scripted") as server:
         return {how: [asyncio.run(_hang_up_time(server.url, how)) for _ in range(count)]
                 for how in ("quiet", "close")}

@@ -1,4 +1,6 @@
-"""An OpenAI-compatible chat endpoint that answers every request at once with the same sentence, streamed.
+"""An OpenAI-compatible chat endpoint that answers every request at once with the same sentence, streamed;
+or, to a last message of ``IN_TWO_PARTS``, with a sentence, and another once the test sets ``SECOND_PART``
+(a think step that stalls mid-reply, so the reply's speech runs dry between them).
 
 For the tests and benchmarks of a transport (WebRTC calls, phone streams): the agent thinks at it through
 ``--llm-url`` (lyre's real RemoteThinker over HTTP), so a turn costs the transport, the VAD, Whisper and the
@@ -11,27 +13,40 @@ noise until ``max_speech_tokens`` whatever the text, so a session that wants a l
 
 from __future__ import annotations
 
+import asyncio
 import json
+import threading
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from fastapi.responses import StreamingResponse
 from serving import serving_in_thread
 
-__all__ = ["REPLY", "scripted_thinker", "thinking_at"]
+__all__ = ["IN_TWO_PARTS", "REPLY", "SECOND_PART", "scripted_thinker", "thinking_at"]
 
 REPLY = "Sure, I can help with that."
+IN_TWO_PARTS = "Answer in two parts."
+SECOND_PART = threading.Event()  # set: the reply in two parts waiting says its second (and it is cleared)
+_PARTS = ("One moment.", " Here it is, all of it.")
+_LONGEST_PAUSE_S = 30.0  # a second part nobody asked for goes after this
 
 
 def scripted_thinker() -> FastAPI:
     app = FastAPI()
 
     @app.post("/v1/chat/completions")
-    async def completions() -> StreamingResponse:
+    async def completions(request: Request) -> StreamingResponse:
+        messages = (await request.json())["messages"]
+        parts = _PARTS if messages[-1].get("content") == IN_TWO_PARTS else (REPLY,)
+
         async def answer() -> AsyncIterator[str]:
-            chunk = {"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": REPLY}}]}
-            yield f"data: {json.dumps(chunk)}\n\n"
+            for i, part in enumerate(parts):
+                if i:
+                    await asyncio.to_thread(SECOND_PART.wait, _LONGEST_PAUSE_S)
+                    SECOND_PART.clear()
+                chunk = {"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": part}}]}
+                yield f"data: {json.dumps(chunk)}\n\n"
             yield "data: [DONE]\n\n"
         return StreamingResponse(answer(), media_type="text/event-stream")
 

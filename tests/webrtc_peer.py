@@ -6,6 +6,9 @@ data channel, as a browser would open a call to ``POST /v1/realtime/calls``.
     await peer.connect(answer.text)
     peer.mic.say(pcm16_24k)                       # played at real time; silence otherwise
     created = await peer.until("response.created")
+
+    peer, call_id = await call(server_url, session)   # all of the above with the ``openai`` SDK
+    peer.mic.drop(1.0)                            # the network loses the microphone's packets for 1 s
 """
 
 from __future__ import annotations
@@ -20,15 +23,17 @@ import numpy as np
 from aiortc import MediaStreamTrack, RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamError
 from av import AudioFrame
+from openai import AsyncOpenAI
 
 from lyre.server.voice_call import Resampler
 from lyre.server.webrtc_audio import hear_sooner
 
-__all__ = ["Microphone", "Peer"]
+__all__ = ["CALLS", "Microphone", "Peer", "call"]
 
 RATE = 24_000  # what `say` takes
 WIRE_RATE = 48_000  # what the microphone sends, as a browser's does (Opus's own rate)
 FRAME = WIRE_RATE // 50  # 20 ms
+CALLS = "/v1/realtime/calls"
 
 
 class Microphone(MediaStreamTrack):
@@ -46,6 +51,7 @@ class Microphone(MediaStreamTrack):
         self._sounding = False
         self.said_until: float | None = None  # when the last queued speech went out
         self.onsets: list[float] = []  # when each frame of sound after silence went out
+        self._lost_until = 0.0  # time.monotonic() until which the network loses every packet
 
     def hush(self) -> None:
         """Drop what is queued: silence from the next frame."""
@@ -54,6 +60,16 @@ class Microphone(MediaStreamTrack):
     def say(self, pcm: bytes) -> None:
         resampler = Resampler(RATE, WIRE_RATE, 1)
         self._queue += resampler.push(pcm) + resampler.flush()
+
+    def drop(self, seconds: float) -> None:
+        """The network loses the microphone's packets for ``seconds`` from now (a Wi-Fi roam, a handover):
+        none reach the server, and what was said meanwhile is lost; then they flow again."""
+        self._lost_until = time.monotonic() + seconds
+
+    @property
+    def dropping(self) -> bool:
+        """The network is losing the microphone's packets now."""
+        return time.monotonic() < self._lost_until
 
     @property
     def speaking(self) -> bool:
@@ -64,6 +80,12 @@ class Microphone(MediaStreamTrack):
             raise MediaStreamError
         if self._start is None:
             self._start = time.monotonic()
+        if (lost := self._lost_until - time.monotonic()) > 0:
+            # The frames of the gap are made and lost on the way: the next to arrive is the one due after it.
+            await asyncio.sleep(lost)
+            gone = int((time.monotonic() - self._start) * WIRE_RATE) // FRAME * FRAME - self._pts
+            del self._queue[:2 * max(gone, 0)]
+            self._pts += max(gone, 0)
         # A frame goes once its 20 ms have passed, as a microphone's is captured.
         if (wait := self._start + (self._pts + FRAME) / WIRE_RATE - time.monotonic()) > 0:
             await asyncio.sleep(wait)
@@ -147,3 +169,20 @@ class Peer:
             self.frames += 1
             if np.abs(frame.to_ndarray()).max() > 64:
                 self.loud_at.append(time.monotonic())
+
+
+async def call(url: str, session: dict[str, Any] | None = None) -> tuple[Peer, str]:
+    """A call to the server at ``url`` made with the ``openai`` SDK, connected and its session created; the
+    peer and the call's id (from ``Location``)."""
+    peer = Peer()
+    kwargs = {"session": session} if session is not None else {}
+    async with AsyncOpenAI(api_key="unused", base_url=f"{url}/v1") as client:
+        create = client.realtime.calls.with_raw_response.create
+        raw = await create(sdp=await peer.offer(), **kwargs)  # type: ignore[arg-type]
+        answer = raw.text
+    assert raw.status_code == 201 and raw.headers["content-type"].startswith("application/sdp")
+    location = raw.headers["location"]
+    assert location.startswith(CALLS + "/rtc_")
+    await peer.connect(answer)
+    await peer.until("session.created", timeout=20)
+    return peer, location.rsplit("/", 1)[1]

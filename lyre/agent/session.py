@@ -200,6 +200,13 @@ class AgentSession:
             return
         self._start_reply(held=False)
 
+    def hush(self) -> None:
+        """Stop replying now (the listener cannot hear for a while): the reply under way is cancelled, its
+        history cut to what was played, and a speculative one is dropped."""
+        self._speculator.drop()
+        if self.reply is not None:
+            self.reply.cancel()
+
     def cancel_response(self) -> None:
         if self.reply is None or self.reply.over:
             raise RealtimeError("Cancellation failed: no active response found", "response_cancel_not_active")

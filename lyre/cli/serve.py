@@ -148,7 +148,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     agent.add_argument("--twilio-auth-token", metavar="TOKEN", default=os.environ.get("LYRE_TWILIO_AUTH_TOKEN"),
                        help="take phone calls through Twilio (POST /v1/twilio/voice, the media stream) only with "
                             "this account's request signature (X-Twilio-Signature), and without the API key, "
-                            "which Twilio cannot send (default: $LYRE_TWILIO_AUTH_TOKEN; none: not checked)")
+                            "which Twilio cannot send; a stream only with the one-call credential the webhook "
+                            "puts in its URL (default: $LYRE_TWILIO_AUTH_TOKEN; none: not checked)")
     serve.set_defaults(run=run)
 
 

@@ -203,6 +203,8 @@ class Metrics:
         self.audio = Counter("lyre_audio_seconds", "Audio seconds sent", ["api"], registry=r)
         self.requests = Counter("lyre_requests", "Requests by outcome", ["api", "outcome"], registry=r)
         self.errors = Counter("lyre_errors", "Errors by kind", ["kind"], registry=r)
+        self.twilio_refused = Counter("lyre_twilio_streams_refused", "Twilio media streams refused for their "
+                                      "credential (--twilio-auth-token), by reason", ["reason"], registry=r)
         self.word_times = Counter("lyre_word_timestamps_audio_seconds",
                                   "Audio seconds given word timestamps, by API", ["api"], registry=r)
         self.transcriptions = Counter("lyre_transcription_requests", "Transcription requests by format and outcome",

@@ -1,7 +1,7 @@
 """One Twilio Media Stream bridged to the voice agent: Twilio's messages in, the agent's speech, marks and
 clears out, in Twilio's Media Streams protocol (lyre.server.twilio_stream serves it).
 
-    call = TwilioCall(websocket, state, calls)
+    call = TwilioCall(websocket, state, calls, credential)
     await call.serve()          # until stop, the caller gone, a fault or a timeout; frees everything
 
 Twilio sends JSON text messages: ``connected``, ``start`` (the stream's and call's ids, the media format,
@@ -9,7 +9,9 @@ the custom parameters), ``media`` (the caller's audio, base64 mu-law at 8 kHz, 2
 ``mark`` (one of lyre's, echoed once the audio before it has played), ``dtmf`` (ignored) and ``stop``.
 The conversation (a `VoiceCall`) opens at ``start``: it listens at 16 kHz, Whisper's own rate, so the
 caller's audio is resampled once. Custom parameters set it up: ``session``, a JSON object as a
-``session.update``'s session (``{"max_speech_tokens": 400}``), then ``voice`` and ``instructions``.
+``session.update``'s session (``{"max_speech_tokens": 400}``), then ``voice`` and ``instructions``. A
+stream admitted by a credential (lyre.server.twilio_credential) must start for the call it was issued
+for, with the parameters it granted.
 
 Back go ``media`` messages of 20 ms (160 bytes of mu-law), a ``mark`` after each chunk of a reply's
 audio, and ``clear`` when the caller speaks over a reply Twilio is still playing (lyre.server.twilio_sender).
@@ -18,10 +20,11 @@ The marks say how much of a reply the caller heard: at a barge-in the reply's hi
 A fault ends the stream: the socket closes with a code and a reason naming it, and a log line says so.
 1003: a binary message; 1007: a message that is not a JSON object with an ``event``, a payload that is not
 base64; 1008: an unknown event, media before ``start``, a second ``start``, a payload of an impossible
-size, a media format other than mu-law at 8 kHz, custom parameters the session refuses, no ``start``
-within START_TIMEOUT_S, a client that leaves lyre's messages unread; 1009: a message over
-MAX_MESSAGE_CHARS; 1000: ``stop``, or no media for the server's ``stt_idle_timeout_s``; 1011: a fault of
-lyre's own. Whatever the end, the conversation is closed and its replies' engine slots freed.
+size, a media format other than mu-law at 8 kHz, custom parameters the session refuses, a ``start`` for
+another call or with other parameters than its credential's, no ``start`` within START_TIMEOUT_S, a
+client that leaves lyre's messages unread; 1009: a message over MAX_MESSAGE_CHARS; 1000: ``stop``, or no
+media for the server's ``stt_idle_timeout_s``; 1011: a fault of lyre's own. Whatever the end, the
+conversation is closed and its replies' engine slots freed.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from fastapi import FastAPI, WebSocket, WebSocketDisconnect, status
 from starlette.websockets import WebSocketDisconnected, WebSocketState
 
 from lyre.server.state import ServerState
+from lyre.server.twilio_credential import Credential, Refused
 from lyre.server.twilio_media import PHONE_RATE, ulaw_decode
 from lyre.server.twilio_sender import TwilioSender
 from lyre.server.voice_call import VoiceCall
@@ -85,7 +89,9 @@ class TwilioCalls:
 class TwilioCall:
     """One Media Stream, and the `MediaSink` of its conversation; see the module docstring."""
 
-    def __init__(self, websocket: WebSocket, state: ServerState, calls: TwilioCalls) -> None:
+    def __init__(self, websocket: WebSocket, state: ServerState, calls: TwilioCalls,
+                 credential: Credential | None = None) -> None:
+        """``credential``: what admitted the stream, which its ``start`` must match (None: no token)."""
         self.websocket = websocket
         self.state = state
         self.stream_sid = ""  # "" until start
@@ -94,10 +100,10 @@ class TwilioCall:
         # The caller's turns as the agent heard them: (time.perf_counter(), transcript), the last few.
         self.heard: deque[tuple[float, str]] = deque(maxlen=_HEARD_KEPT)
         self._calls = calls
+        self._credential = credential
         self._sender = TwilioSender(websocket)
         self._errors = 0  # error events from the conversation
         self._last_error = ""
-        self._tasks: set[asyncio.Task[None]] = set()
         self._deadline = asyncio.get_running_loop().time() + START_TIMEOUT_S
 
     async def serve(self) -> None:
@@ -168,6 +174,12 @@ class TwilioCall:
         params = start.get("customParameters") or {}
         if not isinstance(params, dict) or not all(isinstance(v, str) for v in params.values()):
             raise _Hangup(status.WS_1008_POLICY_VIOLATION, "start.customParameters must map names to strings")
+        if self._credential is not None:
+            try:
+                self._credential.check(str(start.get("callSid", "")), params)
+            except Refused as exc:
+                self.state.metrics.twilio_refused.labels(exc.kind).inc()
+                raise _Hangup(status.WS_1008_POLICY_VIOLATION, f"stream credential: {exc}") from None
         self.stream_sid, self.call_sid = sid, str(start.get("callSid", ""))
         self._sender.stream_sid = sid
         self.voice = VoiceCall(self.state, self)
@@ -232,10 +244,8 @@ class TwilioCall:
     def play(self, pcm: bytes, response_id: str) -> None:
         self._sender.play(pcm, response_id)
 
-    def clear(self) -> None:
-        assert self.voice is not None
-        for response_id, heard_ms in self._sender.clear():
-            self._spawn(self.voice.heard(response_id, heard_ms))
+    def clear(self) -> list[tuple[str, float]]:
+        return self._sender.clear()
 
     def event(self, event: dict[str, Any]) -> None:
         kind = event["type"]
@@ -250,17 +260,10 @@ class TwilioCall:
 
     # -- plumbing --
 
-    def _spawn(self, work: Awaitable[None]) -> None:
-        task = asyncio.ensure_future(work)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
     async def _end(self, writer: asyncio.Task[None], end: _Hangup | None) -> None:
         """Close the conversation (its replies' slots are freed), send what is queued, close the socket."""
         if self._calls.open.get(self.stream_sid) is self:
             del self._calls.open[self.stream_sid]
-        for task in list(self._tasks):
-            task.cancel()
         if self.voice is not None:
             await self.voice.close()
         self._sender.close()

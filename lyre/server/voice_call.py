@@ -5,15 +5,18 @@ stream share.
     await call.audio(pcm, rate)                 # the caller's audio: pcm16 mono at any rate
     await call.receive(text)                    # a client event, as JSON text (a data channel's)
     await call.heard(response_id, ms)           # the transport knows how much of a reply was played
+    call.hush()                                 # the caller cannot hear for now: the reply stops
     await call.close()                          # cancels every pass and reply; frees their slots
 
 Audio in is resampled (PyAV) to the session's input rate and handed to its ear as media, without a
 base64 round trip. Audio out: the assistant's audio deltas reach the sink as pcm16 at 24 kHz
 (``sink.play``), never as events; every other event goes to ``sink.event``. When the caller starts to
 speak over a reply and the session interrupts replies, ``sink.clear`` drops what is queued and unplayed
-at once, so the caller stops hearing the old reply; the session cuts the reply's history to what
-played (the transport paces audio at real time, as the session's playback clock assumes; one that
-knows better, as a phone stream's marks do, says so with ``heard``).
+at once, so the caller stops hearing the old reply, and says how much of each reply it cut had gone
+out: the reply's history is cut there (`heard`), by what the transport sent or its listener played (a
+WebRTC track counts the samples it sent, a phone stream has Twilio's marks), not by the session's
+playback clock, which takes the audio to have played at real time from its first delta and so counts
+every gap where the speech fell behind as heard.
 """
 
 from __future__ import annotations
@@ -40,7 +43,9 @@ class MediaSink(Protocol):
 
     def play(self, pcm: bytes, response_id: str) -> None: ...  # pcm16 mono at 24 kHz, queued to play
 
-    def clear(self) -> None: ...  # drop what is queued and not yet played
+    def clear(self) -> list[tuple[str, float]]:
+        """Drop what is queued and not yet played; the replies cut, each with the ms of it heard."""
+        ...
 
     def event(self, event: dict[str, Any]) -> None: ...  # a Realtime server event other than audio
 
@@ -95,6 +100,7 @@ class VoiceCall:
         self._resamplers: dict[tuple[int, int], Resampler] = {}
         self._silenced: str | None = None  # the reply barged in on: audio of it still on its way is dropped
         self._items: dict[str, str] = {}  # response id -> its message item's id, for the last few replies
+        self._cuts: set[asyncio.Task[None]] = set()  # replies' histories being cut to what was heard
         # A reply holds a stream slot like any speech stream and queues for one, as on the WebSocket.
         self.session = AgentSession(state.stt, state.tts, state.thinker, self._emit, agent_config(state, model),
                                     state.end_of_turn, admit=state.admission.slot)
@@ -120,8 +126,8 @@ class VoiceCall:
         """A client event, as JSON text; a problem with it comes back as an ``error`` event."""
         await self.session.receive(text)
 
-    def report(self, error: RealtimeError) -> None:
-        self.session.report(error)
+    def report(self, error: RealtimeError, client_event_id: str | None = None) -> None:
+        self.session.report(error, client_event_id)
 
     async def heard(self, response_id: str, heard_ms: float) -> None:
         """The caller heard only the first ``heard_ms`` of a reply, by the transport's own account (a phone
@@ -139,7 +145,16 @@ class VoiceCall:
             return
         self.session.truncate(item_id, 0, min(round(heard_ms), int(item["audio_ms"])))
 
+    def hush(self) -> None:
+        """The caller cannot hear for now (its media stopped): the reply stops as at a barge-in, its engine
+        slots freed and its history cut to what went out, and a speculative one is dropped."""
+        self._silence()
+        self._cut(self.sink.clear())
+        self.session.hush()
+
     async def close(self) -> None:
+        for task in list(self._cuts):
+            task.cancel()
         await self.session.close()
 
     def _emit(self, event: dict[str, Any]) -> None:
@@ -153,11 +168,22 @@ class VoiceCall:
             if len(self._items) > _ITEMS_KEPT:
                 del self._items[next(iter(self._items))]
         elif kind == "input_audio_buffer.speech_started" and self.session.settings.interrupt_response:
-            # Barge-in: the caller stops hearing the old reply now. The session cancels it next, but a
-            # delta of it may already be on its way (its audio task runs on until the cancel reaches it).
-            reply = self.session.reply
-            self._silenced = reply.id if reply is not None and not reply.held else None
+            # Barge-in: the caller stops hearing the old reply now, and the session cancels it next.
+            self._silence()
             self.sink.event(event)
-            self.sink.clear()  # after the event that caused it, as OpenAI orders them
+            self._cut(self.sink.clear())  # after the event that caused it, as OpenAI orders them
             return
         self.sink.event(event)
+
+    def _silence(self) -> None:
+        """Drop what still comes of the reply playing: a delta of it may already be on its way when it is
+        cancelled (its audio task runs on until the cancel reaches it)."""
+        reply = self.session.reply
+        self._silenced = reply.id if reply is not None and not reply.held else None
+
+    def _cut(self, cut: list[tuple[str, float]]) -> None:
+        """The histories of the replies the transport cut, to what was heard of each."""
+        for response_id, heard_ms in cut:
+            task = asyncio.ensure_future(self.heard(response_id, heard_ms))
+            self._cuts.add(task)
+            task.add_done_callback(self._cuts.discard)

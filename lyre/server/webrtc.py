@@ -11,18 +11,22 @@ is resampled to what the agent listens at, the assistant's is paced out at real 
 event travels, both ways, as JSON on the data channel the caller opens, named ``oai-events``; audio
 deltas do not (the audio is on the track), and as at OpenAI the call adds ``output_audio_buffer.started``,
 ``.stopped`` and ``.cleared``. Barge-in needs no client help: the server cuts the reply's audio at once
-and the reply's history keeps what had played.
+and the reply's history keeps what the track had sent of it (``conversation.item.truncated`` says where).
 
-A call holds a realtime session (``--stt-max-sessions`` counts calls and sockets together). It hangs up,
-freeing its engine slots, when the caller asks, when the connection fails or closes, when its audio
-stops for 0.6 s (a peer gone without a goodbye), when it does not connect within
-20 s (lyre.server.webrtc_call), and when the server shuts down. ICE uses host candidates, plus the STUN and TURN
-servers of ``--ice-server``.
+A call holds a realtime session (``--stt-max-sessions`` counts calls and sockets together). An offer the
+call cannot take (aiortc's refusal included: no audio codec in common) is a 400 naming why, and the call
+is gone before the answer goes. When the caller's audio stops for 0.6 s (a network gone for a moment, or
+a peer gone for good: UDP tells them apart only by time) its reply stops, freeing its engine slots, and
+the call waits; audio again and it goes on. It hangs up, freeing everything, when the caller asks, when
+the connection fails or closes, when its audio has stopped for 5 s (or never came within 5 s of
+connecting), when it does not connect within 20 s (lyre.server.webrtc_watch), and when the server shuts
+down. ICE uses host candidates, plus the STUN and TURN servers of ``--ice-server``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import TYPE_CHECKING
 
 from fastapi import APIRouter, FastAPI, Request, Response
@@ -39,6 +43,8 @@ if TYPE_CHECKING:
 __all__ = ["CALLS_PATH", "Calls", "router"]
 
 CALLS_PATH = "/v1/realtime/calls"
+
+log = logging.getLogger("lyre.webrtc")
 
 router = APIRouter(route_class=ServerLimitRoute)  # the body refused before more than the limit is read
 
@@ -67,7 +73,8 @@ class Calls:
 
 @router.post(CALLS_PATH, status_code=201, response_class=Response, responses={
     201: {"description": "The SDP answer; ``Location`` names the call", "content": {"application/sdp": {}}},
-    400: error_doc("A malformed SDP offer, an offer without audio, or a bad session object"),
+    400: error_doc("A malformed SDP offer, an offer without audio or with no audio codec in common, or a bad "
+                   "session object"),
     404: error_doc("This server cannot hold a conversation"),
     415: error_doc("The body is neither application/sdp nor multipart/form-data"),
     429: error_doc("Too many realtime sessions and calls open"),
@@ -97,11 +104,23 @@ async def create_call(request: Request) -> Response:
     call = Call(state, calls, session.get("model") if session else None)
     call.hold(sessions)
     calls.open[call.id] = call
+    # Whatever stops the answer (the offer's fault, the server's, or the request cancelled), the call is
+    # hung up and everything it holds freed before the reply goes: nothing of it outlives the request.
     try:
         answer = await call.answer(offer, session)
     except ValueError as exc:
         call.hang_up(f"refused: {exc}")
+        await call.closed()
         return error_response(400, str(exc), "invalid_request_error", str(exc).partition(":")[0])
+    except Exception as exc:
+        log.exception("call %s: answering the offer failed", call.id)
+        call.hang_up(f"internal error: {exc!r}")
+        await call.closed()
+        return error_response(500, f"the offer could not be answered ({type(exc).__name__}); this is the "
+                              "server's fault, not the offer's", "server_error")
+    except asyncio.CancelledError:
+        call.hang_up("the request was cancelled before the answer")
+        raise
     return Response(answer, status_code=201, media_type="application/sdp",
                     headers={"Location": f"{CALLS_PATH}/{call.id}"})
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from fractions import Fraction
 from typing import Any
@@ -25,11 +26,14 @@ __all__ = ["InOrder", "OutboundAudio", "hear_sooner"]
 _FRAME = OUTPUT_RATE // 50  # 20 ms of output audio, in samples
 _WIRE_RATE = 48_000  # Opus's
 _WIRE_FRAME = _WIRE_RATE // 50
+_REPLIES_KEPT = 8  # replies whose samples sent are kept
 
 
 class OutboundAudio(MediaStreamTrack):
     """The assistant's voice as a live track: queued pcm16 at 24 kHz, paced out in 20 ms frames, silence
-    between replies. Says when a reply's audio starts and stops playing, and what a clear cut off.
+    between replies. Says when a reply's audio starts and stops playing, and what a clear cut off: each
+    reply cut, with how much of it the track had sent (counted in samples, so the time the track sent
+    silence waiting for a reply's audio, an underrun, is not counted as heard).
 
     Two things keep the way out short. Frames leave at 48 kHz, the rate Opus encodes at: given 24 kHz,
     aiortc's encoder resamples to whole 20 ms frames and holds one back for its filter's few samples of
@@ -45,6 +49,8 @@ class OutboundAudio(MediaStreamTrack):
         super().__init__()
         self._event = event
         self._queue = bytearray()
+        self._owners: deque[list[Any]] = deque()  # [response id, bytes of it queued], in the queue's order
+        self._sent: OrderedDict[str, int] = OrderedDict()  # samples of each reply sent, the last few replies
         self._queued = asyncio.Event()  # set by push: wakes a clock that is sending silence
         self._sounding = False  # the last frame carried audio
         self._response = ""  # the reply whose audio is queued or playing
@@ -58,6 +64,14 @@ class OutboundAudio(MediaStreamTrack):
     def push(self, pcm: bytes, response_id: str) -> None:
         self._response = response_id
         self._queue += pcm
+        if self._owners and self._owners[-1][0] == response_id:
+            self._owners[-1][1] += len(pcm)
+        else:
+            self._owners.append([response_id, len(pcm)])
+        if response_id not in self._sent:
+            self._sent[response_id] = 0
+            if len(self._sent) > _REPLIES_KEPT:
+                self._sent.popitem(last=False)
         self._queued.set()
 
     def finish(self, response_id: str) -> None:
@@ -66,14 +80,20 @@ class OutboundAudio(MediaStreamTrack):
         if self._playing and not self._queue:
             self._stopped()
 
-    def clear(self) -> None:
-        """Drop what is queued and not yet played."""
+    def clear(self) -> list[tuple[str, float]]:
+        """Drop what is queued and not yet played; the replies cut, each with the ms of it sent: those with
+        audio queued, and the one playing while its audio is still to come."""
         if not self._queue and not self._playing:
-            return
+            return []
+        cut = list(dict.fromkeys(owner[0] for owner in self._owners))
+        if self._playing and self._response not in self._finished and self._response not in cut:
+            cut.append(self._response)
         self._queue.clear()
+        self._owners.clear()
         self._playing = False
         self._event({"type": "output_audio_buffer.cleared", "event_id": new_id("event"),
                           "response_id": self._response})
+        return [(response_id, 1000 * self._sent.get(response_id, 0) / OUTPUT_RATE) for response_id in cut]
 
     async def recv(self) -> AudioFrame:
         if self.readyState != "live":
@@ -93,6 +113,7 @@ class OutboundAudio(MediaStreamTrack):
                     self._start = time.monotonic() - self._pts / _WIRE_RATE
         pcm = bytes(self._queue[:2 * _FRAME])
         del self._queue[:2 * _FRAME]
+        self._count_sent(len(pcm))
         self._sounding = bool(pcm)
         if pcm and not self._playing:
             self._playing = True
@@ -116,6 +137,18 @@ class OutboundAudio(MediaStreamTrack):
         frame.pts, frame.sample_rate, frame.time_base = self._pts, _WIRE_RATE, Fraction(1, _WIRE_RATE)
         self._pts += _WIRE_FRAME
         return frame
+
+    def _count_sent(self, taken: int) -> None:
+        """``taken`` bytes left the queue: each reply's share of them counts as sent."""
+        while taken:
+            owner = self._owners[0]
+            share = min(taken, owner[1])
+            if owner[0] in self._sent:
+                self._sent[owner[0]] += share // 2
+            owner[1] -= share
+            taken -= share
+            if not owner[1]:
+                self._owners.popleft()
 
     def _stopped(self) -> None:
         self._playing = False

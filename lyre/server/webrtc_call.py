@@ -1,5 +1,13 @@
 """One WebRTC call (lyre.server.webrtc): its peer connection (aiortc), its agent session, and the tasks
-between them. Loaded with the first call."""
+between them. Loaded with the first call.
+
+Whether the caller is there is lyre.server.webrtc_watch's to judge: while its audio has stopped for a
+moment the reply stops (`VoiceCall.hush`), and a caller gone is hung up. The caller's events wait for the
+agent in a bounded inbox: one that comes with _MAX_INBOX events (or _MAX_INBOX_CHARS of them) already
+waiting is refused with an ``error`` event naming it, and the call goes on. Refused, not the call ended:
+a data channel cannot be read slower to hold a caller back as a socket can, and a burst costs its sender
+only the events over the bound, each named so it can be sent again; a caller that floods on and reads
+nothing is hung up by the bound on what it leaves unread (_MAX_UNSENT_BYTES)."""
 
 from __future__ import annotations
 
@@ -8,11 +16,12 @@ import json
 import logging
 import secrets
 import time
-from contextlib import ExitStack
+from contextlib import AsyncExitStack, ExitStack
 from typing import TYPE_CHECKING, Any
 
 from aiortc import (MediaStreamTrack, RTCConfiguration, RTCDataChannel, RTCIceServer, RTCPeerConnection,
                     RTCSessionDescription)
+from aiortc.exceptions import OperationError
 from aiortc.mediastreams import MediaStreamError
 from av import AudioFrame
 
@@ -21,18 +30,19 @@ from lyre.server.realtime_socket import RealtimeSessions
 from lyre.server.state import ServerState
 from lyre.server.voice_call import VoiceCall
 from lyre.server.webrtc_audio import InOrder, OutboundAudio, hear_sooner
-from lyre.server.webrtc_offer import EVENTS_CHANNEL
+from lyre.server.webrtc_offer import EVENTS_CHANNEL, no_common_codec
+from lyre.server.webrtc_watch import Change, MediaWatch
 from lyre.stt import RealtimeError
 
 if TYPE_CHECKING:
     from lyre.server.webrtc import Calls
 
-__all__ = ["CONNECT_TIMEOUT_S", "MEDIA_TIMEOUT_S", "Call"]
+__all__ = ["Call"]
 
-MEDIA_TIMEOUT_S = 0.6  # no audio from a connected caller this long: the peer is gone
 _WATCH_S = 0.1  # how often the call looks at its connection and its audio
-CONNECT_TIMEOUT_S = 20.0  # an answered offer whose connection never comes up
 _MAX_UNSENT_BYTES = 4 * 2**20  # events the caller leaves unread on the data channel, at most
+_MAX_INBOX = 256  # the caller's events waiting for the agent to read them, at most
+_MAX_INBOX_CHARS = 2 * 2**20  # ... and their characters: eight of the largest (aiortc takes 256 KiB a message)
 _MAX_QUEUED_S = 5.0  # the caller's audio the agent may fall behind by
 _FRAME_S = 0.02  # a WebRTC audio frame
 
@@ -53,10 +63,12 @@ class Call:
         self._channel: RTCDataChannel | None = None
         self._unsent: list[str] = []  # events before the caller's data channel is open
         self._inbox: asyncio.Queue[str] = asyncio.Queue()
+        self._inbox_chars = 0
         self._tasks: set[asyncio.Task[Any]] = set()
         self._heard_at: float | None = None  # when the caller's audio last arrived, decoded
         self._packets: InOrder | None = None  # the caller's audio packets as they arrive
         self._hung_up: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        self._closing: asyncio.Task[None] | None = None  # freeing what the call holds, once hung up
         self._held = ExitStack()
         self._errors: list[str] | None = None  # while the offer's session settings are applied
         self.voice = VoiceCall(state, self, model)
@@ -69,8 +81,8 @@ class Call:
     def play(self, pcm: bytes, response_id: str) -> None:
         self.out.push(pcm, response_id)
 
-    def clear(self) -> None:
-        self.out.clear()
+    def clear(self) -> list[tuple[str, float]]:
+        return self.out.clear()
 
     def event(self, event: dict[str, Any]) -> None:
         if event["type"] == "error" and self._errors is not None:
@@ -91,7 +103,8 @@ class Call:
 
     async def answer(self, offer: str, session: dict[str, Any] | None) -> str:
         """Take the caller's offer (and session settings); returns the SDP answer. ValueError names what
-        is wrong with either."""
+        is wrong with either; any other exception is a fault of the server's. Either way the caller hangs
+        up the call."""
         if session is not None:
             self._errors = []
             await self.voice.receive(json.dumps({"type": "session.update", "session": session}))
@@ -100,15 +113,18 @@ class Call:
                 raise ValueError(f"session: {errors[0]}")
         try:
             await self.pc.setRemoteDescription(RTCSessionDescription(offer, "offer"))
-        except (ValueError, KeyError, IndexError) as exc:
-            raise ValueError(f"sdp: the offer was refused: {exc}") from None
+        except OperationError:  # aiortc raises it here only for a media section with no codec it speaks
+            raise ValueError(no_common_codec(offer)) from None
+        except Exception as exc:  # aiortc reading what the caller wrote (lyre's checks passed it)
+            log.info("call %s: aiortc refused the offer: %r", self.id, exc)
+            raise ValueError(f"sdp: the offer was refused ({type(exc).__name__}: {exc})") from None
         self.pc.addTrack(self.out)
         for transceiver in self.pc.getTransceivers():
             if transceiver.kind == "audio":
                 self._packets = hear_sooner(transceiver.receiver)
+        self._spawn(self._watch())  # from here on, a call never connected is hung up
         await self.pc.setLocalDescription(await self.pc.createAnswer())
         self._spawn(self._read_events())
-        self._spawn(self._watch())
         return self.pc.localDescription.sdp
 
     def hold(self, sessions: RealtimeSessions) -> None:
@@ -123,21 +139,44 @@ class Call:
             self.voice.report(RealtimeError(f"call ended: {reason}", "call_ended", kind="server_error"))
         self._hung_up.set_result(reason)
         self._calls.forget(self)
-        asyncio.ensure_future(self._close())
+        self._closing = asyncio.ensure_future(self._close())
+        self._closing.add_done_callback(self._freed)
 
     async def closed(self) -> str:
-        return await asyncio.shield(self._hung_up)
+        """Once the call is hung up and everything it held is free; why it hung up."""
+        reason = await asyncio.shield(self._hung_up)
+        assert self._closing is not None
+        await asyncio.wait({self._closing})  # its failure is logged, not raised here
+        return reason
 
     async def _close(self) -> None:
-        await self.voice.close()  # cancels passes and replies: their engine slots are free
-        for task in list(self._tasks):
+        """Free what the call holds, each part whatever became of the one before: the agent's replies and
+        passes (their engine slots), the call's tasks, the peer connection, and last the session slot."""
+        async with AsyncExitStack() as parts:  # unwound last first, every part even when one raises
+            parts.callback(self._held.close)
+            parts.push_async_callback(self._close_peer)
+            parts.push_async_callback(self._stop_tasks)
+            await self.voice.close()
+
+    async def _stop_tasks(self) -> None:
+        tasks = list(self._tasks)
+        for task in tasks:
             task.cancel()
         self.out.stop()
+        if tasks:
+            await asyncio.wait(tasks)
+
+    async def _close_peer(self) -> None:
         try:
             await asyncio.wait_for(self.pc.close(), 5.0)
         except TimeoutError:
             log.warning("call %s: the peer connection took over 5 s to close", self.id)
-        self._held.close()
+        except Exception as exc:  # aiortc, on a connection an offer left half set up: closed as far as it goes
+            log.warning("call %s: closing the peer connection failed: %r", self.id, exc)
+
+    def _freed(self, closing: asyncio.Task[None]) -> None:
+        if not closing.cancelled() and (exc := closing.exception()) is not None:
+            log.error("call %s: closing it failed (its slots are free): %r", self.id, exc, exc_info=exc)
 
     # -- the peer connection's events --
 
@@ -160,6 +199,13 @@ class Call:
             self.voice.report(RealtimeError("binary data channel messages are not supported; send JSON text "
                                             "events", "invalid_event"))
             return
+        if self._inbox.qsize() >= _MAX_INBOX or self._inbox_chars + len(message) > _MAX_INBOX_CHARS:
+            self.voice.report(RealtimeError(
+                f"event refused: {self._inbox.qsize()} events wait for the agent already (at most {_MAX_INBOX}, "
+                f"{_MAX_INBOX_CHARS // 2**20} Mi characters); send it again once they are answered",
+                "too_many_events"), _event_id(message))
+            return
+        self._inbox_chars += len(message)
         self._inbox.put_nowait(message)
 
     def _on_state(self) -> None:
@@ -198,24 +244,28 @@ class Call:
     async def _read_events(self) -> None:
         """The caller's events, one at a time, in order."""
         while True:
-            await self.voice.receive(await self._inbox.get())
+            text = await self._inbox.get()
+            self._inbox_chars -= len(text)
+            await self.voice.receive(text)
 
     async def _watch(self) -> None:
-        """Hangs up a call that never connects, or whose caller's audio stops (a peer gone without a
-        goodbye is only silence on UDP): its slots are free within a second. A tick that comes late
-        (the event loop was held up, and packets may still wait unread) judges nothing."""
-        started = last = time.monotonic()
+        """Hangs up a call never connected, or whose caller is gone; while the caller's audio has stopped,
+        keeps its reply stopped (lyre.server.webrtc_watch)."""
+        watch = MediaWatch(time.monotonic())
         while True:
             await asyncio.sleep(_WATCH_S)
-            now = time.monotonic()
-            late, last = now - last > 3 * _WATCH_S, now
             # Packets as they arrive; decoded frames only where aiortc's buffer could not be replaced.
             packet_at = self._packets.packet_at if self._packets is not None else None
-            heard = max(self._heard_at or 0.0, packet_at or 0.0)
-            if self.pc.connectionState != "connected" and now - started > CONNECT_TIMEOUT_S:
-                self.hang_up(f"not connected within {CONNECT_TIMEOUT_S:g} s")
-            elif heard and not late and now - heard > MEDIA_TIMEOUT_S:
-                self.hang_up(f"no audio from the caller for {MEDIA_TIMEOUT_S:g} s")
+            heard = max(self._heard_at or 0.0, packet_at or 0.0) or None
+            change = watch.tick(time.monotonic(), self.pc.connectionState == "connected", heard)
+            if change is Change.GONE:
+                self.hang_up(watch.reason)
+                return
+            if change is not None:
+                log.info("call %s: the caller's audio has %s", self.id,
+                         "stopped: the reply stops, and the call waits" if watch.paused else "come back")
+            if watch.paused:  # a reply begun meanwhile (a turn the caller ended before) stops too
+                self.voice.hush()
 
     def _spawn(self, work: Any) -> None:
         task = asyncio.ensure_future(work)
@@ -227,3 +277,13 @@ class Call:
         if not task.cancelled() and (exc := task.exception()) is not None:
             log.error("call %s: %r", self.id, exc, exc_info=exc)
             self.hang_up(f"internal error: {exc}")
+
+
+def _event_id(text: str) -> str | None:
+    """The client's ``event_id`` of an event, if it has one: for an error that names the event."""
+    try:
+        event = json.loads(text)
+    except json.JSONDecodeError:
+        return None
+    event_id = event.get("event_id") if isinstance(event, dict) else None
+    return event_id if isinstance(event_id, str) else None

@@ -7,7 +7,7 @@ from typing import Any
 
 from fastapi import Request
 
-__all__ = ["EVENTS_CHANNEL", "Unsupported", "read_offer"]
+__all__ = ["EVENTS_CHANNEL", "Unsupported", "no_common_codec", "read_offer"]
 
 EVENTS_CHANNEL = "oai-events"
 _MAX_SDP_BYTES = 64 * 1024
@@ -67,5 +67,21 @@ def _check_sdp(sdp: str) -> None:
     if audio[0].direction not in (None, "sendrecv"):
         raise ValueError(f"sdp: the offer's audio is {audio[0].direction}; a call's is sendrecv (the caller both "
                          "speaks and listens)")
+    mids = [media.rtp.muxId for media in parsed.media]
+    if not all(mids) or len(set(mids)) < len(mids):
+        raise ValueError("sdp: every media section of the offer needs an a=mid of its own (a browser's offer "
+                         "has them)")
     if not any(media.kind == "application" for media in parsed.media):
         raise ValueError(f"sdp: the offer has no data channel: open one named {EVENTS_CHANNEL!r} before the offer")
+
+
+def no_common_codec(sdp: str) -> str:
+    """Why aiortc refused an offer (read and checked already) whose audio has no codec it speaks."""
+    from aiortc.codecs import CODECS
+    from aiortc.sdp import SessionDescription
+
+    def names(codecs: list[Any]) -> str:
+        return ", ".join(f"{c.mimeType.partition('/')[2]}/{c.clockRate}" for c in codecs) or "none"
+    audio = next(media for media in SessionDescription.parse(sdp).media if media.kind == "audio")
+    return (f"sdp: no audio codec in common: the offer has {names(audio.rtp.codecs)}; lyre speaks "
+            f"{names(CODECS['audio'])}")
