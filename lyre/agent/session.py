@@ -49,6 +49,7 @@ from lyre.stt import (
     RealtimeError,
     RealtimeSession,
     Transcriber,
+    WordAligner,
     error_event,
 )
 from lyre.stt.realtime_events import session_object as heard_object
@@ -77,15 +78,18 @@ class AgentSession:
     def __init__(self, transcriber: Transcriber, tts: Synthesizer, thinker: Thinker,
                  emit: Callable[[dict[str, Any]], None], config: AgentConfig = AgentConfig(),
                  end_of_turn: EndOfTurn | None = None,
-                 admit: Callable[[], AbstractAsyncContextManager[Any]] | None = None) -> None:
+                 admit: Callable[[], AbstractAsyncContextManager[Any]] | None = None,
+                 aligner: WordAligner | None = None) -> None:
         """``end_of_turn``: a semantic end-of-turn model; ``admit``: the server's admission of a speech stream
-        (each reply holds one while it thinks and speaks; refused, the reply fails saying why)."""
+        (each reply holds one while it thinks and speaks; refused, the reply fails saying why); ``aligner``:
+        what places a cut reply's words in its audio (default: the transcriber's Whisper)."""
         self.id = new_id("sess")
         self.config = config
         self.settings = AgentSettings()
         self.conversation = Conversation()
         self.reply: Reply | None = None  # the reply the client hears (or is about to)
         self._stt = transcriber
+        self._aligner: WordAligner = aligner if aligner is not None else transcriber
         self._tts = tts
         self._thinker = thinker
         self._emit = emit
@@ -184,7 +188,7 @@ class AgentSession:
             return
 
         async def truncated() -> None:  # once the words are placed; the socket reads on meanwhile
-            text, words = await self._cut_by_words(reply, float(audio_end_ms))  # type: ignore[arg-type]
+            text, words, _ = await self._cut_by_words(reply, float(audio_end_ms))  # type: ignore[arg-type]
             self._send("conversation.item.truncated", item_id=item_id, content_index=content_index,
                        audio_end_ms=audio_end_ms, lyre={"transcript": text, "words": word_objects(words)})
         self._spawn(truncated())
@@ -319,14 +323,12 @@ class AgentSession:
             self.conversation.cut(reply.item_id, played)
             self._spawn(self._cut_by_words(reply, played))
 
-    async def _cut_by_words(self, reply: Reply, heard_ms: float) -> tuple[str, list[AlignedWord]]:
+    async def _cut_by_words(self, reply: Reply, heard_ms: float) -> tuple[str, list[AlignedWord], bool]:
         """Cut a reply's history entry, already cut by its length at ``heard_ms``, at the words the aligner
-        places in the audio heard (a reply started meanwhile has the first cut)."""
-        async def aligner() -> Transcriber:
-            return self._stt
-        text, words = await reply.heard(heard_ms, aligner)
-        self.conversation.heard(reply.item_id, heard_ms, text)
-        return text, words
+        places in the audio heard (a reply started meanwhile has the first cut); whether the history took them
+        (not if the entry was cut at another point since)."""
+        text, words = await reply.heard(heard_ms, self._aligner)
+        return text, words, self.conversation.heard(reply.item_id, heard_ms, text)
 
     # -- plumbing --
 

@@ -9,9 +9,10 @@ OpenAI Realtime transcription events and knows nothing of the transport.
 """
 
 from lyre.stt.agreement import LocalAgreement
-from lyre.stt.align import AlignedWord, Alignment, written_words
+from lyre.stt.align import AlignedWord, Alignment
 from lyre.stt.audio import SAMPLE_RATE, AudioError, PcmResampler, decode_file
 from lyre.stt.model import demo_whisper, resolve_whisper
+from lyre.stt.phone_align import PhoneAligner, PhoneAlignerBusy, PhoneAlignerStats, PhoneAlignmentFailed
 from lyre.stt.realtime import RealtimeConfig, RealtimeSession, TurnListener
 from lyre.stt.realtime_events import DEFAULT_MODEL, RealtimeError, error_event
 from lyre.stt.transcriber import (
@@ -26,7 +27,8 @@ from lyre.stt.transcriber import (
     TranscriptionFailed,
 )
 from lyre.stt.vad import SpeechEvent, StreamingVAD, VADConfig
-from lyre.stt.word_timer import WordTimer
+from lyre.stt.word_timer import WordAligner, WordTimer
+from lyre.stt.words import written_words
 from lyre.stt.whisper import FULL_WINDOW, MAX_PROMPT_CHARS, FinalWindow, Segment, TranscribeOptions, Transcript, Word
 
 __all__ = [
@@ -42,6 +44,10 @@ __all__ = [
     "FinalWindow",
     "LocalAgreement",
     "PartialPolicy",
+    "PhoneAligner",
+    "PhoneAlignerBusy",
+    "PhoneAlignerStats",
+    "PhoneAlignmentFailed",
     "PcmResampler",
     "RealtimeConfig",
     "RealtimeError",
@@ -60,6 +66,7 @@ __all__ = [
     "Transcript",
     "VADConfig",
     "Word",
+    "WordAligner",
     "WordTimer",
     "decode_file",
     "demo_whisper",
