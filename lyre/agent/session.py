@@ -20,8 +20,10 @@ the client had time to play (by the server's playback clock, or the client's
 own ``conversation.item.truncate``): the words that end by then, placed in the
 audio by forced alignment of the one segment playing at the cut (until that
 is done, a cut by the text's length stands in). A truncation's
-``conversation.item.truncated`` comes once the words are placed and carries
-them in lyre's extra (``lyre.transcript``, ``lyre.words``).
+``conversation.item.truncated`` goes out at once; when the words are placed,
+lyre's own ``lyre.conversation.item.heard`` follows with them (``transcript``,
+what the history now holds, and ``words``), unless the item was cut elsewhere
+meanwhile: a later cut is never overwritten by an earlier one's words.
 """
 
 from __future__ import annotations
@@ -181,17 +183,19 @@ class AgentSession:
 
     def truncate(self, item_id: object, content_index: object, audio_end_ms: object) -> None:
         self.conversation.truncate(item_id, content_index, audio_end_ms)
+        # At once: placing the words may take a while, or never happen (no aligner, or it fails).
+        self._send("conversation.item.truncated", item_id=item_id, content_index=content_index,
+                   audio_end_ms=audio_end_ms)
         reply = self._spoken.get(item_id)
         if reply is None or audio_end_ms >= reply.audio_ms:  # type: ignore[operator]  # nothing to place
-            self._send("conversation.item.truncated", item_id=item_id, content_index=content_index,
-                       audio_end_ms=audio_end_ms)
             return
 
-        async def truncated() -> None:  # once the words are placed; the socket reads on meanwhile
-            text, words, _ = await self._cut_by_words(reply, float(audio_end_ms))  # type: ignore[arg-type]
-            self._send("conversation.item.truncated", item_id=item_id, content_index=content_index,
-                       audio_end_ms=audio_end_ms, lyre={"transcript": text, "words": word_objects(words)})
-        self._spawn(truncated())
+        async def placed() -> None:  # the socket reads on meanwhile
+            text, words, kept = await self._cut_by_words(reply, float(audio_end_ms))  # type: ignore[arg-type]
+            if kept:
+                self._send("lyre.conversation.item.heard", item_id=item_id, content_index=content_index,
+                           audio_end_ms=audio_end_ms, transcript=text, words=word_objects(words))
+        self._spawn(placed())
 
     def respond(self) -> None:
         if (self.reply is not None and not self.reply.over) or self._reply_when_transcribed:
