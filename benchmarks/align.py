@@ -2,8 +2,11 @@
 
 Truth (tests/align_truth.py): whole sentences spoken in one go by libespeak-ng,
 words running together, each word's start read from the synthesiser's own word
-events; four voices and rates ("continuous"); and the same sentences as words
-spoken one by one with 70-300 ms pauses ("paused", the easy case). Aligners:
+events; four voices and rates ("continuous"); the same sentences spoken by CMU
+Flite's three statistical voices, a synthesiser with nothing in common with
+espeak-ng, timed by its own segments ("flite", where Debian's flite is
+installed); and the same sentences as words spoken one by one with 70-300 ms
+pauses ("paused", the easy case). Aligners:
 
 - phones: lyre's English default (lyre.stt.phone_align: pocketsphinx en-us, CMUdict, gruut G2P);
 - whisper: lyre's Whisper aligner (alignment heads, then snapped to pauses and voice), other languages';
@@ -11,12 +14,17 @@ spoken one by one with 70-300 ms pauses ("paused", the easy case). Aligners:
 - fw-words: faster-whisper's own ``word_timestamps=True`` on a transcription (words it heard are matched to
   the text's; those it did not are left out).
 
+Also the phone aligner's cost where it fails and hands over to Whisper: each
+sentence's words against 4 s of white noise (what the demo TTS model speaks).
+
 For each: boundaries compared (every known word start and end), the median and
 p95 absolute error, the share within 20 and 50 ms, the median signed error
 (negative: early), and CPU seconds per second of audio (process time, one at a
 time; run with OMP_NUM_THREADS=1 for one thread).
 
-    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/align.py [--aligners phones,whisper] [--model WHISPER]
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/align.py [--aligners phones,whisper] [--model WHISPER] [--by-voice]
+
+``--by-voice`` also reports the continuous set voice by voice (speaker and rate).
 """
 
 from __future__ import annotations
@@ -31,9 +39,24 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from align_truth import ALIGN_SENTENCES, KnownUtterance, paused_utterance, truth_set  # noqa: E402
+import flite_events  # noqa: E402
+from align_truth import (  # noqa: E402
+    ALIGN_SENTENCES,
+    VOICES,
+    KnownUtterance,
+    flite_utterance,
+    paused_utterance,
+    truth_set,
+)
 
-from lyre.stt import SAMPLE_RATE, PhoneAligner, STTConfig, Transcriber, written_words  # noqa: E402
+from lyre.stt import (  # noqa: E402
+    SAMPLE_RATE,
+    PhoneAligner,
+    PhoneAlignmentFailed,
+    STTConfig,
+    Transcriber,
+    written_words,
+)
 from lyre.stt.align import align_passes  # noqa: E402
 from lyre.verbalize import readings  # noqa: E402
 
@@ -102,20 +125,45 @@ def _measure(run: Callable[[KnownUtterance], Times], utterances: list[KnownUtter
             + (f"  ({missed} boundaries of words not heard)" if missed else ""))
 
 
+def _failing_on_noise() -> str:
+    phones = PhoneAligner()
+    rng = np.random.default_rng(0)
+    noises = [(0.1 * rng.standard_normal(4 * SAMPLE_RATE)).astype(np.float32) for _ in ALIGN_SENTENCES]
+    failed, cpu = 0, 0.0
+    for noise, text in zip(noises, ALIGN_SENTENCES):
+        start = time.process_time()
+        try:
+            phones.align_now(noise, written_words(text))
+        except PhoneAlignmentFailed:
+            failed += 1
+        cpu += time.process_time() - start
+    return (f"phones on noise: {failed} of {len(noises)} failed (wide beams too), "
+            f"{1000 * cpu / (4 * len(noises)):.1f} ms of CPU per audio second before handing over")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--aligners", default="phones,whisper,whisper-raw,fw-words")
     p.add_argument("--model", help="a CTranslate2 Whisper folder or hub id (default: the built-in Whisper base)")
+    p.add_argument("--by-voice", action="store_true", help="the continuous set voice by voice too")
     args = p.parse_args()
     sets = {"continuous": truth_set(),
             "paused": [paused_utterance(text, seed=i) for i, text in enumerate(ALIGN_SENTENCES)]}
+    if flite_events.available():
+        sets["flite"] = [flite_utterance(text, voice, seed=i) for voice in flite_events.FLITE_VOICES
+                         for i, text in enumerate(ALIGN_SENTENCES)]
+    if args.by_voice:
+        for v, voice in enumerate(VOICES):
+            sets[f"{voice[0]}/{voice[1]}"] = sets["continuous"][v * len(ALIGN_SENTENCES):(v + 1) * len(ALIGN_SENTENCES)]
     for name, utterances in sets.items():
         print(f"{name}: {len(utterances)} utterances, {sum(u.audio.size for u in utterances) / SAMPLE_RATE:.0f} s")
-    print(f"{'aligner':12s} {'set':10s} {'n':>5s} {'median':>7s} {'p95':>7s} {'<=20ms':>6s} {'<=50ms':>6s} "
+    print(f"{'aligner':12s} {'set':12s} {'n':>5s} {'median':>7s} {'p95':>7s} {'<=20ms':>6s} {'<=50ms':>6s} "
           f"{'bias':>7s} {'CPU ms/s':>8s}")
     for name, run in _aligners(args.aligners.split(","), args.model).items():
         for set_name, utterances in sets.items():
-            print(f"{name:12s} {set_name:10s} {_measure(run, utterances)}")
+            print(f"{name:12s} {set_name:12s} {_measure(run, utterances)}")
+    if "phones" in args.aligners.split(","):
+        print(_failing_on_noise())
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ stop, its closure is silence too and no aligner can see it: its start is the
 first sample of sound.
 
     utterance = continuous_utterance("Your order of 3 items comes to 42 dollars.", voice="en-us+f3", wpm=170)
+    utterance = flite_utterance("Your order comes to 42 dollars.", voice="rms")  # CMU Flite, where installed
     utterance = paused_utterance("I paid 40 dollars <laugh> for it.", seed=1)   # words spoken one by one
     utterance.audio, utterance.text, utterance.words  # [(word as written, start s, end s)]
 
@@ -24,11 +25,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+import flite_events
 from espeak_events import Spoken, synthesize
 from speech import resample, speak
 
-__all__ = ["ALIGN_SENTENCES", "VOICES", "KnownUtterance", "continuous_utterance", "paused_utterance",
-           "truth_set"]
+__all__ = ["ALIGN_SENTENCES", "VOICES", "KnownUtterance", "continuous_utterance", "flite_utterance",
+           "paused_utterance", "truth_set"]
 
 RATE = 16_000
 EDGE_S = 0.25  # silence before the first word and after the last
@@ -143,6 +145,32 @@ def continuous_utterance(text: str, voice: str = "en-us", wpm: int = 150, seed: 
         else:  # said within the word before: neither its start nor that word's end is known
             words[-1] = (words[-1][0], words[-1][1], None)
             words.append((word, None, None))
+    return KnownUtterance(text, (audio + _noise(audio.size, rng)).astype(np.float32), words)
+
+
+def flite_utterance(text: str, voice: str = "slt", seed: int = 0) -> KnownUtterance:
+    """``text`` spoken in one go per stretch between tags by CMU Flite (tests/flite_events.py says how its
+    times are read): a synthesiser with nothing in common with espeak-ng."""
+    rng = np.random.default_rng(seed)
+    pieces = [np.zeros(int(EDGE_S * RATE), np.float32)]
+    at = EDGE_S
+    words: list[tuple[str, float | None, float | None]] = []
+    for k, part in enumerate(_TAG.split(text)):
+        if k:
+            pieces.append(np.zeros(int(TAG_S * RATE), np.float32))
+            at += TAG_S
+        written = _written(part)
+        if not written:
+            continue
+        spoken = flite_events.synthesize(part, voice)
+        if len(spoken.tokens) != len(written):
+            raise ValueError(f"Flite read {len(spoken.tokens)} tokens in {part!r}, lyre writes {len(written)} words")
+        words += [(word, at + start, at + end) for (word, _, _), (_, start, end, _) in zip(written, spoken.tokens)]
+        audio = resample(spoken.audio, RATE, spoken.rate)
+        pieces.append(audio)
+        at += audio.size / RATE
+    pieces.append(np.zeros(int(EDGE_S * RATE), np.float32))
+    audio = np.concatenate(pieces)
     return KnownUtterance(text, (audio + _noise(audio.size, rng)).astype(np.float32), words)
 
 

@@ -6,6 +6,10 @@
 Live audio goes through a `RealtimeSession` (voice activity detection, partial
 transcripts by LocalAgreement-2, a final pass per utterance), which speaks the
 OpenAI Realtime transcription events and knows nothing of the transport.
+
+Word times of known text (forced alignment): `PhoneAligner` for English
+(pocketsphinx), the `Transcriber`'s Whisper for other languages; `WordTimer`
+times a speech stream's segments as they end.
 """
 
 from lyre.stt.agreement import LocalAgreement
