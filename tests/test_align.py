@@ -106,13 +106,18 @@ def _summary(errors: list[float]) -> tuple[float, float, float]:
     return float(np.median(e)), float(np.percentile(e, 95)), float(np.mean(e <= 0.05))
 
 
-def test_phone_boundaries_on_continuous_speech_are_within_the_measured_tolerance(
-        phones: PhoneAligner, continuous: list[KnownUtterance]) -> None:
+def _phone_errors(phones: PhoneAligner, utterances: list[KnownUtterance]) -> list[float]:
     errors = []
-    for utterance in continuous:
+    for utterance in utterances:
         found = phones.align_now(utterance.audio, written_words(utterance.text))
         _well_formed(found)
         errors += _errors(utterance, found)
+    return errors
+
+
+def test_phone_boundaries_on_continuous_speech_are_within_the_measured_tolerance(
+        phones: PhoneAligner, continuous: list[KnownUtterance]) -> None:
+    errors = _phone_errors(phones, continuous)
     assert len(errors) >= 800
     median, p95, within = _summary(errors)
     print(f"{len(errors)} boundaries: median {1000 * median:.1f} ms, p95 {1000 * p95:.1f} ms, {within:.1%} in 50 ms")
@@ -121,12 +126,7 @@ def test_phone_boundaries_on_continuous_speech_are_within_the_measured_tolerance
 
 def test_phone_boundaries_on_words_spoken_apart_leave_the_pauses_between_words(
         phones: PhoneAligner, paused: list[KnownUtterance]) -> None:
-    errors = []
-    for utterance in paused:
-        found = phones.align_now(utterance.audio, written_words(utterance.text))
-        _well_formed(found)
-        errors += _errors(utterance, found)
-    median, p95, _ = _summary(errors)
+    median, p95, _ = _summary(_phone_errors(phones, paused))
     assert median <= PAUSED_MEDIAN_S and p95 <= PAUSED_P95_S, (median, p95)
 
 
