@@ -39,7 +39,7 @@ import numpy as np
 from lyre.stt.align import AlignedWord, Alignment
 from lyre.stt.audio import SAMPLE_RATE
 from lyre.stt.pronounce import MAX_PRONUNCIATIONS, Pronouncer
-from lyre.stt.transcriber import TranscriberBusy
+from lyre.stt.transcriber import TranscriberBusy, TranscriberClosed
 from lyre.verbalize import readings
 
 __all__ = ["LANGUAGES", "PhoneAligner", "PhoneAlignerBusy", "PhoneAlignerStats", "PhoneAlignmentFailed"]
@@ -136,6 +136,7 @@ class PhoneAligner:
         self._pending = 0
         self._counts = {"alignments": 0, "wide": 0, "failures": 0}
         self._aligned_s = 0.0
+        self._closed = False
 
     def check_language(self, language: str | None) -> None:
         if (language or "en") not in LANGUAGES:
@@ -143,9 +144,12 @@ class PhoneAligner:
 
     async def align(self, audio: np.ndarray, words: list[str], language: str | None = "en",
                     session: Hashable = None) -> Alignment:
-        """`align_now` on the worker thread (PhoneAlignerBusy when too many wait)."""
+        """`align_now` on the worker thread, in the order asked (``session`` is not used: alignments are
+        short); PhoneAlignerBusy when too many wait, TranscriberClosed once closed."""
         self.check_language(language)
         with self._lock:
+            if self._closed:
+                raise TranscriberClosed("the phone aligner is closed")
             if self._pending >= self._max_pending:
                 raise PhoneAlignerBusy(f"{self._pending} alignments are waiting for the phone aligner")
             self._pending += 1
@@ -215,6 +219,8 @@ class PhoneAligner:
                                  guessed_words=self._pronouncer.guessed, pending=pending)
 
     def close(self) -> None:
+        with self._lock:
+            self._closed = True
         self._worker.shutdown(wait=True, cancel_futures=True)
 
 
