@@ -24,7 +24,7 @@ import av
 import jiwer
 import numpy as np
 
-__all__ = ["ESPEAK_RATE", "SENTENCES", "VOICE", "WORDS_PER_MINUTE", "normalise", "speak", "speak_pcm16", "speak_wav",
+__all__ = ["ESPEAK_RATE", "SENTENCES", "VOICE", "WORDS_PER_MINUTE", "normalise", "resample", "speak", "speak_pcm16", "speak_wav",
            "wav_bytes", "wer"]
 
 VOICE = "en-us"
@@ -89,13 +89,13 @@ def _espeak(text: str, voice: str = VOICE, wpm: int = WORDS_PER_MINUTE) -> np.nd
     return samples
 
 
-def _resample(samples: np.ndarray, rate: int) -> np.ndarray:
-    """int16 at ESPEAK_RATE to float32 at ``rate``, shape (samples,)."""
-    if rate == ESPEAK_RATE:
+def resample(samples: np.ndarray, rate: int, from_rate: int = ESPEAK_RATE) -> np.ndarray:
+    """int16 at ``from_rate`` to float32 at ``rate``, shape (samples,)."""
+    if rate == from_rate:
         return samples.astype(np.float32) / 32768.0
     resampler = av.AudioResampler(format="flt", layout="mono", rate=rate)
     frame = av.AudioFrame.from_ndarray(np.ascontiguousarray(samples).reshape(1, -1), format="s16", layout="mono")
-    frame.sample_rate = ESPEAK_RATE
+    frame.sample_rate = from_rate
     frames = resampler.resample(frame) + resampler.resample(None)
     return np.concatenate([f.to_ndarray().reshape(-1) for f in frames]).astype(np.float32, copy=False)
 
@@ -104,7 +104,7 @@ def _resample(samples: np.ndarray, rate: int) -> np.ndarray:
 def speak(text: str, rate: int = 16_000, voice: str = VOICE, wpm: int = WORDS_PER_MINUTE) -> np.ndarray:
     """``text`` spoken by espeak-ng (``voice``, as ``espeak-ng --voices`` names them, at ``wpm`` words a
     minute), float32 mono at ``rate``; read-only."""
-    audio = _resample(_espeak(text, voice, wpm), rate)
+    audio = resample(_espeak(text, voice, wpm), rate)
     audio.flags.writeable = False
     return audio
 

@@ -159,10 +159,13 @@ def test_truncating_an_assistant_item_the_client_made_keeps_the_socket(agent: Se
     assert {"role": "assistant", "content": "The pharmacy closes at nine."} in front.asked[-1]
 
 
-def test_truncating_a_spoken_reply_keeps_the_words_that_ended_before_the_cut(agent: Server, front: _Front) -> None:
-    """The demo model speaks noise, so where the aligner puts each word means nothing; what must hold: the
-    words come ordered inside the audio, the history keeps whole words up to the cut and exactly the
-    playing segment's words that end by then, and the next think step reads that."""
+def test_truncating_a_spoken_reply_answers_at_once_and_then_keeps_the_words_that_ended_before_the_cut(
+        agent: Server, front: _Front) -> None:
+    """``conversation.item.truncated`` does not wait for the words to be placed (an alignment may take long,
+    or never come); ``lyre.conversation.item.heard`` follows with them. The demo model speaks noise, so where
+    the aligner puts each word means nothing; what must hold: the words come ordered inside the audio, the
+    history keeps whole words up to the cut and exactly the playing segment's words that end by then, and the
+    next think step reads that."""
     async def run() -> tuple[Talk, int]:
         talk = await _open(agent)
         async with talk.ws:
@@ -173,7 +176,7 @@ def test_truncating_a_spoken_reply_keeps_the_words_that_ended_before_the_cut(age
             cut = int(1000 * samples / 24_000 * 0.6)
             await talk.send({"type": "conversation.item.truncate", "item_id": done["output"][0]["id"],
                              "content_index": 0, "audio_end_ms": cut})
-            await talk.until("conversation.item.truncated")
+            await talk.until("lyre.conversation.item.heard")
             await talk.send(_say("Go on."))
             await talk.send({"type": "response.create"})
             await talk.until("response.done", count=2, timeout=60)
@@ -182,9 +185,12 @@ def test_truncating_a_spoken_reply_keeps_the_words_that_ended_before_the_cut(age
     talk, cut = asyncio.run(run())
     assert not talk.of("error")
     (truncated,) = talk.of("conversation.item.truncated")
-    assert truncated["audio_end_ms"] == cut
-    heard, words = truncated["lyre"]["transcript"], truncated["lyre"]["words"]
-    assert words and all(0 <= w["start_ms"] <= w["end_ms"] for w in words)
+    (placed,) = talk.of("lyre.conversation.item.heard")
+    assert talk.events.index(truncated) < talk.events.index(placed)
+    assert truncated["audio_end_ms"] == placed["audio_end_ms"] == cut
+    assert placed["item_id"] == truncated["item_id"]
+    heard, words = placed["transcript"], placed["words"]
+    assert words and all(0 <= w["start_ms"] < w["end_ms"] for w in words)
     assert all(a["end_ms"] <= b["start_ms"] for a, b in zip(words, words[1:]))
     kept = written_words(heard)
     assert kept == written_words(STORY)[:len(kept)]  # whole words, from the start, in order

@@ -275,3 +275,69 @@ def test_a_malformed_tool_call_from_the_endpoint_is_a_think_error(call: dict[str
     data = json.dumps({"choices": [{"index": 0, "delta": {"tool_calls": [call]}}]})
     with pytest.raises(ThinkError, match=r"tool[ _]call"):
         _pieces(data, "http://llm/v1")
+
+
+class _SpokenSpeech(_Speech):
+    """A speech stream that keeps its text and says it all as one segment, as lyre.tts's does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.text, self.samples = "", 0
+
+    def push(self, text: str) -> None:
+        self.text += text
+        super().push(text)
+
+    async def __anext__(self) -> np.ndarray:
+        chunk = await super().__anext__()
+        self.samples += chunk.size
+        return chunk
+
+    def segments_so_far(self) -> list[Any]:
+        from lyre.tts import SpokenSegment
+
+        return [SpokenSegment(self.text, 0, self.samples)]
+
+
+class _SpokenTTS(_TTS):
+    def open(self, *args: Any, **kwargs: Any) -> _Speech:
+        self.streams.append(_SpokenSpeech())
+        return self.streams[-1]
+
+
+class _NeverAligns:
+    """An aligner whose answer never comes (a queue that never drains), to show nothing waits on it."""
+
+    def __init__(self) -> None:
+        self.asked = 0
+
+    async def align(self, audio: np.ndarray, words: list[str], language: str | None, session: object) -> Any:
+        self.asked += 1
+        await asyncio.Event().wait()
+
+
+def test_a_truncation_is_answered_at_once_though_its_words_never_come() -> None:
+    events: list[dict[str, Any]] = []
+    aligner = _NeverAligns()
+
+    async def run() -> None:
+        session = AgentSession(object(), _SpokenTTS(), _Thinker(), events.append,  # type: ignore[arg-type]
+                               aligner=aligner)
+        await session.receive(json.dumps({"type": "response.create"}))
+        assert session.reply is not None
+        await session.reply.done
+        item = session.reply.item_id
+        half = int(session.reply.audio_ms / 2)
+        await session.receive(json.dumps({"type": "conversation.item.truncate", "item_id": item,
+                                          "content_index": 0, "audio_end_ms": half}))
+        truncated = [e for e in events if e["type"] == "conversation.item.truncated"]
+        assert [e["audio_end_ms"] for e in truncated] == [half]  # sent before the aligner was even asked
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert aligner.asked == 1
+        held = session.conversation.find(item)
+        assert held is not None and held["text"] == _heard_text("Sure. Here it is. Bye.", half, held["audio_ms"])
+        await session.close()
+
+    asyncio.run(run())
+    assert not [e for e in events if e["type"] in ("error", "lyre.conversation.item.heard")]

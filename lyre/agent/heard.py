@@ -7,19 +7,19 @@ nobody interrupts is never aligned at all.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Hashable, Sequence
+from collections.abc import Hashable, Sequence
 from typing import Any
 
 import numpy as np
 
 from lyre.agent.conversation import heard_text
-from lyre.stt import AlignedWord, WordTimer
+from lyre.stt import AlignedWord, WordAligner, WordTimer
 
 __all__ = ["SpokenReplies", "heard_words", "word_objects"]
 
 
 async def heard_words(segments: Sequence[Any], pcm: list[np.ndarray], rate: int, heard_ms: float,
-                      aligner: Callable[[], Awaitable[Any]], session: Hashable) -> tuple[str, list[AlignedWord]]:
+                      aligner: WordAligner, session: Hashable) -> tuple[str, list[AlignedWord]]:
     """The text heard in the first ``heard_ms`` of audio ``pcm`` (int16 chunks at ``rate``) whose
     ``segments`` (each with ``text``, ``start`` and ``end`` in samples) speak it: each segment heard whole,
     then the words of the one playing at the cut that end by then; and that segment's words with their

@@ -21,7 +21,7 @@ import asyncio
 import base64
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,7 +33,7 @@ from lyre.agent.events import EventNames, new_id
 from lyre.agent.gate import SentenceGate
 from lyre.agent.heard import heard_words
 from lyre.agent.think import ThinkError, Thinker, ToolCallDelta
-from lyre.stt import AlignedWord, RealtimeError, error_event
+from lyre.stt import AlignedWord, RealtimeError, WordAligner, error_event
 from lyre.tts import SpeechOptions, Synthesizer
 
 __all__ = ["Reply", "ReplySpec", "ReplyTimes"]
@@ -153,7 +153,7 @@ class Reply:
             return 0.0
         return min(self.audio_ms, 1000 * (time.perf_counter() - self._audio_out_at))
 
-    async def heard(self, heard_ms: float, aligner: Callable[[], Awaitable[Any]]) -> tuple[str, list[AlignedWord]]:
+    async def heard(self, heard_ms: float, aligner: WordAligner) -> tuple[str, list[AlignedWord]]:
         """What the listener heard in the reply's first ``heard_ms``, by its words (lyre.agent.heard)."""
         segments = self._stream.segments_so_far() if self._stream is not None else []
         return await heard_words(segments, self._pcm, _SAMPLE_RATE, heard_ms, aligner, ("truncate", self.id))

@@ -20,8 +20,10 @@ the client had time to play (by the server's playback clock, or the client's
 own ``conversation.item.truncate``): the words that end by then, placed in the
 audio by forced alignment of the one segment playing at the cut (until that
 is done, a cut by the text's length stands in). A truncation's
-``conversation.item.truncated`` comes once the words are placed and carries
-them in lyre's extra (``lyre.transcript``, ``lyre.words``).
+``conversation.item.truncated`` goes out at once; when the words are placed,
+lyre's own ``lyre.conversation.item.heard`` follows with them (``transcript``,
+what the history now holds, and ``words``), unless the item was cut elsewhere
+meanwhile: a later cut is never overwritten by an earlier one's words.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ from lyre.stt import (
     RealtimeError,
     RealtimeSession,
     Transcriber,
+    WordAligner,
     error_event,
 )
 from lyre.stt.realtime_events import session_object as heard_object
@@ -77,15 +80,18 @@ class AgentSession:
     def __init__(self, transcriber: Transcriber, tts: Synthesizer, thinker: Thinker,
                  emit: Callable[[dict[str, Any]], None], config: AgentConfig = AgentConfig(),
                  end_of_turn: EndOfTurn | None = None,
-                 admit: Callable[[], AbstractAsyncContextManager[Any]] | None = None) -> None:
+                 admit: Callable[[], AbstractAsyncContextManager[Any]] | None = None,
+                 aligner: WordAligner | None = None) -> None:
         """``end_of_turn``: a semantic end-of-turn model; ``admit``: the server's admission of a speech stream
-        (each reply holds one while it thinks and speaks; refused, the reply fails saying why)."""
+        (each reply holds one while it thinks and speaks; refused, the reply fails saying why); ``aligner``:
+        what places a cut reply's words in its audio (default: the transcriber's Whisper)."""
         self.id = new_id("sess")
         self.config = config
         self.settings = AgentSettings()
         self.conversation = Conversation()
         self.reply: Reply | None = None  # the reply the client hears (or is about to)
         self._stt = transcriber
+        self._aligner: WordAligner = aligner if aligner is not None else transcriber
         self._tts = tts
         self._thinker = thinker
         self._emit = emit
@@ -177,17 +183,19 @@ class AgentSession:
 
     def truncate(self, item_id: object, content_index: object, audio_end_ms: object) -> None:
         self.conversation.truncate(item_id, content_index, audio_end_ms)
+        # At once: placing the words may take a while, or never happen (no aligner, or it fails).
+        self._send("conversation.item.truncated", item_id=item_id, content_index=content_index,
+                   audio_end_ms=audio_end_ms)
         reply = self._spoken.get(item_id)
         if reply is None or audio_end_ms >= reply.audio_ms:  # type: ignore[operator]  # nothing to place
-            self._send("conversation.item.truncated", item_id=item_id, content_index=content_index,
-                       audio_end_ms=audio_end_ms)
             return
 
-        async def truncated() -> None:  # once the words are placed; the socket reads on meanwhile
-            text, words = await self._cut_by_words(reply, float(audio_end_ms))  # type: ignore[arg-type]
-            self._send("conversation.item.truncated", item_id=item_id, content_index=content_index,
-                       audio_end_ms=audio_end_ms, lyre={"transcript": text, "words": word_objects(words)})
-        self._spawn(truncated())
+        async def placed() -> None:  # the socket reads on meanwhile
+            text, words, kept = await self._cut_by_words(reply, float(audio_end_ms))  # type: ignore[arg-type]
+            if kept:
+                self._send("lyre.conversation.item.heard", item_id=item_id, content_index=content_index,
+                           audio_end_ms=audio_end_ms, transcript=text, words=word_objects(words))
+        self._spawn(placed())
 
     def respond(self) -> None:
         if (self.reply is not None and not self.reply.over) or self._reply_when_transcribed:
@@ -326,14 +334,12 @@ class AgentSession:
             self.conversation.cut(reply.item_id, played)
             self._spawn(self._cut_by_words(reply, played))
 
-    async def _cut_by_words(self, reply: Reply, heard_ms: float) -> tuple[str, list[AlignedWord]]:
+    async def _cut_by_words(self, reply: Reply, heard_ms: float) -> tuple[str, list[AlignedWord], bool]:
         """Cut a reply's history entry, already cut by its length at ``heard_ms``, at the words the aligner
-        places in the audio heard (a reply started meanwhile has the first cut)."""
-        async def aligner() -> Transcriber:
-            return self._stt
-        text, words = await reply.heard(heard_ms, aligner)
-        self.conversation.heard(reply.item_id, heard_ms, text)
-        return text, words
+        places in the audio heard (a reply started meanwhile has the first cut); whether the history took them
+        (not if the entry was cut at another point since)."""
+        text, words = await reply.heard(heard_ms, self._aligner)
+        return text, words, self.conversation.heard(reply.item_id, heard_ms, text)
 
     # -- plumbing --
 

@@ -115,10 +115,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     stt.add_argument("--stt-idle-timeout", dest="stt_idle_timeout_s", type=float, default=30.0, metavar="SECONDS",
                      help="close a realtime session after this long with no client event and nothing running, "
                           "a phone call's media stream after this long with no media (default: 30)")
-    stt.add_argument("--aligner", metavar="PATH_OR_HUB_ID",
-                     help="the CTranslate2 Whisper that times words (word timestamps, /v1/audio/alignments), e.g. "
-                          "a tiny.en, loaded on first use; off: no word timestamps (default: --stt's model, or "
-                          "without --stt the built-in Whisper base, loaded on first use)")
+    stt.add_argument("--aligner", metavar="auto|phones|whisper|off|WHISPER",
+                     help="what times words (word timestamps, /v1/audio/alignments, the agent's cut at a barge-in): "
+                          "auto (default): English by phones (pocketsphinx), other languages by Whisper (--stt's "
+                          "model, or the built-in Whisper base), a failed phone alignment by Whisper; phones: "
+                          "English only; whisper: Whisper for all; a CTranslate2 Whisper folder or hub id: that "
+                          "Whisper for all; off: no word times. Loaded on first use")
 
     _add_fleet_args(serve)
 

@@ -18,6 +18,7 @@ from lyre.stt import (
     SAMPLE_RATE,
     AudioError,
     AudioTooLong,
+    PhoneAlignmentFailed,
     TranscriberBusy,
     TranscriberClosed,
     TranscriptionFailed,
@@ -52,6 +53,7 @@ router = APIRouter(route_class=LimitedUpload)
     response_model=AlignmentJson,
     responses={
         404: error_doc("Forced alignment is off on this server (--aligner off)"),
+        422: error_doc("The words could not be aligned to the audio (--aligner phones only)"),
         413: error_doc("The file is over the server's upload limit"),
         503: error_doc("The server is shutting down, or its aligner cannot be loaded"),
     },
@@ -75,11 +77,9 @@ async def create_alignment(
         raise InvalidParam("text: no words to align (empty, or only tags and punctuation)", "text")
     language = language.strip().lower() or "en"
     try:
-        stt = await state.aligner.get()  # loaded on first use where it is not the speech-to-text worker's
+        await state.aligner.check_language(language)  # may load Whisper, to know the languages it speaks
     except AlignerUnavailable as exc:
         raise HTTPException(503, str(exc)) from None
-    try:
-        stt.check_language(language)
     except ValueError as exc:
         raise InvalidParam(str(exc), "language") from None
     try:  # decoding stops past the longest audio that can be aligned
@@ -96,7 +96,11 @@ async def create_alignment(
         raise InvalidParam(f"text: {len(words)} words cannot all be spoken in {seconds:.2f} s of audio", "text")
     client = request.client.host if request.client else None
     try:
-        found = await stt.align(audio, words, language, session=("align", client))
+        found = await state.aligner.align(audio, words, language, session=("align", client))
+    except AlignerUnavailable as exc:
+        raise HTTPException(503, str(exc)) from None
+    except PhoneAlignmentFailed as exc:  # --aligner phones, which has no Whisper to fall back to
+        raise HTTPException(422, f"the words could not be aligned to the audio: {exc}") from exc
     except (TranscriberBusy, TranscriberClosed, TranscriptionFailed) as exc:
         raise as_http_error(exc) from exc
     return AlignmentJson(words=[AlignedWordJson(text=w.text, start=w.start, end=w.end) for w in found.words],

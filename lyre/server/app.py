@@ -155,8 +155,7 @@ def create_app(config: ServerConfig, tts: Synthesizer | None = None) -> FastAPI:
                                 loaded.adapters.stats if loaded is not None and loaded.adapters else None),
             )
             state.metrics.watch_sessions(lambda: realtime_socket.RealtimeSessions.of(app).open)
-            if aligner.separate:
-                state.metrics.watch_aligner(lambda: own.stats() if (own := aligner.loaded) is not None else None)
+            state.metrics.watch_aligner(aligner.stats)
             app.state.lyre = state
             if loaded is not None:
                 await _load_adapters(loaded, config)

@@ -53,8 +53,9 @@ class ServerConfig:
     stt_max_sessions: int = 8  # realtime sessions open at once: sockets, WebRTC calls and phone streams together
     stt_idle_timeout_s: float = 30.0  # a realtime session with no client event and no pass running this long closes
     stt_max_buffer_s: float = 60.0  # seconds of audio a realtime session's input buffer may hold
-    # The Whisper that times words (word timestamps, /v1/audio/alignments): None: speech to text's model, or
-    # without --stt Whisper base, loaded on first use; "off": no word timestamps; else a folder or hub id.
+    # What times words (word timestamps, /v1/audio/alignments, the agent's cut): None or "auto": English by
+    # phones, other languages by Whisper; "phones", "whisper", "off", or a Whisper folder or hub id
+    # (lyre.server.aligner).
     aligner: str | None = None
     llm: str | None = None  # chat model: a .gguf file, a Hugging Face folder or hub id, or "demo"; None: no chat
     llm_name: str | None = None  # what /v1/models calls it; None: the file's stem or the folder's name

@@ -139,6 +139,28 @@ class _StatsCollector(Collector):
                                 value=s.queue_wait_max_s)
 
 
+class _AlignerCollector(Collector):
+    def __init__(self, stats: Stats) -> None:
+        self._stats = stats
+
+    def collect(self) -> Iterator[Any]:
+        s = self._stats()
+        yield GaugeMetricFamily("lyre_aligner_pending", "Alignments waiting for the aligner's own workers",
+                                value=s.pending)
+        yield GaugeMetricFamily("lyre_aligner_aligned_seconds", "Audio seconds aligned by the aligner's own workers",
+                                value=s.aligned_seconds)
+        done = CounterMetricFamily("lyre_aligner_alignments", "Word alignments, by the aligner that placed the "
+                                   "words (phones, whisper)", labels=["aligner"])
+        for name, value in s.alignments.items():
+            done.add_metric([name], value)
+        yield done
+        fallbacks = CounterMetricFamily("lyre_aligner_fallbacks", "Phone alignments that found no path: tried "
+                                        "again with wide beams, or handed to Whisper", labels=["to"])
+        for name, value in s.fallbacks.items():
+            fallbacks.add_metric([name], value)
+        yield fallbacks
+
+
 def _kv_cache_metrics(prefix: str, e: Any) -> Iterator[Any]:
     """The block pool and the prefix cache of one engine (``prefix``: lyre_engine or lyre_chat_engine)."""
     kv = e.kv_cache
@@ -166,14 +188,10 @@ class Metrics:
     """One registry per app, so several apps in one process never collide."""
 
     def watch_aligner(self, stats: Callable[[], Any]) -> None:
-        """The aligner's queue and work where it is a model of its own (``--aligner MODEL``, or a server
-        without speech to text); ``stats()`` is None until it is loaded. The STT worker's are lyre_stt_*."""
-        def read(name: str) -> float:
-            return float(getattr(s, name)) if (s := stats()) is not None else 0.0
-        Gauge("lyre_aligner_pending", "Alignment jobs queued on the aligner's own worker",
-              registry=self.registry).set_function(lambda: read("pending"))
-        Gauge("lyre_aligner_aligned_seconds", "Audio seconds aligned by the aligner's own worker",
-              registry=self.registry).set_function(lambda: read("aligned_seconds"))
+        """The aligner's work (``stats()``: lyre.server.aligner.AlignerStats): alignments by the aligner that
+        placed the words, fallbacks, and the queue and audio of its own workers (the phone aligner, a
+        Whisper of its own; the STT worker's Whisper counts in lyre_stt_*)."""
+        self.registry.register(_AlignerCollector(stats))
 
     def watch_sessions(self, count: Callable[[], int]) -> None:
         """The realtime sessions open now (``count()``): WebSockets, WebRTC calls and phone streams together,

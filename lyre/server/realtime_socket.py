@@ -128,7 +128,7 @@ def _open_session(websocket: WebSocket, state: ServerState, emit: Any) -> tuple[
         # A reply holds a stream slot like any speech stream, but is not refused when the streams already
         # running fall behind: a turn left unanswered is worse than a late one. It queues instead.
         session = AgentSession(stt, state.tts, state.thinker, emit, agent, state.end_of_turn,
-                               admit=state.admission.slot)
+                               admit=state.admission.slot, aligner=state.aligner)
     return session.id, session
 
 

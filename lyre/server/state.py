@@ -60,7 +60,7 @@ class ServerState:
         """Word times for one speech stream; None where they are off (``--aligner off``)."""
         if self.aligner is None or self.aligner.off:
             return None
-        return WordTimer(self.aligner.get, session)
+        return WordTimer(self.aligner, session)
 
     def require_tts(self) -> Synthesizer:
         """The TTS pipeline; a 404 when text to speech is off."""

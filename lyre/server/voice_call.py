@@ -103,7 +103,7 @@ class VoiceCall:
         self._cuts: set[asyncio.Task[None]] = set()  # replies' histories being cut to what was heard
         # A reply holds a stream slot like any speech stream and queues for one, as on the WebSocket.
         self.session = AgentSession(state.stt, state.tts, state.thinker, self._emit, agent_config(state, model),
-                                    state.end_of_turn, admit=state.admission.slot)
+                                    state.end_of_turn, admit=state.admission.slot, aligner=state.aligner)
         self.id = self.session.id
 
     @property

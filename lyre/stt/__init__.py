@@ -6,12 +6,17 @@
 Live audio goes through a `RealtimeSession` (voice activity detection, partial
 transcripts by LocalAgreement-2, a final pass per utterance), which speaks the
 OpenAI Realtime transcription events and knows nothing of the transport.
+
+Word times of known text (forced alignment): `PhoneAligner` for English
+(pocketsphinx), the `Transcriber`'s Whisper for other languages; `WordTimer`
+times a speech stream's segments as they end.
 """
 
 from lyre.stt.agreement import LocalAgreement
-from lyre.stt.align import AlignedWord, Alignment, written_words
+from lyre.stt.align import AlignedWord, Alignment
 from lyre.stt.audio import SAMPLE_RATE, AudioError, AudioTooLong, PcmResampler, decode_file
 from lyre.stt.model import demo_whisper, resolve_whisper
+from lyre.stt.phone_align import PhoneAligner, PhoneAlignerBusy, PhoneAlignerStats, PhoneAlignmentFailed
 from lyre.stt.realtime import RealtimeConfig, RealtimeSession, TurnListener
 from lyre.stt.realtime_events import DEFAULT_MODEL, RealtimeError, error_event
 from lyre.stt.transcriber import (
@@ -26,7 +31,8 @@ from lyre.stt.transcriber import (
     TranscriptionFailed,
 )
 from lyre.stt.vad import SpeechEvent, StreamingVAD, VADConfig
-from lyre.stt.word_timer import WordTimer
+from lyre.stt.word_timer import WordAligner, WordTimer
+from lyre.stt.words import written_words
 from lyre.stt.whisper import FULL_WINDOW, MAX_PROMPT_CHARS, FinalWindow, Segment, TranscribeOptions, Transcript, Word
 
 __all__ = [
@@ -43,6 +49,10 @@ __all__ = [
     "FinalWindow",
     "LocalAgreement",
     "PartialPolicy",
+    "PhoneAligner",
+    "PhoneAlignerBusy",
+    "PhoneAlignerStats",
+    "PhoneAlignmentFailed",
     "PcmResampler",
     "RealtimeConfig",
     "RealtimeError",
@@ -61,6 +71,7 @@ __all__ = [
     "Transcript",
     "VADConfig",
     "Word",
+    "WordAligner",
     "WordTimer",
     "decode_file",
     "demo_whisper",

@@ -5,18 +5,19 @@ it, not Whisper's 30 s) and one decoder pass over the given text's tokens, the
 word times read from the alignment heads' cross-attention by CTranslate2's
 ``align`` (dynamic time warping, as faster-whisper's word timestamps do). That
 raw alignment gives pauses no time (each word starts where the one before
-ended, the first at 0), so each word's span is then snapped to the voiced
-10 ms frames inside it.
+ended, the first at 0), so a boundary near a pause is moved onto it and each
+word's span is then shrunk to the voiced 10 ms frames inside it. On continuous
+speech (tests/align_truth.py, benchmarks/align.py) that snapping still helps
+(median boundary error 44 ms against 62 ms raw), but it leaves this aligner far
+behind the phone aligner (lyre.stt.phone_align), which English uses; this one
+serves the other languages Whisper speaks.
 
-Words come back exactly as written, punctuation attached to the word before it
-(or, at the start, after it); emotion tags such as ``<laugh>`` are not words and
-get no entry of their own.
+Words come back as `lyre.stt.words.written_words` gives them.
 """
 
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 
 from typing import TYPE_CHECKING
@@ -29,16 +30,18 @@ from lyre.stt.whisper import FULL_WINDOW_FRAMES, SAMPLES_PER_FRAME
 if TYPE_CHECKING:
     from faster_whisper import WhisperModel
 
-__all__ = ["AlignedWord", "Alignment", "align_passes", "snap_to_voice", "written_words"]
+__all__ = ["AlignedWord", "Alignment", "align_passes", "snap_to_voice"]
 
-TAG = re.compile(r"<[A-Za-z_]+>")  # Orpheus's emotion tags: <laugh>, <sigh>, <chuckle>, ...
 _ENCODER_FRAMES_PER_S = 50  # one encoder frame per 20 ms
 _PAD_FRAMES = 100  # feature frames (10 ms) of silence after the audio in the encoded window
 _MEDIAN_FILTER = 7  # over the attention weights, as faster-whisper's word timestamps use
 _VOICE_FRAME = SAMPLE_RATE // 100  # 10 ms
 _VOICE_BELOW_PEAK_DB = 35.0  # a 10 ms frame is voiced within this many dB of the loudest
 _VOICE_FLOOR_DBFS = -55.0  # and above this, whatever the peak
-_MIN_PAUSE_FRAMES = 5  # an unvoiced run of 50 ms or more (longer than a stop consonant's closure) is a pause
+# An unvoiced run of 80 ms or more is a pause: a stop consonant's closure inside a word is shorter (at 50 ms,
+# closures were taken for pauses and boundaries moved into words).
+_MIN_PAUSE_FRAMES = 8
+_MIN_WORD_S = 0.01  # every word keeps at least one frame
 _PAUSE_REACH_S = 0.3  # how far from the alignment heads' boundary a pause may be and still be it
 
 
@@ -55,22 +58,6 @@ class Alignment:
     duration: float  # of the audio, in seconds
 
 
-def written_words(text: str) -> list[str]:
-    """``text``'s words as written: split on whitespace, emotion tags dropped, a piece with no letter or
-    digit (a dash, a lone quote) joined to the word before it, or at the start to the word after it."""
-    words: list[str] = []
-    leading = ""
-    for piece in TAG.sub(" ", text).split():
-        if any(ch.isalnum() for ch in piece):
-            words.append(leading + piece)
-            leading = ""
-        elif words:
-            words[-1] = f"{words[-1]} {piece}"
-        else:
-            leading = piece + " "
-    return words
-
-
 def encoded_frames(samples: int) -> int:
     """Feature frames (10 ms) encoded to align ``samples`` of audio: the audio and 1 s of silence,
     rounded up to an even count, at most Whisper's 30 s."""
@@ -79,10 +66,11 @@ def encoded_frames(samples: int) -> int:
 
 
 def align_passes(model: WhisperModel, audios: list[np.ndarray], texts: list[list[str]],
-                 language: str = "en") -> list[Alignment]:
+                 language: str = "en", snap: bool = True) -> list[Alignment]:
     """Align each audio (float32, 16 kHz, at most 30 s) with its words, all in one encoder batch.
 
-    Raw times from the alignment heads, then `snap_to_voice`; an empty word list aligns to nothing.
+    Raw times from the alignment heads, then `snap_to_voice` (``snap`` False: only made ordered, each word
+    a positive length, as benchmarks/align.py compares); an empty word list aligns to nothing.
     """
     from faster_whisper.audio import pad_or_trim
     from faster_whisper.tokenizer import Tokenizer
@@ -117,7 +105,8 @@ def align_passes(model: WhisperModel, audios: list[np.ndarray], texts: list[list
             continue
         starts, ends = _word_times(results[i].alignments, [len(t) for t in per_word[i]])
         shift = offsets[i] / SAMPLE_RATE
-        spans = snap_to_voice(audio, np.clip(starts + shift, 0, duration), np.clip(ends + shift, 0, duration))
+        starts, ends = np.clip(starts + shift, 0, duration), np.clip(ends + shift, 0, duration)
+        spans = snap_to_voice(audio, starts, ends) if snap else _ordered(list(starts), list(ends), duration)
         out.append(Alignment(tuple(AlignedWord(w, round(s, 3), round(e, 3)) for w, (s, e) in zip(words, spans)),
                              duration))
     return out
@@ -165,12 +154,13 @@ def snap_to_voice(audio: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> li
     The alignment heads place a boundary between two words within a couple of hundred milliseconds;
     where a pause lies that close, the boundary is the pause (the word before ends where it starts, the
     word after starts where it ends), each pause used once, in order. The first word starts no earlier
-    than the voice does and the last ends no later, and every span shrinks to the voiced frames inside it.
+    than the voice does and the last ends no later, and every span shrinks to the voiced frames inside it
+    (a span with none keeps its place). Every word keeps a positive length.
     """
     voiced = _voiced_frames(audio)
     n = voiced.size
     if n == 0 or not voiced.any():
-        return _ordered([float(x) for x in starts], [float(x) for x in ends])
+        return _ordered([float(x) for x in starts], [float(x) for x in ends], audio.size / SAMPLE_RATE)
     frame_s = _VOICE_FRAME / SAMPLE_RATE
     starts, ends = [float(x) for x in starts], [float(x) for x in ends]
     heard = np.flatnonzero(voiced)
@@ -200,16 +190,23 @@ def snap_to_voice(audio: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> li
         if inside.size:
             start, end = (first + inside[0]) * frame_s, (first + inside[-1] + 1) * frame_s
         spans.append((start, end))
-    return _ordered([a for a, _ in spans], [b for _, b in spans])
+    return _ordered([a for a, _ in spans], [b for _, b in spans], audio.size / SAMPLE_RATE)
 
 
-def _ordered(starts: list[float], ends: list[float]) -> list[tuple[float, float]]:
-    """Each word starting no earlier than the one before ends, and ending no earlier than it starts."""
+def _ordered(starts: list[float], ends: list[float], duration: float) -> list[tuple[float, float]]:
+    """Each word starting no earlier than the one before ends, and ending at least `_MIN_WORD_S` after it
+    starts, the last no later than ``duration`` (words the heads piled up at the end make room backwards)."""
     spans = []
     previous_end = 0.0
     for start, end in zip(starts, ends):
         start = max(float(start), previous_end)
-        end = max(float(end), start)
+        end = max(float(end), start + _MIN_WORD_S)
         spans.append((start, end))
         previous_end = end
+    limit = max(duration, _MIN_WORD_S * len(spans))
+    for i in range(len(spans) - 1, -1, -1):
+        end = min(spans[i][1], limit)
+        start = min(spans[i][0], end - _MIN_WORD_S)
+        spans[i] = (start, end)
+        limit = start
     return spans

@@ -1,6 +1,6 @@
 """Word times for speech as it is made: each text segment aligned once its audio is complete.
 
-    timer = WordTimer(get_aligner, session="ctx-1")   # get_aligner(): awaits a Transcriber
+    timer = WordTimer(aligner, session="ctx-1")  # a WordAligner: the server's, a PhoneAligner, a Transcriber
     timer.add(chunk)                       # int16 PCM at 24 kHz, in order, as it streams
     timer.segment("Hello there.", 0, n)    # samples [0, n) of the stream speak this text: aligned now
     timer.follow(stream.spoken)            # or: every segment a speech stream has ended since the last call
@@ -15,10 +15,10 @@ or, where segments may end long before the next audio (text that arrives as a la
     async for words in timer.results():    # on a task of its own, until timer.finish() and the last one
         send(words)
 
-Alignments run on the transcriber's fair worker, off the event loop, while the
+Alignments run on the aligner's worker, off the event loop, while the
 audio goes on streaming: word times arrive after the audio they describe, never
 delay it. Times are seconds from the start of the stream. A segment that cannot
-be aligned (the worker busy or shutting down) gives no words and is counted in
+be aligned (no aligner, the worker busy or shutting down) gives no words and is counted in
 ``failures``; the stream goes on.
 """
 
@@ -26,25 +26,36 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Sequence
-from typing import Any
+from collections.abc import AsyncIterator, Hashable, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 
-from lyre.stt.align import AlignedWord, written_words
+from lyre.stt.align import AlignedWord, Alignment
 from lyre.stt.audio import SAMPLE_RATE, PcmResampler
 from lyre.stt.transcriber import MAX_ALIGN_SECONDS
+from lyre.stt.words import written_words
 
-__all__ = ["WordTimer"]
+__all__ = ["WordAligner", "WordTimer"]
 
 log = logging.getLogger("lyre.stt.word_timer")
 
 
-class WordTimer:
-    """See the module docstring. ``aligner`` is awaited for the `Transcriber` that aligns, once per
-    segment: it may be loaded on first use, and a failure to get one fails that segment only."""
+class WordAligner(Protocol):
+    """What places known words in audio: ``lyre.server.aligner.Aligner`` (the one the server uses),
+    a `PhoneAligner`, or a `Transcriber` (Whisper)."""
 
-    def __init__(self, aligner: Callable[[], Awaitable[Any]], session: Hashable, rate: int = 24_000,
+    async def align(self, audio: np.ndarray, words: list[str], language: str | None,
+                    session: Hashable) -> Alignment:
+        """When each of ``words`` (as `written_words` gives them) is spoken in ``audio`` (float32, 16 kHz,
+        at most 30 s); an exception when it cannot say."""
+        ...
+
+
+class WordTimer:
+    """See the module docstring. A segment the ``aligner`` fails on gets no words; the others go on."""
+
+    def __init__(self, aligner: WordAligner, session: Hashable, rate: int = 24_000,
                  language: str = "en") -> None:
         self._aligner = aligner
         self._session = session
@@ -139,8 +150,7 @@ class WordTimer:
             limit = int(MAX_ALIGN_SECONDS * SAMPLE_RATE)
             # A segment longer than one alignment (a model that talks past its text) is aligned on its
             # first window; its words are placed inside it.
-            aligner = await self._aligner()
-            found = await aligner.align(audio[:limit], words, self._language, session=self._session)
+            found = await self._aligner.align(audio[:limit], words, self._language, session=self._session)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # no aligner, or the worker busy, closed or failed: no words for this segment
