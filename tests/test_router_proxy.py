@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 from pathlib import Path
 
 import httpx
@@ -291,7 +292,7 @@ def test_every_public_route_of_a_server_is_forwarded_and_calls_go_to_their_own_s
     from lyre.fleet import server_tag
 
     http, sockets = _server_routes()
-    agent_only = ("/v1/realtime/calls", "/v1/twilio")
+    agent_only = ("/v1/realtime/calls", "/v1/twilio", "/v1/realtime")
     for method, path in http:
         if "{call_id}" in path:
             continue  # below: a call's own server, whatever the ring says
@@ -303,17 +304,24 @@ def test_every_public_route_of_a_server_is_forwarded_and_calls_go_to_their_own_s
         answer = httpx.request(method, url, headers=headers, json={"voice": "tara"} if method == "POST" else None,
                                timeout=10)
         assert answer.status_code == 200, (method, path, answer.text)
+        # The server sees the address the client asked for, and how: it builds and checks URLs from them.
+        seen = _headers(answer.json())
+        assert seen["host"] == fleet.router.url.removeprefix("http://") and seen["x-forwarded-proto"] == "http"
         served = answer.headers["x-lyre-server"]
         assert served in (fleet.plain.url, fleet.talker.url), (method, path)
         if path.startswith(agent_only):
             assert served == fleet.talker.url, (method, path)  # only a server that can hold a conversation
     for path in sockets:
-        async def first(path: str = path) -> str:
+        async def first(path: str = path) -> dict[str, Any]:
             query = "" if path.startswith("/v1/twilio") else f"?voice=tara&api_key={KEY}"
-            async with connect(fleet.ws + path + query) as ws:
-                return json.loads(await ws.recv())["server"]
+            async with connect(fleet.ws + path.replace("{credential}", "CA1.2.3.4.5") + query) as ws:
+                return json.loads(await ws.recv())  # type: ignore[no-any-return]
 
-        assert asyncio.run(first()) in (fleet.plain.url, fleet.talker.url), path
+        seen = asyncio.run(first())
+        assert seen["server"] in (fleet.plain.url, fleet.talker.url), path
+        assert [v for k, v in seen["headers"] if k == "host"] == [fleet.router.url.removeprefix("http://")], path
+        if path.startswith(agent_only):
+            assert seen["server"] == fleet.talker.url, path
     # A call's id names its server's tag: its hang-up reaches that server on any ring, and an id whose server is
     # not in the fleet is a 404 from the router.
     for holder in (fleet.plain, fleet.talker):

@@ -191,10 +191,14 @@ def test_hop_by_hop_headers_stay_behind_and_the_client_joins_x_forwarded_for() -
     sent = [("host", "router"), ("connection", "keep-alive, X-Trace"), ("x-trace", "1"), ("keep-alive", "5"),
             ("te", "trailers"), ("upgrade", "h2c"), ("content-length", "12"), ("x-forwarded-for", "10.1.1.1"),
             ("authorization", "Bearer k"), ("x-lyre-session", "s")]
-    out = request_headers(sent, "10.2.2.2")
-    assert out == [("authorization", "Bearer k"), ("x-lyre-session", "s"), ("x-forwarded-for", "10.1.1.1, 10.2.2.2")]
+    out = request_headers(sent, "10.2.2.2", scheme="https")
+    assert out == [("host", "router"), ("authorization", "Bearer k"), ("x-lyre-session", "s"),
+                   ("x-forwarded-for", "10.1.1.1, 10.2.2.2"), ("x-forwarded-proto", "https")]
     assert ("content-length", "12") in request_headers(sent, None, keep_length=True)
     assert ("x-forwarded-for", "10.1.1.1") in request_headers(sent, None)
+    # A proxy in front of the router said how the client came: that stands.
+    said = request_headers([*sent, ("X-Forwarded-Proto", "https")], None, scheme="http")
+    assert [v for k, v in said if k.lower() == "x-forwarded-proto"] == ["https"]
     back = response_headers([("Connection", "x-up"), ("X-Up", "1"), ("Set-Cookie", "a=1"), ("Set-Cookie", "b=2"),
                              ("Date", "today"), ("Transfer-Encoding", "chunked"), ("Content-Type", "audio/pcm")])
     assert back == [("Set-Cookie", "a=1"), ("Set-Cookie", "b=2"), ("Content-Type", "audio/pcm")]

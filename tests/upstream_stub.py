@@ -94,6 +94,7 @@ def create_stub(url: str, redis_url: str, services: tuple[str, ...]) -> FastAPI:
     app.add_api_websocket_route("/v1/tts/websocket", socket)
     app.add_api_websocket_route("/v1/realtime", socket)
     app.add_api_websocket_route("/v1/twilio/media-stream", socket)
+    app.add_api_websocket_route("/v1/twilio/media-stream/{credential}", socket)
 
     @app.api_route("/{rest:path}", methods=["GET", "POST", "PUT", "DELETE"])
     async def anything(request: Request) -> dict[str, object]:

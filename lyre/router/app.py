@@ -38,7 +38,7 @@ HTTP_ROUTES = (
     ("/v1/twilio/voice", "POST"),
     ("/", "GET"),  # the playground page
 )
-SOCKET_ROUTES = ("/v1/tts/websocket", "/v1/realtime", "/v1/twilio/media-stream")
+SOCKET_ROUTES = ("/v1/tts/websocket", "/v1/realtime", "/v1/twilio/media-stream", "/v1/twilio/media-stream/{credential}")
 # Requests that cannot carry the router's key, and that the server guards with a key of its own: uploads and
 # deletes of reference voices (the servers' admin key, in the same Bearer header), and Twilio's webhook and
 # media stream (Twilio's signature). The router passes them on; the server refuses what it must.

@@ -84,7 +84,7 @@ async def forward(request: Request) -> Response:
         return error_response(404, f"no call {call!r} in this fleet: it was never made, or its server has left",
                               "invalid_request_error")
     headers = request_headers(request.headers, request.client.host if request.client else None,
-                              keep_length=body is None)
+                              keep_length=body is None, scheme=request.url.scheme)
     target = path + (f"?{request.url.query}" if request.url.query else "")
     failed: list[str] = []
     for attempt in range(1 if pinned else 2):  # the first server, then once more on the next

@@ -20,6 +20,7 @@ a new socket, which goes elsewhere.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 from typing import Any
@@ -27,6 +28,8 @@ from typing import Any
 from fastapi import Response, WebSocket
 from starlette.websockets import WebSocketDisconnect
 from websockets.asyncio.client import ClientConnection, connect
+from websockets.client import ClientProtocol
+from websockets.http11 import Request
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
 
 from lyre.api_keys import authorized
@@ -43,8 +46,9 @@ log = logging.getLogger("lyre.router")
 _HANDSHAKE = frozenset({"sec-websocket-key", "sec-websocket-version", "sec-websocket-extensions",
                         "sec-websocket-protocol"})
 _MAX_MESSAGE = 16 * 2**20
-# Sockets whose caller cannot send the router's key and the server checks otherwise: Twilio's media stream.
-_SIGNED_BY_CALLER = frozenset({"/v1/twilio/media-stream"})
+# Sockets whose caller cannot send the router's key and the server checks otherwise: Twilio's media stream
+# (with its credential after it, where the server issues them).
+_SIGNED_BY_CALLER = "/v1/twilio/media-stream"
 _TRY_AGAIN_LATER = 1013
 _SERVER_WENT_AWAY = 1011
 _POLICY = 1008
@@ -56,7 +60,8 @@ _NONE_SERVES = {"agent": "no server in the fleet can hold a conversation now (te
 async def relay_socket(ws: WebSocket) -> None:
     state: RouterState = ws.app.state.router
     path = ws.url.path
-    if path not in _SIGNED_BY_CALLER and not authorized(state.config.api_key, ws.headers, ws.query_params):
+    signed_by_caller = path == _SIGNED_BY_CALLER or path.startswith(_SIGNED_BY_CALLER + "/")
+    if not signed_by_caller and not authorized(state.config.api_key, ws.headers, ws.query_params):
         await ws.send_denial_response(error_response(403, "missing or wrong API key (send Authorization: Bearer "
                                                           "KEY, X-API-Key: KEY or ?api_key=KEY)",
                                                      "authentication_error"))
@@ -121,7 +126,10 @@ async def _connect(ws: WebSocket, state: RouterState, identity: Identity,
     """The upstream socket (the first server, else the next one); on failure the client is told and None returned."""
     path = ws.url.path
     target = path + (f"?{ws.url.query}" if ws.url.query else "")
-    headers = request_headers(ws.headers, ws.client.host if ws.client else None, drop=_HANDSHAKE)
+    # The handshake's Host goes as the client sent it, not as the websockets client would write it (below).
+    headers = request_headers(ws.headers, ws.client.host if ws.client else None, drop=_HANDSHAKE | {"host"},
+                              scheme="https" if ws.url.scheme == "wss" else "http")
+    asked = functools.partial(_AsAsked, host=ws.headers.get("host"))
     service = service_of(path, ws.query_params)
     offered = [p.strip() for p in ws.headers.get("sec-websocket-protocol", "").split(",") if p.strip()]
     failed: list[str] = []
@@ -133,7 +141,8 @@ async def _connect(ws: WebSocket, state: RouterState, identity: Identity,
         try:
             conn = await connect("ws" + url.removeprefix("http") + target, additional_headers=headers,
                                  subprotocols=offered or None, open_timeout=state.config.connect_timeout_s,
-                                 max_size=_MAX_MESSAGE, compression=None, ping_interval=None)  # type: ignore[arg-type]
+                                 max_size=_MAX_MESSAGE, compression=None, ping_interval=None,  # type: ignore[arg-type]
+                                 create_connection=asked)
             return url, conn
         except InvalidStatus as exc:  # the server refused the handshake (no key, service off): pass it on
             refused = exc.response
@@ -157,6 +166,25 @@ async def _connect(ws: WebSocket, state: RouterState, identity: Identity,
     else:
         await ws.send_denial_response(error_response(502 if failed else 503, reason))
     return None
+
+
+class _AsAsked(ClientConnection):
+    """An upstream socket whose handshake carries the Host the client asked the router for, as the router's
+    HTTP requests do (lyre.router.headers): websockets writes the server's own, and a second Host header
+    would be refused."""
+
+    def __init__(self, protocol: ClientProtocol, *, host: str | None, **kwargs: Any) -> None:
+        super().__init__(protocol, **kwargs)
+        if host:
+            opening = protocol.connect
+
+            def as_asked() -> Request:
+                request = opening()
+                del request.headers["Host"]
+                request.headers["Host"] = host
+                return request
+
+            protocol.connect = as_asked  # type: ignore[method-assign]
 
 
 class _Relay:

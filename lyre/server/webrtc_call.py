@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import secrets
 import time
 from contextlib import AsyncExitStack, ExitStack
 from typing import TYPE_CHECKING, Any
@@ -25,6 +24,7 @@ from aiortc.exceptions import OperationError
 from aiortc.mediastreams import MediaStreamError
 from av import AudioFrame
 
+from lyre.fleet import tagged_id
 from lyre.server.config import ice_server_parts
 from lyre.server.realtime_socket import RealtimeSessions
 from lyre.server.state import ServerState
@@ -53,7 +53,8 @@ class Call:
     """One WebRTC call: its peer connection, its agent session, and the tasks between them."""
 
     def __init__(self, state: ServerState, calls: Calls, model: str | None) -> None:
-        self.id = "rtc_" + secrets.token_hex(12)
+        # In a fleet the id names this server, so a router sends the call's hang-up here.
+        self.id = tagged_id("rtc_", state.config.advertise)
         self.state = state
         self._calls = calls
         servers = [RTCIceServer(*ice_server_parts(url)) for url in state.config.ice_servers]
