@@ -13,6 +13,8 @@ from typing import TypeVar
 
 from gpu_levers import Lever
 
+from lyre.cli.evaluate import reference_arg
+
 __all__ = ["REFERENCE", "Plan", "parse"]
 
 REFERENCE = Lever("sdpa", "eager", False)  # what every other lever set's tokens (and speech) must agree with
@@ -59,13 +61,6 @@ def _levers(small: bool) -> tuple[Lever, ...]:
     return tuple(Lever(a, m, fp8) for fp8 in (False, True) for a in ("sdpa", "flex") for m in ("eager", "graphs"))
 
 
-def _reference(given: str) -> tuple[str, Path]:
-    voice, sep, clip = given.partition("=")
-    if not sep or not voice or not clip:
-        raise argparse.ArgumentTypeError(f"expected VOICE=CLIP, got {given!r}")
-    return voice, Path(clip)
-
-
 def parse(argv: list[str] | None, description: str) -> Plan:
     p = argparse.ArgumentParser(description=description)
     p.add_argument("--small", action="store_true", help="CPU, tiny demo model, small grids: a smoke run")
@@ -89,7 +84,7 @@ def parse(argv: list[str] | None, description: str) -> Plan:
                                                     "(default: demo, the built-in Whisper base)")
     p.add_argument("--quality-texts", type=int, default=12, help="texts each lever set speaks with --model "
                                                                  "(default: 12)")
-    p.add_argument("--reference", type=_reference, action="append", default=[], metavar="VOICE=CLIP",
+    p.add_argument("--reference", type=reference_arg, action="append", default=[], metavar="VOICE=CLIP",
                    help="with --model: each lever set's VOICE compared with this clip's voice")
     p.add_argument("--out", type=Path, help="results folder (default: $OUT, else ./gpu-bench-out)")
     args = p.parse_args(argv)

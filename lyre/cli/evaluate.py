@@ -13,10 +13,11 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from lyre.eval import Target
 
-__all__ = ["add_parser", "run"]
+__all__ = ["add_parser", "reference_arg", "run"]
 
 
-def _reference(given: str) -> tuple[str, Path]:
+def reference_arg(given: str) -> tuple[str, Path]:
+    """``--reference VOICE=CLIP`` as (voice, clip path)."""
     voice, sep, clip = given.partition("=")
     if not sep or not voice or not clip:
         raise argparse.ArgumentTypeError(f"expected VOICE=CLIP, got {given!r}")
@@ -57,7 +58,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                            "with --audio-dir, demo)")
     gate.add_argument("--whisper-device", default="cpu", help="cpu or cuda[:N] for --whisper (default: cpu)")
     gate.add_argument("--language", default="en", help="what the texts are in, for Whisper (default: en)")
-    gate.add_argument("--reference", type=_reference, action="append", default=[], metavar="VOICE=CLIP",
+    gate.add_argument("--reference", type=reference_arg, action="append", default=[], metavar="VOICE=CLIP",
                       help="compare each utterance of VOICE (a voice, or an --audio-dir speaker) with this clip's "
                            "voice; repeat for more")
     gate.add_argument("--embedding", default="resemblyzer",

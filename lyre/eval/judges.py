@@ -15,20 +15,13 @@ from abc import ABC, abstractmethod
 import httpx
 
 from lyre.eval.clips import Clip
+from lyre.eval.replies import message, unreachable
 
 __all__ = ["BUILTIN_WHISPER", "TRANSCRIPTIONS_PATH", "Judge", "LocalWhisper", "ServerStt"]
 
 TRANSCRIPTIONS_PATH = "/v1/audio/transcriptions"
 BUILTIN_WHISPER = "demo"  # --whisper demo: the Whisper base lyre's speech to text loads when none is named
 _STT_MODEL = "whisper-1"  # what a lyre server with --stt lists in /v1/models
-_DETAIL_CHARS = 300
-
-
-def _detail(response: httpx.Response) -> str:
-    try:
-        return str(response.json()["error"]["message"])[:_DETAIL_CHARS]
-    except (ValueError, KeyError, TypeError):
-        return response.text[:_DETAIL_CHARS]
 
 
 class Judge(ABC):
@@ -59,7 +52,7 @@ class ServerStt(Judge):
         try:
             response = await client.get(url + "/v1/models", headers=headers)
         except httpx.HTTPError as exc:
-            raise ValueError(f"cannot reach the server at {url} ({type(exc).__name__}: {exc})") from None
+            raise unreachable(url, exc) from None
         served = {m.get("id") for m in response.json().get("data", [])} if response.status_code == 200 else set()
         if _STT_MODEL not in served:
             raise ValueError(f"the server at {url} has no speech to text (its /v1/models lists no {_STT_MODEL}): "
@@ -74,10 +67,10 @@ class ServerStt(Judge):
             response = await self._client.post(self._url + TRANSCRIPTIONS_PATH, files=files, data=form,
                                                headers=self._headers)
         except httpx.HTTPError as exc:
-            raise ValueError(f"{self._url}: transcribing {clip.name} failed ({type(exc).__name__}: {exc})") from None
+            raise unreachable(self._url, exc) from None
         if response.status_code != 200:
             raise ValueError(f"{self._url}: transcribing {clip.name}: the server answered {response.status_code}: "
-                             f"{_detail(response)}")
+                             f"{message(response)}")
         return str(response.json()["text"])
 
 

@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 
 from lyre.eval.clips import Clip, from_pcm
+from lyre.eval.replies import message, unreachable
 from lyre.stt.audio import decode_file
 
 __all__ = ["FORMATS", "SPEECH_PATH", "Prompt", "SpeechSettings", "prompts", "speak_all"]
@@ -62,13 +63,6 @@ class SpeechSettings:
             raise ValueError(f"--concurrency must be at least 1, got {self.concurrency}")
 
 
-def _message(response: httpx.Response) -> str:
-    try:
-        return str(response.json()["error"]["message"])
-    except (ValueError, KeyError, TypeError):
-        return response.text[:300]
-
-
 async def _speak(client: httpx.AsyncClient, url: str, prompt: Prompt, settings: SpeechSettings,
                  headers: dict[str, str]) -> Clip:
     body: dict[str, Any] = {"model": "orpheus", "input": prompt.text, "voice": prompt.voice,
@@ -80,13 +74,13 @@ async def _speak(client: httpx.AsyncClient, url: str, prompt: Prompt, settings: 
         try:
             response = await client.post(url + SPEECH_PATH, json=body, headers=headers)
         except httpx.HTTPError as exc:
-            raise ValueError(f"cannot reach the server at {url} ({type(exc).__name__}: {exc})") from None
+            raise unreachable(url, exc) from None
         if response.status_code not in (429, 503) or time.monotonic() > give_up:
             break
         await asyncio.sleep(float(response.headers.get("retry-after") or _RETRY_S))
     if response.status_code != 200:
         raise ValueError(f"{url}: {prompt.name} ({prompt.text[:60]!r}): the server answered {response.status_code}: "
-                         f"{_message(response)}")
+                         f"{message(response)}")
     if settings.response_format == "pcm":
         return from_pcm(prompt.name, response.content, _PCM_RATE)
     return Clip(prompt.name, response.content, decode_file(response.content, f"{prompt.name}.wav"))
