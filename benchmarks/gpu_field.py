@@ -80,6 +80,9 @@ def markdown(figures: dict[str, Any]) -> str:
         lines.append(f"| {entry['lever']} | {same} | {kv} | {_cell(entry.get('agree'))} | "
                      f"{_interval(judged.get('wer')) if not skipped else 'not run'} | "
                      f"{_interval(judged.get('similarity')) if not skipped else 'not run'} |")
+    if fp8 := figures.get("fp8_quality"):
+        lines += ["", f"FP8 logits against bf16 over {fp8['positions']} positions: KL mean {fp8['kl_mean']:.1e}, "
+                      f"max {fp8['kl_max']:.1e}; top-1 alike {fp8['top1_agreement']:.0%}"]
     if skipped:
         lines += ["", f"WER and similarity not run: {skipped}"]
     return "\n".join(lines) + "\n"

@@ -121,7 +121,9 @@ def test_the_markdown_rows_carry_the_rates_and_each_lever_s_paired_differences()
                                         "held": True}]},
                "agreement": [{"lever": "sdpa+graphs+fp8", "same_tokens": 60, "tokens": 75, "kv_error": 0.09,
                               "agree": True}],
-               "quality": {"levers": [{"lever": "sdpa+graphs+fp8", "wer": paired, "similarity": None}]}}
+               "quality": {"levers": [{"lever": "sdpa+graphs+fp8", "wer": paired, "similarity": None}]},
+               "fp8_quality": {"kl_mean": 3.4e-4, "kl_max": 4.3e-4, "top1_agreement": 0.857, "positions": 42}}
     table = markdown(figures)
     assert "| 8 | 120 | 120 | 151 | 230 | 1.00 | 1.00 | yes |" in table, table
     assert "| sdpa+graphs+fp8 | 60/75 | 9.0e-02 | yes | +0.012 [-0.010, +0.034] | - |" in table, table
+    assert "over 42 positions: KL mean 3.4e-04, max 4.3e-04; top-1 alike 86%" in table, table
