@@ -33,6 +33,7 @@ echo "== compare: benchmarks/compare.py --out $out" >&2
 echo "== scheduling: benchmarks/scheduling.py --out $out" >&2
 "$py" benchmarks/scheduling.py --rate 0.25 --concurrency 1 2 3 4 6 --requests 20 --out "$out" > /dev/null
 run stt benchmarks/stt.py
+run quality_gate benchmarks/quality_gate.py
 run chat benchmarks/chat.py --tokens 32 --server-requests 5
 run router benchmarks/router.py
 run agent benchmarks/agent.py --levels 1 2 4 --turns 2

