@@ -58,7 +58,7 @@ from lyre.stt import (  # noqa: E402
     written_words,
 )
 from lyre.stt.align import align_passes  # noqa: E402
-from lyre.verbalize import readings  # noqa: E402
+from lyre.text.verbalize import readings  # noqa: E402
 
 Times = list[tuple[float, float] | None]  # per written word: (start, end), or None where it was not placed
 

@@ -27,7 +27,6 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
 from mixed_load import Load  # this folder's
 
@@ -163,7 +162,7 @@ async def run(args: argparse.Namespace) -> list[Report]:
     import tempfile
 
     from adapters import make_adapter
-    from lyre.demo_model import demo_model
+    from lyre.models.demo import demo_model
 
     work = Path(tempfile.mkdtemp(prefix="lyre-chaos-"))
     adapter = make_adapter(work / "clone", demo_model().model, seed=1)

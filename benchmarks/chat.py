@@ -30,8 +30,8 @@ import httpx
 import torch
 
 from lyre.engine import Engine, EngineConfig, RequestStream, SamplingParams
-from lyre.engine.gguf import load_gguf_llama, open_gguf
-from lyre.engine.llama import Llama
+from lyre.models.gguf import load_gguf_llama, open_gguf
+from lyre.models.llama import Llama
 from lyre.llm import demo_gguf
 from lyre.llm.chat_format import gguf_chat_format
 

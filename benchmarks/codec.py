@@ -24,8 +24,8 @@ from pathlib import Path
 import torch
 
 from lyre.codec import BatchPolicy, CodecWindow, SnacDecoder, load_snac
-from lyre.demo_model import demo_model
-from lyre.device import resolve_device
+from lyre.models.demo import demo_model
+from lyre.common.device import resolve_device
 from lyre.orpheus import SAMPLES_PER_FRAME, SAMPLE_RATE
 from lyre.tts import WindowPolicy
 

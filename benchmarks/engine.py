@@ -32,10 +32,10 @@ from pathlib import Path
 
 import torch
 
-from lyre.model_choice import choose_model
+from lyre.models.choice import choose_model
 from lyre.engine import Engine, EngineConfig, RequestStream, SamplingParams
 from lyre.engine.by_hand import ByHand
-from lyre.engine.loader import load_llama
+from lyre.models.loader import load_llama
 from lyre.engine.runner import ModelRunner
 from lyre.engine.sequence import Request
 from lyre.tts import AUDIO_CONSTRAINT

@@ -23,7 +23,7 @@ from lyre import orpheus
 from lyre.engine import SamplingParams
 from lyre.engine.by_hand import ByHand
 from lyre.engine.kv_cache import KVCache
-from lyre.engine.llama import Llama
+from lyre.models.llama import Llama
 from lyre.engine.runner import ModelRunner
 from lyre.engine.sequence import Request
 from lyre.tts import AUDIO_CONSTRAINT

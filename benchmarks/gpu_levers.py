@@ -30,11 +30,11 @@ from lyre.codec import CodecWindow, SnacDecoder
 from lyre.engine import EngineConfig, SamplingParams
 from lyre.engine.attention import FreshPrefill
 from lyre.engine.by_hand import ByHand
-from lyre.engine.fp8 import quantize_fp8
+from lyre.models.fp8 import quantize_fp8
 from lyre.engine.kv_cache import KVCache
-from lyre.engine.llama import Llama
-from lyre.engine.lora import LoraBank, attach_lora
-from lyre.engine.peft_folder import LORA_TARGETS, AdapterWeights
+from lyre.models.llama import Llama
+from lyre.models.lora import LoraBank, attach_lora
+from lyre.models.peft_folder import LORA_TARGETS, AdapterWeights
 from lyre.engine.runner import ModelRunner
 from lyre.engine.sequence import Request
 from lyre.tts import AUDIO_CONSTRAINT

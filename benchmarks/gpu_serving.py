@@ -23,14 +23,14 @@ from gpu_plan import Plan
 from lyre import orpheus
 from lyre.codec import BatchPolicy, CodecService, SnacDecoder, load_snac
 from lyre.codec.snac import prepare_snac
-from lyre.demo_model import build_orpheus_tokenizer, demo_model, demo_snac
-from lyre.engine import Engine, EngineConfig, LlamaConfig
-from lyre.engine.config import RopeScaling
-from lyre.engine.fp8 import quantize_fp8
-from lyre.engine.llama import Llama
-from lyre.engine.loader import load_llama
-from lyre.model_choice import ModelChoice, Weights
-from lyre.model_folder import load_tokenizer
+from lyre.models.demo import build_orpheus_tokenizer, demo_model, demo_snac
+from lyre.engine import Engine, EngineConfig
+from lyre.models.config import LlamaConfig, RopeScaling
+from lyre.models.fp8 import quantize_fp8
+from lyre.models.llama import Llama
+from lyre.models.loader import load_llama
+from lyre.models.choice import ModelChoice, Weights
+from lyre.models.folder import load_tokenizer
 from lyre.server.app import create_app
 from lyre.server.config import ServerConfig
 from lyre.tts import AUDIO_CONSTRAINT, TTS, ServingConfig, TTSConfig, Voices, load_voices

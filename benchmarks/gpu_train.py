@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from lyre import orpheus
-from lyre.demo_model import DEMO_LLAMA_CONFIG
+from lyre.models.demo import DEMO_LLAMA_CONFIG
 from lyre.train.prepare import Clip, training_ids
 from lyre.train.trainer import TrainConfig, Trainer, with_lora
 

@@ -115,8 +115,8 @@ def tiny_deep_model(vocab_size: int):  # type: ignore[no-untyped-def]
     """A Llama of Orpheus-3B's depth with random weights and a tiny width: its step is almost all host work."""
     import torch
 
-    from lyre.engine import LlamaConfig
-    from lyre.engine.llama import Llama
+    from lyre.models.config import LlamaConfig
+    from lyre.models.llama import Llama
 
     torch.manual_seed(0)
     cfg = LlamaConfig(vocab_size=vocab_size, hidden_size=_HIDDEN, intermediate_size=_MLP,
@@ -130,12 +130,12 @@ def runner_step_ms(batches: list[int], context: int = 256, steps: int = 20) -> d
     ``context``). CPU time, on one thread: what the step costs the host, whatever else the machine runs."""
     import torch
 
-    from lyre.demo_model import demo_model
+    from lyre.models.demo import demo_model
     from lyre.engine import EngineConfig, SamplingParams
     from lyre.engine.by_hand import ByHand
     from lyre.engine.runner import ModelRunner
     from lyre.engine.sequence import Request
-    from lyre.model_folder import load_config
+    from lyre.models.folder import load_config
     from lyre.tts import AUDIO_CONSTRAINT
 
     torch.set_num_threads(1)  # see `serve`
@@ -167,9 +167,9 @@ def serve(port: int, max_streams: int, step_ms: float, real_runner: bool = False
     import uvicorn
 
     from lyre.codec import BatchPolicy, CodecService
-    from lyre.demo_model import demo_model
+    from lyre.models.demo import demo_model
     from lyre.engine import Engine, EngineConfig
-    from lyre.model_folder import load_config, load_tokenizer
+    from lyre.models.folder import load_config, load_tokenizer
     from lyre.server import ServerConfig, create_app
     from lyre.tts import AUDIO_CONSTRAINT, TTS, ServingConfig, Voices
 

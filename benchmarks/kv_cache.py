@@ -104,7 +104,7 @@ def stall(budget: int, streams: int = 4, prompt_tokens: int = 2100) -> dict[str,
     """SmolLM2's engine with ``streams`` decoding when a ``prompt_tokens`` prompt arrives: its time to first
     token, and the gaps between the decoding streams' tokens (p50, p99, max), at a step budget of ``budget``."""
     from lyre.engine import Engine, EngineConfig, SamplingParams
-    from lyre.engine.gguf import load_gguf_llama, open_gguf
+    from lyre.models.gguf import load_gguf_llama, open_gguf
     from lyre.llm import demo_gguf
 
     model = load_gguf_llama(open_gguf(demo_gguf()), 2560, "cpu", "float32")

@@ -38,13 +38,13 @@ from pathlib import Path
 
 import torch
 
-from lyre.demo_model import DEMO_LLAMA_CONFIG
-from lyre.model_choice import choose_model
+from lyre.models.demo import DEMO_LLAMA_CONFIG
+from lyre.models.choice import choose_model
 from lyre.engine import Engine, EngineConfig, SamplingParams
 from lyre.engine.by_hand import ByHand
-from lyre.engine.loader import load_llama
-from lyre.engine.lora import LoraBank, attach_lora
-from lyre.engine.peft_folder import LORA_TARGETS, read_peft_adapter
+from lyre.models.loader import load_llama
+from lyre.models.lora import LoraBank, attach_lora
+from lyre.models.peft_folder import LORA_TARGETS, read_peft_adapter
 from lyre.engine.runner import ModelRunner
 from lyre.engine.sequence import Request
 from lyre.tts import AUDIO_CONSTRAINT

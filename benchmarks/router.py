@@ -32,8 +32,8 @@ from pathlib import Path
 import httpx
 
 from lyre import bench
-from lyre.fleet import ServerRecord
-from lyre.router.ring import Ring
+from lyre.fleet.records import ServerRecord
+from lyre.fleet.router.ring import Ring
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # the tests' process runners
 from fleet_processes import Redis, route, serve, wait_ready

@@ -23,7 +23,7 @@ import time
 import numpy as np
 
 from lyre.codec import CodecWindow, SnacDecoder, load_snac
-from lyre.model_choice import choose_weights
+from lyre.models.choice import choose_weights
 from lyre.orpheus import SAMPLE_RATE, SAMPLES_PER_FRAME, TOKENS_PER_SECOND
 from lyre.tts import TTS, ServingConfig, SpeechOptions, TTSConfig, WindowPolicy
 from lyre.tts.windows import WindowPlanner

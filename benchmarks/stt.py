@@ -51,7 +51,8 @@ import numpy as np
 from websockets.asyncio.client import connect
 
 from lyre.stt import SAMPLE_RATE, PartialPolicy, STTConfig, TranscribeOptions, Transcriber
-from lyre.stt.whisper import FULL_WINDOW, FinalWindow, final_pass
+from lyre.stt.whisper import final_pass
+from lyre.stt.window import FULL_WINDOW, FinalWindow
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # the tests' speech and server runner
 from serving import running_server

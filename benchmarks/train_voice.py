@@ -34,9 +34,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # the
 from lyre import orpheus  # noqa: E402
 from lyre.codec.encoder import SnacEncoder  # noqa: E402
 from lyre.codec.snac import load_snac  # noqa: E402
-from lyre.demo_model import demo_model  # noqa: E402
+from lyre.models.demo import demo_model  # noqa: E402
 from lyre.engine import Engine, EngineConfig, SamplingParams  # noqa: E402
-from lyre.engine.loader import load_llama  # noqa: E402
+from lyre.models.loader import load_llama  # noqa: E402
 from lyre.train import (DataConfig, SilenceCut, TrainConfig, VoiceJob, leading_silent_frames,  # noqa: E402
                         prepare_voice_data, silence_frames, train_voice)
 from lyre.tts import AUDIO_CONSTRAINT  # noqa: E402

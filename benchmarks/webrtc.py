@@ -10,7 +10,7 @@
    with a silent WebRTC call open beside them, has a call's media CPU on both sides without its
    transport in the turn. The transport's own part is item 2.
 2. Transport: what the media path itself adds, without the agent, each way. Out: a 200 ms burst of
-   sound queued on a call's outbound track (lyre.server.webrtc_audio.OutboundAudio) to its first loud
+   sound queued on a call's outbound track (lyre.server.calls.webrtc_audio.OutboundAudio) to its first loud
    frame decoded at the peer. In: a burst's first frame leaving the caller's microphone to its first loud
    frame decoded on the server's side. Against the same bursts as base64 pcm16 events on a WebSocket,
    sent to decoded. Loopback; both sides' times on the one monotonic clock of the machine.
@@ -50,8 +50,8 @@ from aiortc.mediastreams import MediaStreamError
 from websockets.asyncio.client import connect
 from websockets.asyncio.server import serve
 
-from lyre.server.voice_call import Resampler
-from lyre.server.webrtc_audio import OutboundAudio, hear_sooner
+from lyre.server.calls.voice_call import Resampler
+from lyre.server.calls.webrtc_audio import OutboundAudio, hear_sooner
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # the tests' caller
 from webrtc_peer import Peer
@@ -102,7 +102,7 @@ def _callers(conn: Any, calls: int, seconds: float, bursts: int) -> None:
 
 
 class _Answerer:
-    """The server's side of one media-only call, as lyre.server.webrtc_call.Call sets it up: the reply
+    """The server's side of one media-only call, as lyre.server.calls.webrtc_call.Call sets it up: the reply
     track, and the caller's audio decoded as it comes and resampled."""
 
     def __init__(self) -> None:

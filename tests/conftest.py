@@ -9,7 +9,7 @@ import tempfile
 
 import pytest
 
-from lyre.demo_model import DemoPaths, demo_model
+from lyre.models.demo import DemoPaths, demo_model
 
 # Every server the tests start keeps reference voices in a folder of this run's, not in the lyre cache's
 # (where a developer's own uploads would show up in the tests' voice lists). Set before the first server

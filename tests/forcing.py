@@ -15,18 +15,22 @@ fixed-shape step), by recording what the runner hands to `sample`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from lyre import orpheus
 from lyre.engine import runner as runner_module
 from lyre.engine.by_hand import ByHand
 from lyre.engine.runner import ModelRunner
 from lyre.engine.sequence import Request
 
-__all__ = ["Forced", "assert_rows_match", "forced_run", "gap", "request"]
+__all__ = ["FEED", "Forced", "assert_rows_match", "forced_run", "gap", "request", "sampled_logits"]
+
+FEED = [orpheus.AUDIO_TOKEN_BASE + 4096 * (i % 7) + 17 * i for i in range(12)]  # tokens fed to decode steps
 
 
 @dataclass
@@ -109,3 +113,20 @@ def gap(a: torch.Tensor, b: torch.Tensor) -> float:
     """The largest difference between two logits tensors over the columns both allow (finite in both)."""
     finite = torch.isfinite(a) & torch.isfinite(b)
     return float((a[finite] - b[finite]).abs().max())
+
+
+@contextmanager
+def sampled_logits() -> Iterator[list[torch.Tensor]]:
+    """Every logits tensor the runner hands to `sample`, in order."""
+    calls: list[torch.Tensor] = []
+    real: Callable[..., torch.Tensor] = runner_module.sample
+
+    def spy(logits: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        calls.append(logits.float().clone())
+        return real(logits, *args, **kwargs)
+
+    runner_module.sample = spy  # type: ignore[assignment]
+    try:
+        yield calls
+    finally:
+        runner_module.sample = real  # type: ignore[assignment]

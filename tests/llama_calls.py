@@ -9,7 +9,7 @@ import torch
 
 from lyre.engine.attention import BlockDecode, BlockOwners, CachedAttention, FlexBlocks, FlexDecode, FreshPrefill, StepRows
 from lyre.engine.kv_cache import KVCache
-from lyre.engine.llama import Llama
+from lyre.models.llama import Llama
 
 
 def cache_for(model: Llama, slots: int, max_seq_len: int, block_size: int = 16) -> KVCache:

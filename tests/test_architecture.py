@@ -1,5 +1,6 @@
-"""Imports go one way: server -> tts / llm -> engine / codec; the engine knows no audio
-and no chat, the server no torch, the bench only HTTP, the training recipe no serving."""
+"""Imports go one way, down the layers ARCHITECTURE.md draws: the engine knows no audio and no chat, the server
+no torch, the bench and the quality gate only HTTP, the router only the fleet's wire format, the training recipe
+no serving; and no module of lyre needs, through any others, one that needs it."""
 
 from __future__ import annotations
 
@@ -12,30 +13,55 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "lyre"
 
-# package -> import prefixes its modules must not use
-FORBIDDEN = {
-    "engine": ("lyre.orpheus", "lyre.codec", "lyre.tts", "lyre.llm", "lyre.server", "lyre.bench", "lyre.baseline",
-               "snac"),
-    "llm": ("lyre.orpheus", "lyre.codec", "lyre.tts", "lyre.server", "lyre.bench", "lyre.baseline", "snac"),
-    "codec": ("lyre.engine", "lyre.tts", "lyre.server", "lyre.bench", "lyre.baseline"),
-    "tts": ("lyre.server", "lyre.bench", "lyre.baseline"),
-    # The server reaches the pipeline through lyre.tts only: no engine, no codec, no torch.
-    "server": ("torch", "snac", "transformers", "lyre.engine", "lyre.codec", "lyre.bench", "lyre.router"),
-    "baseline": ("lyre.server", "lyre.bench"),
-    # The voice recipe builds on the format, the codec and the adapter format; it serves nothing.
-    "train": ("lyre.server", "lyre.bench", "lyre.baseline", "lyre.stt", "lyre.llm"),
-    "bench": ("torch", "lyre.engine", "lyre.codec", "lyre.tts", "lyre.server", "lyre.baseline", "snac"),
-    # The router talks HTTP to the servers: it shares the fleet's wire format (lyre.fleet) and nothing else.
-    "router": ("torch", "lyre.engine", "lyre.codec", "lyre.tts", "lyre.stt", "lyre.llm", "lyre.server", "lyre.bench",
-               "lyre.baseline", "snac"),
-    # The agent joins stt, llm and tts; it builds no tensors and knows no transport.
-    "agent": ("torch", "lyre.engine", "lyre.codec", "lyre.server", "lyre.bench", "lyre.baseline", "snac"),
-    "stt": ("torch", "lyre.engine", "lyre.codec", "lyre.tts", "lyre.server", "lyre.bench", "lyre.baseline", "snac"),
-    # The quality gate talks HTTP to servers, as the bench does; it loads Whisper the way lyre.stt does and a
-    # speaker embedding, nothing of the serving code.
-    "eval": ("torch", "lyre.engine", "lyre.codec", "lyre.tts", "lyre.server", "lyre.baseline", "lyre.router",
-             "lyre.llm", "lyre.agent", "lyre.train", "snac"),
+# Each part of lyre, and the parts of lyre it may import: only those below it (ARCHITECTURE.md draws them).
+# A part is a package, or a folder of one: the server's routes, sockets and calls, the fleet's router.
+LAYERS: dict[str, frozenset[str]] = {
+    "common": frozenset(),
+    "orpheus": frozenset(),
+    "text": frozenset(),
+    "models": frozenset({"common", "orpheus"}),
+    "engine": frozenset({"common", "models"}),  # no audio: not the format, not the codec
+    "codec": frozenset({"common", "models", "orpheus"}),
+    "stt": frozenset({"common", "models", "orpheus", "text"}),
+    "llm": frozenset({"common", "models", "engine"}),  # no audio either
+    "tts": frozenset({"common", "models", "orpheus", "text", "engine", "codec"}),
+    "agent": frozenset({"common", "orpheus", "text", "stt", "llm", "tts"}),  # no tensors, no transport
+    "baseline": frozenset({"common", "models", "orpheus", "text", "engine", "codec", "tts"}),
+    "train": frozenset({"common", "models", "orpheus", "text", "engine", "codec", "tts"}),  # serves nothing
+    "fleet": frozenset({"common", "orpheus", "text", "tts"}),  # records, membership, shared voices
+    "fleet.router": frozenset({"common", "fleet"}),  # HTTP to the servers, and the fleet's wire format
+    "server": frozenset({"common", "models", "orpheus", "text", "stt", "llm", "tts", "agent", "baseline", "fleet"}),
+    "server.routes": frozenset({"common", "models", "orpheus", "text", "stt", "llm", "tts", "server"}),
+    "server.sockets": frozenset({"common", "orpheus", "text", "stt", "tts", "agent", "server"}),
+    "server.calls": frozenset({"common", "orpheus", "text", "stt", "tts", "agent", "fleet", "server"}),
+    "bench": frozenset({"common", "orpheus"}),  # HTTP and WebSocket only
+    "eval": frozenset({"common", "orpheus", "text", "bench", "stt"}),  # HTTP, and Whisper as lyre.stt loads it
 }
+# Only the app assembles the server's surfaces; the command line, anything.
+ASSEMBLERS = {"lyre/server/app.py": frozenset({"server.routes", "server.sockets", "server.calls"})}
+# Libraries a part must not import itself (its own modules; what lyre.tts brings along is lyre.tts's).
+NOT_THEIRS = {
+    "engine": ("snac", "av"), "llm": ("snac", "av"),
+    "server": ("torch", "snac", "transformers"), "server.routes": ("torch", "snac", "transformers"),
+    "server.sockets": ("torch", "snac", "transformers"), "server.calls": ("torch", "snac", "transformers"),
+    "agent": ("torch", "snac"), "stt": ("torch", "snac"), "bench": ("torch", "snac"), "eval": ("torch", "snac"),
+    "fleet.router": ("torch", "snac"),
+}
+_SURFACES = ("server.routes", "server.sockets", "server.calls", "fleet.router")
+
+
+def _part(module: str) -> str | None:
+    """The part a ``lyre.`` module belongs to (None: not lyre's, or the command line)."""
+    parts = module.split(".")
+    if parts[0] != "lyre" or len(parts) < 2 or parts[1] == "cli":
+        return None
+    two = ".".join(parts[1:3])
+    return two if two in _SURFACES else parts[1]
+
+
+def _modules() -> dict[str, Path]:
+    return {".".join(p.relative_to(PACKAGE.parent).with_suffix("").parts).removesuffix(".__init__"): p
+            for p in PACKAGE.rglob("*.py")}
 
 
 def _imports(path: Path) -> set[str]:
@@ -45,17 +71,36 @@ def _imports(path: Path) -> set[str]:
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)  # a module, when it is one
     return names
 
 
-@pytest.mark.parametrize("package", sorted(FORBIDDEN))
-def test_a_package_imports_only_what_comes_before_it(package: str) -> None:
+def test_every_part_has_its_layer_and_no_folder_is_left_out() -> None:
+    parts = {part for module in _modules() if (part := _part(module)) is not None}
+    assert parts == set(LAYERS)
+
+
+@pytest.mark.parametrize("part", sorted(LAYERS))
+def test_a_part_imports_only_what_lies_below_it(part: str) -> None:
+    modules = _modules()
     offending = []
-    for path in sorted((PACKAGE / package).glob("*.py")):
+    for module, path in sorted(modules.items()):
+        if _part(module) != part:
+            continue
+        allowed = LAYERS[part] | ASSEMBLERS.get(str(path.relative_to(PACKAGE.parent)), frozenset()) | {part}
         for name in _imports(path):
-            if any(name == bad or name.startswith(bad + ".") for bad in FORBIDDEN[package]):
+            target = _part(name) if name in modules or name.rsplit(".", 1)[0] in modules else None
+            if target is not None and target not in allowed:
+                offending.append(f"{path.relative_to(PACKAGE.parent)} imports {name} ({target})")
+            if any(name == bad or name.startswith(bad + ".") for bad in NOT_THEIRS.get(part, ())):
                 offending.append(f"{path.relative_to(PACKAGE.parent)} imports {name}")
     assert not offending, "\n".join(offending)
+
+
+def test_the_layers_are_a_ladder() -> None:
+    # Nothing a part may import may import it back, directly or through others: the layers have an order.
+    graph = {part: set(below) for part, below in LAYERS.items()}
+    assert _circle(graph) is None, " -> ".join(_circle(graph) or [])
 
 
 def test_speech_to_text_runs_without_torch() -> None:
@@ -94,13 +139,10 @@ def _circle(graph: dict[str, set[str]]) -> list[str] | None:
     return next((c for m in sorted(graph) if (c := visit(m, [])) is not None), None)
 
 
-@pytest.mark.parametrize("package", ["engine", "tts"])
-def test_a_package_s_modules_import_each_other_without_a_circle(package: str) -> None:
-    # Type-checking imports count too: the loop (engine.py) once built the adapters' loader, which imported the
-    # engine back to call into its lock and steps, and a speech stream reached into the pipeline that opened it
-    # while the pipeline read the stream's private sampling. Both now meet in a module each depends on.
-    prefix = f"lyre.{package}."
-    graph = {prefix + path.stem: {name for name in _imports(path) if name.startswith(prefix)}
-             for path in (PACKAGE / package).glob("*.py")}
+def test_no_module_of_lyre_imports_itself_back_through_others() -> None:
+    # Type-checking imports count too: a circle through them is still two modules that need each other.
+    modules = _modules()
+    graph = {module: {name for name in _imports(path) if name in modules and name != module}
+             for module, path in modules.items()}
     assert _circle(graph) is None, " -> ".join(_circle(graph) or [])
     assert _circle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]  # the check can fail

@@ -25,8 +25,8 @@ from aiortc.mediastreams import MediaStreamError
 from av import AudioFrame
 from openai import AsyncOpenAI
 
-from lyre.server.voice_call import Resampler
-from lyre.server.webrtc_audio import hear_sooner
+from lyre.server.calls.voice_call import Resampler
+from lyre.server.calls.webrtc_audio import hear_sooner
 
 __all__ = ["CALLS", "Microphone", "Peer", "call"]
 

@@ -43,8 +43,8 @@ from transformers import LlamaForCausalLM
 from lyre import orpheus
 from lyre.codec import SnacDecoder, load_snac
 from lyre.engine import EngineStats, FinishReason, SamplingParams
-from lyre.model_choice import ModelChoice, choose_weights
-from lyre.model_folder import load_tokenizer
+from lyre.models.choice import ModelChoice, choose_weights
+from lyre.models.folder import load_tokenizer
 from lyre.orpheus import FrameAssembler, InvalidAudioToken, TextTokenizer
 from lyre.tts.facts import TTSFacts
 from lyre.tts.options import SpeechOptions, checked
@@ -234,7 +234,7 @@ class NaiveTTS:
              config: TTSConfig | None = None, valid_audio_only: bool | None = None) -> NaiveTTS:
         """Load model and codec folders (or hub ids); the demo model when none is named.
 
-        The codec is chosen as `TTS.load` chooses it (`lyre.model_choice`).
+        The codec is chosen as `TTS.load` chooses it (`lyre.models.choice`).
         float32 on CPU; bfloat16 on CUDA, as users load it there.
         ``valid_audio_only`` masks sampling to valid audio ids; None: only for
         the demo model (see the module docstring).

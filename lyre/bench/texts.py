@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lyre.files import cache_root, write_atomic
+from lyre.common.files import cache_root, write_atomic
 
 __all__ = ["BUILTIN_TEXTS", "PROMPT_SETS", "build_prompt_set", "load_texts", "named_or_file", "prompt_set_path"]
 

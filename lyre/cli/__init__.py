@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from lyre.cli import bench, chat, demo, evaluate, route, say, serve, train
-from lyre.model_choice import resolve_device_args
+from lyre.models.choice import resolve_device_args
 
 __all__ = ["build_parser", "main"]
 

@@ -8,7 +8,7 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
-from lyre.model_choice import add_device_arg
+from lyre.models.choice import add_device_arg
 
 if TYPE_CHECKING:
     from lyre.llm import Chat, ChatOptions

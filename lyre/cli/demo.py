@@ -16,7 +16,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def run(args: argparse.Namespace) -> int:
-    from lyre.demo_model import write_demo_model
+    from lyre.models.demo import write_demo_model
 
     paths = write_demo_model(args.dir, seed=args.seed)
     print(f"model: {paths.model}\ncodec: {paths.codec}")

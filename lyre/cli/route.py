@@ -49,8 +49,8 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("lyre route needs --redis redis://HOST:PORT (or $LYRE_REDIS)")
     if not args.shutdown_grace >= 0:
         raise ValueError(f"--shutdown-grace must be 0 or more seconds, got {args.shutdown_grace}")
-    from lyre.router import RouterConfig, create_router_app
-    from lyre.router.status import fleet_status
+    from lyre.fleet.router import RouterConfig, create_router_app
+    from lyre.fleet.router.status import fleet_status
 
     config = RouterConfig(redis=args.redis, host=args.host, port=args.port, load_factor=args.load_factor,
                           vnodes=args.vnodes, poll_s=args.poll, admin_key=args.admin_key or None,

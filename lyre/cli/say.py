@@ -11,7 +11,7 @@ import wave
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from lyre.model_choice import add_model_args
+from lyre.models.choice import add_model_args
 
 if TYPE_CHECKING:
     from lyre.tts import TTS, SpeechOptions

@@ -8,7 +8,7 @@ import socket
 from dataclasses import fields
 from typing import TYPE_CHECKING
 
-from lyre.model_choice import add_model_args
+from lyre.models.choice import add_model_args
 
 if TYPE_CHECKING:
     from lyre.server import ServerConfig
@@ -224,7 +224,7 @@ def _run_draining(app: object, host: str, port: int, log_level: str, forwarded_a
 def _check_model(config: ServerConfig) -> None:
     """Refuse a model or codec that cannot be had, an alias to a voice the model lacks or a bad voices.json,
     before the server starts or loads any weights. The server's load then finds the same folders."""
-    from lyre.model_choice import choose_weights
+    from lyre.models.choice import choose_weights
     from lyre.tts import load_voices
 
     load_voices(choose_weights(config.model, config.codec).model.local(), dict(config.voice_aliases))

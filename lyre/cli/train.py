@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from lyre.model_choice import add_model_args
+from lyre.models.choice import add_model_args
 
 __all__ = ["add_parser", "run"]
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import torch
 from snac import SNAC
 
-from lyre.batching import bucket_for
+from lyre.common.batching import bucket_for
 from lyre.codec.noise import NoiseControl
 
 __all__ = ["CODEC_BUCKETS", "MAX_GRAPH_FRAMES", "SnacGraphs", "graph_shapes"]

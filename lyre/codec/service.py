@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from lyre.batching import BatchLimits
+from lyre.common.batching import BatchLimits
 from lyre.codec.snac import CodecWindow, SnacDecoder
-from lyre.loops import settle_futures
+from lyre.common.loops import settle_futures
 
 __all__ = ["BatchPolicy", "CodecService", "CodecServiceClosed", "CodecStats"]
 

@@ -13,7 +13,7 @@ from torch.nn.utils import parametrize
 
 from lyre.codec.graphs import MAX_GRAPH_FRAMES, SnacGraphs
 from lyre.codec.noise import NoiseControl, install_seeded_noise
-from lyre.model_folder import ModelFolderError, load_config, resolve
+from lyre.models.folder import ModelFolderError, load_config, resolve
 from lyre.orpheus import CODEBOOK_SIZE, FRAME_TOKENS, SAMPLES_PER_FRAME, codes_to_snac_levels
 
 __all__ = ["CodecWindow", "SnacDecoder", "load_snac", "prepare_snac"]

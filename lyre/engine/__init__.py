@@ -4,7 +4,7 @@ It knows nothing of audio: prompt ids and sampling parameters in, an async
 stream of token ids out.
 """
 
-from lyre.engine.config import ATTENTION_BACKENDS, EngineConfig, LlamaConfig
+from lyre.engine.config import ATTENTION_BACKENDS, EngineConfig
 from lyre.engine.constraint import Constraint, PeriodicConstraint, TokenSlice
 from lyre.engine.engine import Engine, RequestStream
 from lyre.engine.sampling import SamplingParams
@@ -21,7 +21,6 @@ __all__ = [
     "EngineFull",
     "EngineStats",
     "FinishReason",
-    "LlamaConfig",
     "PeriodicConstraint",
     "Playback",
     "RequestStream",

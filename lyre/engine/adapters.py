@@ -33,9 +33,9 @@ from typing import Protocol
 
 from lyre.engine.adapter_registry import (AdapterBusy, AdapterEntry, AdapterInUse, AdapterRegistry, AdapterStats,
                                           UnknownAdapter)
-from lyre.engine.config import LlamaConfig
-from lyre.engine.lora import LoraBank, PreparedAdapter
-from lyre.engine.peft_folder import VOICE_FILE, AdapterError, is_there, read_peft_adapter
+from lyre.models.config import LlamaConfig
+from lyre.models.lora import LoraBank, PreparedAdapter
+from lyre.models.peft_folder import VOICE_FILE, AdapterError, is_there, read_peft_adapter
 from lyre.engine.sequence import Request
 
 __all__ = ["AdapterBusy", "AdapterEntry", "AdapterHost", "AdapterInUse", "AdapterLease", "AdapterRegistry",

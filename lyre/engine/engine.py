@@ -27,8 +27,8 @@ from lyre.engine.block_manager import BlockManager
 from lyre.engine.config import EngineConfig
 from lyre.engine.constraint import Constraint, SliceFamily
 from lyre.engine.handoff import Outbox, StepOps
-from lyre.engine.loader import load_llama, prepare_model
-from lyre.engine.llama import Llama
+from lyre.models.loader import load_llama, prepare_model
+from lyre.models.llama import Llama
 from lyre.engine.runner import ModelRunner, Runner
 from lyre.engine.sampling import SamplingParams
 from lyre.engine.scheduler import ScheduledBatch, Scheduler
@@ -62,7 +62,7 @@ class Engine:
         if runner is None:
             if model is None:
                 raise ValueError("an engine needs a model or a runner")
-            bank = prepare_model(model, config)
+            bank = prepare_model(model, config.quantize, config.max_adapters, config.lora_rank)
             runner = ModelRunner(model, config, family, bank=bank)
             if bank is not None:
                 self.adapter_registry = AdapterRegistry(config.max_adapters, config.adapter_max_bytes)

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 
 from lyre.engine.sequence import FinishReason, Request, RequestStatus
 from lyre.engine.stream import RequestStream
-from lyre.loops import call_soon_per_loop, settle_futures
+from lyre.common.loops import call_soon_per_loop, settle_futures
 
 __all__ = ["Outbox", "StepOps"]
 

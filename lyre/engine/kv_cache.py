@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from lyre.engine.config import LlamaConfig
+from lyre.models.config import LlamaConfig
 
 __all__ = ["KVCache"]
 

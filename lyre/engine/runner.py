@@ -33,7 +33,7 @@ from typing import Protocol
 
 import torch
 
-from lyre.batching import bucket_for
+from lyre.common.batching import bucket_for
 from lyre.engine.attention import (BlockDecode, BlockOwners, CachedAttention, FlexBlocks, FlexDecode, FreshPrefill,
                                    StepRows)
 from lyre.engine.block_tables import BlockTables
@@ -41,8 +41,8 @@ from lyre.engine.config import EngineConfig
 from lyre.engine.constraint import SliceFamily, TokenSlice
 from lyre.engine.graphs import DecodeGraphs, batch_buckets
 from lyre.engine.kv_cache import KVCache
-from lyre.engine.llama import Llama
-from lyre.engine.lora import LoraBank
+from lyre.models.llama import Llama
+from lyre.models.lora import LoraBank
 from lyre.engine.sampler import SamplingTensors, row_keys, sample
 from lyre.engine.scheduler import PrefillChunk
 from lyre.engine.sequence import Request
@@ -106,7 +106,7 @@ class ModelRunner:
                  fixed_shape: bool | None = None, bank: LoraBank | None = None) -> None:
         """``fixed_shape``: decode through the fixed-shape path (default: when CUDA graphs are on); off
         CUDA it runs eagerly, which is how its padding and slicing are tested without a GPU. ``bank``:
-        the LoRA adapters attached to ``model`` (`lyre.engine.lora`), chosen per row."""
+        the LoRA adapters attached to ``model`` (`lyre.models.lora`), chosen per row."""
         self.model = model
         self.bank = bank
         self.config = config

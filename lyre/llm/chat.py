@@ -18,11 +18,11 @@ from pathlib import Path
 
 from lyre.engine import Engine, EngineConfig, EngineFull, EngineStats, FinishReason, RequestStream, SamplingParams
 from lyre.engine.config import gib_to_bytes
-from lyre.engine.gguf import load_gguf_llama, open_gguf
-from lyre.engine.loader import load_llama
+from lyre.models.gguf import load_gguf_llama, open_gguf
+from lyre.models.loader import load_llama
 from lyre.llm.chat_format import DEMO, ChatFormat, chat_model_name, demo_gguf, folder_chat_format, gguf_chat_format
 from lyre.llm.text_stream import TextStream
-from lyre.model_folder import resolve
+from lyre.models.folder import resolve
 
 __all__ = ["MAX_STOP_STRINGS", "Chat", "ChatBusy", "ChatOptions", "ChatRequestError", "ChatServing", "ChatStream"]
 

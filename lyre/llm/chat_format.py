@@ -20,11 +20,11 @@ from typing import Any
 import gguf
 from tokenizers import Tokenizer
 
-from lyre.engine.gguf import GGUFError, gguf_path, metadata
+from lyre.models.gguf import GGUFError, gguf_path, metadata
 from lyre.llm.gguf_tokenizer import gguf_tokenizer
 from lyre.llm.literal_text import LiteralText
 from lyre.llm.template import ChatTemplate
-from lyre.model_folder import ModelFolderError, load_tokenizer
+from lyre.models.folder import ModelFolderError, load_tokenizer
 
 __all__ = [
     "DEMO", "DEMO_PACKAGE", "END_OF_TURN", "ChatFormat", "chat_model_name", "demo_gguf", "folder_chat_format",

@@ -12,7 +12,7 @@ from __future__ import annotations
 import gguf
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
 
-from lyre.engine.gguf import GGUFError, metadata
+from lyre.models.gguf import GGUFError, metadata
 
 __all__ = ["PRE_TOKENIZERS", "gguf_tokenizer"]
 

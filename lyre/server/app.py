@@ -18,16 +18,18 @@ from fastapi.responses import HTMLResponse, JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from lyre.agent import LocalThinker, RemoteThinker, SmartTurn, Thinker, find_smart_turn
-from lyre.api_keys import RequireKey
+from lyre.common.api_keys import RequireKey
 from lyre.llm import Chat, ChatOptions, ChatServing
-from lyre.server import (adapters_api, alignments, audio_speech, completions, realtime_socket, transcriptions,
-                         tts_socket, twilio_stream, voices_api, webrtc)
+from lyre.server.calls import twilio_stream, webrtc
+from lyre.server.routes import adapters_api, alignments, audio_speech, completions, transcriptions, voices_api
+from lyre.server.sockets import realtime_socket, tts_socket
 from lyre.server.admission import Admission
 from lyre.server.aligner import Aligner
 from lyre.server.config import ServerConfig
 from lyre.server.errors import document_errors, error_response, install_error_handlers
 from lyre.server.metrics import Metrics
 from lyre.server.registration import join_fleet, share_voices
+from lyre.server.sessions import RealtimeSessions
 from lyre.server.state import ServerState
 from lyre.server.summary import build_summary, kv_cache_json, summary_json, summary_text
 from lyre.stt import DEFAULT_MODEL as STT_DEFAULT_MODEL
@@ -154,7 +156,7 @@ def create_app(config: ServerConfig, tts: Synthesizer | None = None) -> FastAPI:
                                 stt.stats if stt else None, chat.stats if chat else None,
                                 loaded.adapters.stats if loaded is not None and loaded.adapters else None),
             )
-            state.metrics.watch_sessions(lambda: realtime_socket.RealtimeSessions.of(app).open)
+            state.metrics.watch_sessions(lambda: RealtimeSessions.of(app).open)
             state.metrics.watch_aligner(aligner.stats)
             app.state.lyre = state
             if loaded is not None:

@@ -1,4 +1,4 @@
-"""Optional API key: Bearer auth on HTTP and on the WebSocket handshake (read as `lyre.api_keys` reads it)."""
+"""Optional API key: Bearer auth on HTTP and on the WebSocket handshake (read as `lyre.common.api_keys` reads it)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 from fastapi import Request, WebSocket, status
 from starlette.exceptions import HTTPException
 
-from lyre.api_keys import authorized, matches, offered_key
+from lyre.common.api_keys import authorized, matches, offered_key
 from lyre.server.errors import error_response
 
 __all__ = ["authorized", "refuse_socket", "refuse_unauthorized", "require_admin"]

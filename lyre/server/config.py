@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from lyre.device import resolve_device
+from lyre.common.device import resolve_device
 from lyre.tts import ServingConfig
 
 __all__ = ["ENGINES", "ServerConfig", "ice_server_parts"]
@@ -62,7 +62,7 @@ class ServerConfig:
     llm_max_batch: int = 8  # chat requests generating at once (the chat engine's KV-cache slots)
     llm_max_seq_len: int = 2048  # KV-cache positions per chat request: prompt and answer together
     llm_kv_cache_gb: float | None = None  # the chat engine's KV cache (None: llm_max_batch of llm_max_seq_len)
-    register: str | None = None  # redis://... : join this fleet (lyre.fleet_member); None: stand alone
+    register: str | None = None  # redis://... : join this fleet (lyre.fleet.member); None: stand alone
     advertise: str | None = None  # the URL routers reach this server at; needed with register
     fleet_ttl_s: float = 3.0  # the fleet record expires this long after the last heartbeat
     llm_url: str | None = None  # the voice agent thinks with this OpenAI-compatible endpoint instead of llm

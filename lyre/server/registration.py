@@ -9,8 +9,8 @@ from fastapi import FastAPI
 from lyre.server.state import ServerState
 
 if TYPE_CHECKING:
-    from lyre.fleet_member import Membership
-    from lyre.fleet_voices import FleetVoices
+    from lyre.fleet.member import Membership
+    from lyre.fleet.voices import FleetVoices
 
 __all__ = ["join_fleet", "share_voices", "start_draining"]
 
@@ -23,8 +23,8 @@ async def join_fleet(state: ServerState) -> Membership | None:
     config = state.config
     if config.register is None:
         return None
-    from lyre.fleet import ServerRecord
-    from lyre.fleet_member import FleetLoad, Membership
+    from lyre.fleet.records import ServerRecord
+    from lyre.fleet.member import FleetLoad, Membership
 
     services = tuple(name for name, on in (("tts", state.tts is not None), ("stt", state.stt is not None),
                                            ("chat", state.chat is not None), ("agent", state.converses)) if on)
@@ -50,7 +50,7 @@ async def share_voices(state: ServerState) -> FleetVoices | None:
     published to the fleet); None when the server stands alone or speaks none."""
     if state.config.register is None or state.tts is None or state.tts.references is None:
         return None
-    from lyre.fleet_voices import FleetVoices
+    from lyre.fleet.voices import FleetVoices
 
     shared = FleetVoices(state.config.register, state.tts.references)
     await shared.start()

@@ -19,7 +19,7 @@ from lyre.stt import Transcriber, WordTimer
 from lyre.tts import Synthesizer
 
 if TYPE_CHECKING:
-    from lyre.fleet_voices import FleetVoices  # Redis is imported only by a server that joins a fleet
+    from lyre.fleet.voices import FleetVoices  # Redis is imported only by a server that joins a fleet
 
 __all__ = ["AGENT_OFF", "CHAT_OFF", "STT_OFF", "TTS_OFF", "ServerState"]
 

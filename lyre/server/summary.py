@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from lyre.model_choice import Weights
+from lyre.models.choice import Weights
 from lyre.server.state import ServerState
 from lyre.tts import TTSFacts
 

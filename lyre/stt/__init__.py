@@ -33,7 +33,8 @@ from lyre.stt.transcriber import (
 from lyre.stt.vad import SpeechEvent, StreamingVAD, VADConfig
 from lyre.stt.word_timer import WordAligner, WordTimer
 from lyre.stt.words import written_words
-from lyre.stt.whisper import FULL_WINDOW, MAX_PROMPT_CHARS, FinalWindow, Segment, TranscribeOptions, Transcript, Word
+from lyre.stt.whisper import MAX_PROMPT_CHARS, Segment, TranscribeOptions, Transcript, Word
+from lyre.stt.window import FULL_WINDOW, FinalWindow
 
 __all__ = [
     "DEFAULT_MODEL",

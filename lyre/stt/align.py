@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from lyre.stt.audio import SAMPLE_RATE
-from lyre.stt.whisper import FULL_WINDOW_FRAMES, SAMPLES_PER_FRAME
+from lyre.stt.window import FULL_WINDOW_FRAMES, SAMPLES_PER_FRAME
 
 if TYPE_CHECKING:
     from faster_whisper import WhisperModel

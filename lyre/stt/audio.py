@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from lyre import audio_files
+from lyre.common import audio_files
 
 if TYPE_CHECKING:
     import av

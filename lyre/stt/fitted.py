@@ -15,7 +15,7 @@ import numpy as np
 from faster_whisper import WhisperModel
 from faster_whisper.audio import pad_or_trim
 
-from lyre.stt.whisper import FULL_WINDOW, FULL_WINDOW_FRAMES, SAMPLES_PER_FRAME, FinalWindow
+from lyre.stt.window import FULL_WINDOW, FULL_WINDOW_FRAMES, SAMPLES_PER_FRAME, FinalWindow
 
 __all__ = ["FittedWhisperModel"]
 

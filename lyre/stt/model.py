@@ -17,7 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from lyre.model_folder import ModelFolderError, resolve
+from lyre.models.folder import ModelFolderError, resolve
 
 __all__ = ["WHISPER_FILES", "demo_whisper", "resolve_whisper"]
 

@@ -4,7 +4,7 @@
     found = aligner.align_now(audio, ["Your", "order", "of", "3", "items."])  # float32, 16 kHz
     found = await aligner.align(audio, words, "en", session="ctx-1")        # on its worker thread
 
-Each written word is said as `lyre.verbalize` reads it ("3" as "three", "Dr." as
+Each written word is said as `lyre.text.verbalize` reads it ("3" as "three", "Dr." as
 doctor or drive: every reading is an alternative pronunciation and the audio picks)
 and pronounced from CMUdict or, where the dictionary lacks it, gruut's G2P
 (`lyre.stt.pronounce`). The text is then aligned to the audio in two passes of
@@ -40,7 +40,7 @@ from lyre.stt.align import AlignedWord, Alignment
 from lyre.stt.audio import SAMPLE_RATE
 from lyre.stt.pronounce import MAX_PRONUNCIATIONS, Pronouncer
 from lyre.stt.transcriber import TranscriberBusy, TranscriberClosed
-from lyre.verbalize import readings
+from lyre.text.verbalize import readings
 
 __all__ = ["LANGUAGES", "PhoneAligner", "PhoneAlignerBusy", "PhoneAlignerStats", "PhoneAlignmentFailed"]
 

@@ -34,12 +34,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from lyre.batching import BatchLimits
-from lyre.loops import settle_futures
+from lyre.common.batching import BatchLimits
+from lyre.common.loops import settle_futures
 from lyre.stt.align import Alignment, align_passes
 from lyre.stt.audio import SAMPLE_RATE
 from lyre.stt.model import resolve_whisper
-from lyre.stt.whisper import FULL_WINDOW, FinalWindow, TranscribeOptions, Transcript, final_pass, partial_passes
+from lyre.stt.whisper import TranscribeOptions, Transcript, final_pass, partial_passes
+from lyre.stt.window import FULL_WINDOW, FinalWindow
 
 if TYPE_CHECKING:
     from lyre.stt.fitted import FittedWhisperModel

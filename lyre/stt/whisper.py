@@ -23,20 +23,18 @@ if TYPE_CHECKING:  # faster-whisper (and CTranslate2) load with the first pass, 
 
 from lyre.stt.agreement import fold
 from lyre.stt.audio import SAMPLE_RATE
+from lyre.stt.window import FULL_WINDOW, FULL_WINDOW_FRAMES, SAMPLES_PER_FRAME, FinalWindow, fitted_frames
 
-__all__ = ["FULL_WINDOW", "FULL_WINDOW_FRAMES", "MAX_PROMPT_CHARS", "SAMPLES_PER_FRAME", "FinalWindow", "Segment",
-           "TranscribeOptions", "Transcript", "Word", "final_pass", "partial_passes", "partial_window"]
+__all__ = ["MAX_PROMPT_CHARS", "Segment", "TranscribeOptions", "Transcript", "Word", "final_pass", "partial_passes",
+           "partial_window"]
 
 MAX_PROMPT_CHARS = 1000
 # The fallback ladder OpenAI's API uses when temperature is 0: retry hotter while the
 # output looks degenerate (compression ratio, mean log-probability).
 _FALLBACK_TEMPERATURES = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
 _NO_SPEECH = 0.6  # Whisper's own no-speech threshold
-# Partial windows, in 10 ms feature frames (Whisper's full window: 3000, 30 s).
-SAMPLES_PER_FRAME = SAMPLE_RATE // 100
-FULL_WINDOW_FRAMES = 3000
+# Partial windows, in 10 ms feature frames (lyre.stt.window).
 _PARTIAL_MARGIN_FRAMES = 200  # with 1 s the last words were often lost (measured on the test sentences)
-_WINDOW_BUCKET_FRAMES = 100
 _PARTIAL_TOKENS_BASE = 8
 _PARTIAL_TOKENS_PER_S = 6  # speech runs at about 4 tokens a second
 _PARTIAL_NO_REPEAT = 4
@@ -65,33 +63,6 @@ class TranscribeOptions:
             raise ValueError(f"beam_size must be >= 1, got {self.beam_size}")
 
 
-@dataclass(frozen=True)
-class FinalWindow:
-    """What a final pass's first window encodes: the audio and ``pad_s`` of silence after it, rounded up to
-    a second (at most Whisper's 30 s), or Whisper's whole 30 s window when ``pad_s`` is None.
-
-    The encoder's cost grows with the window, so a fitted window is cheaper for short audio; but Whisper
-    was trained on 30 s windows, and benchmarks/stt.py --final-windows measures what a fitted one costs in
-    word error rate.
-    """
-
-    pad_s: float | None = None
-
-    def __post_init__(self) -> None:
-        if self.pad_s is not None and not 0.0 <= self.pad_s <= 30.0:
-            raise ValueError(f"pad_s must be between 0 and 30 seconds (or None: the full window), got {self.pad_s}")
-
-    def frames(self, samples: int) -> int:
-        """Feature frames (10 ms each) of the first window for ``samples`` of audio at 16 kHz."""
-        if self.pad_s is None:
-            return FULL_WINDOW_FRAMES
-        return _fitted_frames(samples, round(self.pad_s * 100))
-
-    def __str__(self) -> str:
-        return "30 s" if self.pad_s is None else f"audio + {self.pad_s:g} s"
-
-
-FULL_WINDOW = FinalWindow()
 
 
 @dataclass(frozen=True)
@@ -122,7 +93,6 @@ class Transcript:
     language: str
     duration: float  # seconds of audio
     segments: tuple[Segment, ...]
-
 
 
 def final_pass(model: FittedWhisperModel, audio: np.ndarray, options: TranscribeOptions,
@@ -164,15 +134,7 @@ def _detect_language(model: WhisperModel, audio: np.ndarray, window: FinalWindow
 
 def partial_window(samples: int) -> int:
     """Encoder frames for a partial pass over ``samples`` of audio: the audio, 2 s of silence, rounded up."""
-    return _fitted_frames(samples, _PARTIAL_MARGIN_FRAMES)
-
-
-def _fitted_frames(samples: int, pad_frames: int) -> int:
-    """``samples`` of audio and ``pad_frames`` of silence in feature frames, rounded up to a second, at most 30 s.
-
-    Rounded so that utterances of about the same length share an input shape."""
-    frames = math.ceil(samples / SAMPLES_PER_FRAME) + pad_frames
-    return min(FULL_WINDOW_FRAMES, math.ceil(frames / _WINDOW_BUCKET_FRAMES) * _WINDOW_BUCKET_FRAMES)
+    return fitted_frames(samples, _PARTIAL_MARGIN_FRAMES)
 
 
 def partial_passes(model: WhisperModel, audios: list[np.ndarray], languages: list[str | None]) -> list[str]:

@@ -25,7 +25,7 @@ from typing import Protocol
 import numpy as np
 
 from lyre import orpheus
-from lyre.files import write_atomic
+from lyre.common.files import write_atomic
 from lyre.tts.clips import ClipRejected, SilenceCut, load_clip, trim_clip
 from lyre.train.dataset import Entry, Listing, Skipped
 

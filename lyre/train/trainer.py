@@ -22,7 +22,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from lyre.engine.peft_folder import LORA_TARGETS, MAX_LORA_RANK
+from lyre.models.peft_folder import LORA_TARGETS, MAX_LORA_RANK
 from lyre.orpheus import PAD
 from lyre.train.checkpoint import latest_checkpoint, save_checkpoint
 from lyre.train.prepare import Clip

@@ -22,9 +22,9 @@ import torch
 
 from lyre.codec.encoder import SnacEncoder
 from lyre.codec.snac import load_snac
-from lyre.engine.peft_folder import VOICE_FILE
-from lyre.model_choice import CODEC_FILES, choose_weights
-from lyre.model_folder import load_tokenizer
+from lyre.models.peft_folder import VOICE_FILE
+from lyre.models.choice import CODEC_FILES, choose_weights
+from lyre.models.folder import load_tokenizer
 from lyre.train.checkpoint import publish_folder, remove_checkpoints
 from lyre.train.dataset import read_dataset
 from lyre.train.prepare import DataConfig, PreparedDataset, prepare_dataset
@@ -42,7 +42,7 @@ class VoiceJob:
     data_config: DataConfig
     train_config: TrainConfig = TrainConfig()
     model: str | None = None  # folder or hub id; None: the demo model
-    codec: str | None = None  # folder or hub id; None: the codec the model needs (lyre.model_choice)
+    codec: str | None = None  # folder or hub id; None: the codec the model needs (lyre.models.choice)
     overwrite: bool = False
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from lyre.engine.adapter_registry import AdapterBusy, AdapterEntry, AdapterInUse, UnknownAdapter
 from lyre.engine.adapters import AdapterLease, EngineAdapters
-from lyre.engine.peft_folder import AdapterError
+from lyre.models.peft_folder import AdapterError
 from lyre.tts.voices import VoiceNameTaken, Voices
 
 __all__ = ["AdapterBusy", "AdapterError", "AdapterInUse", "AdapterVoices", "UnknownAdapter"]

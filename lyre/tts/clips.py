@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lyre.audio_files import AudioTooLong, NoAudio, UnreadableAudio, decode_audio
+from lyre.common.audio_files import AudioTooLong, NoAudio, UnreadableAudio, decode_audio
 from lyre.orpheus import SAMPLE_RATE
 from lyre.tts.trim import TrimConfig, leading_silence
 

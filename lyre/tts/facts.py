@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from lyre.model_choice import DEMO, ModelChoice, Weights
+from lyre.models.choice import DEMO, ModelChoice, Weights
 from lyre.tts.context import PipelineContext
 
 __all__ = ["HOST_MS_PER_LAYER", "TTSFacts", "pipeline_facts"]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lyre.device import resolve_device
+from lyre.common.device import resolve_device
 from lyre.engine import ATTENTION_BACKENDS, SCHEDULERS, EngineConfig, SamplingParams
 from lyre.engine.config import gib_to_bytes
 from lyre.tts.sampling import speech_sampling

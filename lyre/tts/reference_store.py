@@ -6,7 +6,7 @@ model's voices, their aliases or an adapter hold is refused (`VoiceNameTaken`),
 and so is one uploaded here already, or being uploaded now (`reserving`).
 
 A voice kept on disk carries a claim: an id its upload was given, which tells
-this upload from any other of the same name. The fleet (`lyre.fleet_voices`)
+this upload from any other of the same name. The fleet (`lyre.fleet.voices`)
 decides with it which of two uploads of a name holds it, and whether a delete
 was of this upload or of an earlier one, without comparing hosts' clocks.
 """
@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from lyre import orpheus
-from lyre.files import write_atomic
+from lyre.common.files import write_atomic
 from lyre.tts.reference_voices import ReferenceVoice, check_name, check_reference, parse_json
 from lyre.tts.voices import VoiceNameTaken
 

@@ -45,7 +45,7 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 def default_voices_dir(codec: str) -> Path:
     """Where a server keeps its reference voices unless told: the lyre cache's, one folder per codec (a
     voice is codes of the codec that encoded it: the demo's random codec's are noise to the real one)."""
-    from lyre.demo_model import cache_root
+    from lyre.models.demo import cache_root
 
     return cache_root() / "voices" / (re.sub(r"[^A-Za-z0-9_.-]+", "--", codec).strip("-.") or "codec")
 

@@ -19,8 +19,8 @@ import numpy as np
 from lyre import orpheus
 from lyre.codec import BatchPolicy, CodecService, SnacDecoder, load_snac
 from lyre.engine import Engine, EngineStats
-from lyre.model_choice import ModelChoice, choose_weights
-from lyre.model_folder import load_tokenizer
+from lyre.models.choice import ModelChoice, choose_weights
+from lyre.models.folder import load_tokenizer
 from lyre.orpheus import TextTokenizer
 from lyre.tts.adapter_voices import AdapterVoices
 from lyre.tts.clips import TrimmedClip
@@ -123,7 +123,7 @@ class TTS:
         """Load model and codec folders (or hub ids); the demo model when none is named. Reference voices are
         kept in ``config.voices_dir``, by default the lyre cache's folder for the codec.
 
-        A model named without a codec gets the codec it needs (`lyre.model_choice`); ``"demo"``
+        A model named without a codec gets the codec it needs (`lyre.models.choice`); ``"demo"``
         names the built-in demo model or codec (random weights). Raises ValueError naming
         what could not be had.
         """

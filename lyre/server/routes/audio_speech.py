@@ -1,0 +1,200 @@
+"""``POST /v1/audio/speech``: the OpenAI speech API, streamed as the audio is made."""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import AsyncExitStack
+from typing import Any, Literal
+
+from fastapi import APIRouter, Request
+from fastapi.responses import StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException
+
+from lyre.server.aligner import word_timestamps
+from lyre.server.body_limit import ServerLimitRoute
+from lyre.server.encoding import FORMATS, StreamEncoder, make_encoder
+from lyre.server.errors import InvalidParam, error_doc
+from lyre.server.state import ServerState
+from lyre.server.routes.voices_api import inline_reference
+from lyre.stt import AlignedWord, WordTimer
+from lyre.tts import AdapterBusy, AdapterError, SpeechOptions
+from lyre.tts.reference_voices import MAX_SECONDS, MIN_SECONDS
+
+__all__ = ["SpeechRequest", "router"]
+
+ResponseFormat = Literal["pcm", "wav", "mp3", "opus", "flac", "aac", "mulaw", "alaw"]
+assert set(ResponseFormat.__args__) == set(FORMATS)  # type: ignore[attr-defined]
+_SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "repetition_penalty", "max_tokens", "seed")
+
+
+router = APIRouter(route_class=ServerLimitRoute)  # the body refused before more than the limit is read
+
+
+class SpeechRequest(BaseModel):
+    """OpenAI's speech request, plus lyre's sampling extras."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    model: str = Field("orpheus", max_length=200)
+    input: str = Field(..., min_length=1, description="Text to speak; Orpheus emotive tags such as <laugh> are kept")
+    voice: str | None = Field(None, min_length=1, max_length=100,
+                              description="A voice of the model, or an OpenAI voice name; default: the model's first")
+    response_format: ResponseFormat = "mp3"
+    speed: float = Field(1.0, gt=0, le=4.0, description="Only 1.0: Orpheus cannot change its speaking rate")
+    stream_format: Literal["audio", "sse"] = "audio"
+    instructions: str | None = Field(None, max_length=4096)
+    temperature: float | None = Field(None, ge=0, le=2.0)
+    top_p: float | None = Field(None, gt=0, le=1.0)
+    top_k: int | None = Field(None, ge=0, le=100_000)
+    repetition_penalty: float | None = Field(None, gt=0, le=10.0)
+    max_tokens: int | None = Field(None, ge=1, le=100_000)
+    seed: int | None = Field(None, ge=0, lt=2**63)
+    trim_silence: bool = True
+    timestamps: bool = Field(False, description="lyre's extra: word times. With stream_format sse, "
+                             "speech.word_timestamps events among the audio deltas; otherwise one JSON answer "
+                             "with the whole audio base64-encoded and its words")
+    reference_audio: str | None = Field(
+        None, description=f"lyre's extra: a voice for this request alone, from a clip ({MIN_SECONDS:g}-{MAX_SECONDS:g} "
+                          "s of one person speaking, any format ffmpeg reads, base64; within the server's body "
+                          "limit). It speaks instead of voice; a clip sent again is not made again")
+    reference_text: str | None = Field(None, max_length=2000, description="What reference_audio says; default: the "
+                                       "server's Whisper transcribes it")
+    priority: Literal["realtime", "batch"] = Field(
+        "realtime", description="realtime: played as it streams, scheduled on the listener's playback deadline; "
+                                "batch: a file nobody plays live, made with spare capacity")
+
+    def options(self) -> SpeechOptions:
+        return SpeechOptions(**{name: getattr(self, name) for name in _SAMPLING_FIELDS})
+
+
+def _sse(event: dict[str, object]) -> bytes:
+    return f"data: {json.dumps(event)}\n\n".encode()
+
+
+_AUDIO_TYPES = {"audio/pcm": {}, "audio/wav": {}, "audio/mpeg": {}, "audio/ogg": {}, "audio/flac": {},
+                "audio/aac": {}, "audio/basic": {}, "audio/x-alaw-basic": {}, "text/event-stream": {},
+                "application/json": {}}
+
+
+@router.post(
+    "/v1/audio/speech",
+    response_class=StreamingResponse,
+    responses={200: {"description": "Audio, streamed as it is made", "content": _AUDIO_TYPES},
+               404: error_doc("Text to speech is not served by this server"),
+               413: error_doc("The request body is over the server's limit"),
+               429: error_doc("Every adapter slot holds a cloned voice in use, or too many requests' own "
+                              "reference clips are being made into voices"),
+               503: error_doc("The server is shutting down, or a cloned voice's folder cannot be loaded")},
+)
+async def create_speech(body: SpeechRequest, request: Request) -> StreamingResponse:
+    state: ServerState = request.app.state.lyre
+    tts = state.require_tts()
+    if state.draining:
+        raise HTTPException(503, "server is shutting down")
+    if body.speed != 1.0:
+        raise InvalidParam(f"speed: {body.speed} is not supported; Orpheus speaks at its own rate (use 1.0)", "speed")
+    if body.instructions:
+        raise InvalidParam("instructions: not supported by Orpheus; put emotive tags such as <laugh> in the input",
+                           "instructions")
+    received = time.perf_counter()
+    reference = (await inline_reference(state, tts, body.reference_audio, body.reference_text)
+                 if body.reference_audio is not None else None)
+    stream = tts.stream(body.input, body.voice or tts.voices.default, body.options(), trim=body.trim_silence,
+                        streamed=body.priority == "realtime", reference=reference)  # validates before any work
+    encoder = make_encoder(body.response_format)
+    exits = AsyncExitStack()
+    try:
+        wait = await exits.enter_async_context(state.admission.slot(tts.overloaded))
+    except BaseException:
+        await stream.aclose()
+        raise
+    state.metrics.queue_wait.observe(wait)
+    try:  # a cloned voice is made resident now (loading it on a miss), so a refusal is still a status code
+        await stream.hold_voice()
+    except BaseException as exc:
+        await stream.aclose()
+        await exits.aclose()
+        if isinstance(exc, AdapterBusy):
+            raise HTTPException(429, str(exc), headers={"Retry-After": "1"}) from None
+        if isinstance(exc, AdapterError):
+            raise HTTPException(503, f"voice {body.voice!r} cannot be loaded: {exc}") from None
+        raise
+    api = "sse" if body.stream_format == "sse" else "json" if body.timestamps else "http"
+    timer = state.word_timer(("speech", id(stream))) if body.timestamps else None
+    media = {"sse": "text/event-stream", "json": "application/json"}.get(api, encoder.content_type)
+    return StreamingResponse(_body(state, stream, encoder, api, received, exits, timer), media_type=media)
+
+
+async def _body(state: ServerState, stream: Any, encoder: StreamEncoder, api: str, received: float,
+                exits: AsyncExitStack, timer: WordTimer | None) -> AsyncIterator[bytes]:
+    """Encode chunks as they come (the "json" answer: all at the end); on disconnect the task is
+    cancelled and everything is freed."""
+    metrics = state.metrics
+    outcome = "cancelled"
+    encoded: list[bytes] = []  # the "json" answer's audio
+    words: list[AlignedWord] = []
+    try:
+        async for chunk in stream:
+            if stream.samples == len(chunk):  # the first audio of this request
+                metrics.ttfa.labels(api).observe(time.perf_counter() - received)
+            if data := encoder.feed(chunk):
+                if api == "sse":
+                    yield _sse({"type": "speech.audio.delta", "audio": base64.b64encode(data).decode()})
+                elif api == "json":
+                    encoded.append(data)
+                else:
+                    yield data
+            if timer is not None:  # after the audio: word times never hold it back
+                timer.add(chunk)
+                timer.follow(stream.spoken)
+                for event in _word_events(timer.ready(), api, words):
+                    yield event
+        tail = encoder.finish()
+        if timer is not None:
+            timer.follow(stream.spoken)
+        if api == "sse":
+            if tail:
+                yield _sse({"type": "speech.audio.delta", "audio": base64.b64encode(tail).decode()})
+            if timer is not None:
+                for event in _word_events(await timer.rest(), api, words):
+                    yield event
+            prompt_tokens = stream.prompt_tokens
+            output_tokens = 7 * stream.frames
+            usage = {"input_tokens": prompt_tokens, "output_tokens": output_tokens,
+                     "total_tokens": prompt_tokens + output_tokens}
+            yield _sse({"type": "speech.audio.done", "usage": usage})
+        elif api == "json":
+            if timer is not None:
+                words.extend(w for found in await timer.rest() for w in found)
+            audio = base64.b64encode(encoder.whole(b"".join(encoded) + tail)).decode()
+            yield json.dumps({"audio": audio, "content_type": encoder.content_type,
+                              "duration": round(stream.audio_seconds, 3),
+                              "words": [{"text": w.text, "start": w.start, "end": w.end} for w in words]}).encode()
+        elif tail:
+            yield tail
+        outcome = "ok"
+        metrics.audio.labels(api).inc(stream.audio_seconds)
+        metrics.trimmed.observe(stream.trimmed_ms / 1000)
+    except Exception:
+        outcome = "error"
+        metrics.errors.labels("stream").inc()
+        raise
+    finally:
+        metrics.requests.labels(api, outcome).inc()
+        if timer is not None:
+            timer.close()
+            metrics.count_word_times(api, timer)
+        await stream.aclose()
+        await exits.aclose()
+
+
+def _word_events(aligned: list[list[AlignedWord]], api: str, words: list[AlignedWord]) -> Iterator[bytes]:
+    """Each segment's words: an SSE event each, and all of them kept in ``words``."""
+    for found in aligned:
+        words.extend(found)
+        if found and api == "sse":
+            yield _sse({"type": "speech.word_timestamps", "word_timestamps": word_timestamps(found)})
