@@ -23,6 +23,7 @@ from pathlib import Path
 
 from lyre.engine.adapter_registry import AdapterRegistry
 from lyre.engine.adapters import EngineAdapters
+from lyre.engine.batch import ScheduledBatch
 from lyre.engine.block_manager import BlockManager
 from lyre.engine.config import EngineConfig
 from lyre.engine.constraint import Constraint, SliceFamily
@@ -31,7 +32,7 @@ from lyre.models.loader import load_llama, prepare_model
 from lyre.models.llama import Llama
 from lyre.engine.runner import ModelRunner, Runner
 from lyre.engine.sampling import SamplingParams
-from lyre.engine.scheduler import ScheduledBatch, Scheduler
+from lyre.engine.scheduler import Scheduler
 from lyre.engine.sequence import FinishReason, Playback, Request
 from lyre.engine.stats import EngineStats, StatsRecorder
 from lyre.engine.stream import RequestStream

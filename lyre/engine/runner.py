@@ -34,6 +34,7 @@ from typing import Protocol
 import torch
 
 from lyre.common.batching import bucket_for
+from lyre.engine.batch import PrefillChunk
 from lyre.engine.attention import (BlockDecode, BlockOwners, CachedAttention, FlexBlocks, FlexDecode, FreshPrefill,
                                    StepRows)
 from lyre.engine.block_tables import BlockTables
@@ -44,7 +45,6 @@ from lyre.engine.kv_cache import KVCache
 from lyre.models.llama import Llama
 from lyre.models.lora import LoraBank
 from lyre.engine.sampler import SamplingTensors, row_keys, sample
-from lyre.engine.scheduler import PrefillChunk
 from lyre.engine.sequence import Request
 
 __all__ = ["ModelRunner", "PendingTokens", "Runner"]
