@@ -30,7 +30,8 @@ from lyre.engine.constraint import Constraint, SliceFamily
 from lyre.engine.handoff import Outbox, StepOps
 from lyre.models.loader import load_llama, prepare_model
 from lyre.models.llama import Llama
-from lyre.engine.runner import ModelRunner, Runner
+from lyre.engine.launch import Runner
+from lyre.engine.runner import ModelRunner
 from lyre.engine.sampling import SamplingParams
 from lyre.engine.scheduler import Scheduler
 from lyre.engine.sequence import FinishReason, Playback, Request
