@@ -8,7 +8,8 @@ from lyre.engine.config import ATTENTION_BACKENDS, EngineConfig
 from lyre.engine.constraint import Constraint, PeriodicConstraint, TokenSlice
 from lyre.engine.engine import Engine, RequestStream
 from lyre.engine.sampling import SamplingParams
-from lyre.engine.scheduler import SCHEDULERS, EngineFull, RequestTooLong
+from lyre.engine.scheduler import EngineFull, RequestTooLong
+from lyre.engine.scheduling_policy import SCHEDULERS
 from lyre.engine.sequence import FinishReason, Playback
 from lyre.engine.stats import EngineStats
 

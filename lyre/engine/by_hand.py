@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from lyre.engine.batch import PrefillChunk
 from lyre.engine.block_manager import BlockManager
-from lyre.engine.scheduler import PrefillChunk
 from lyre.engine.sequence import Request
 
 if TYPE_CHECKING:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lyre.engine.scheduler import SchedulingPolicy
+from lyre.engine.scheduling_policy import SchedulingPolicy
 from lyre.models.config import LlamaConfig
 
 __all__ = ["ATTENTION_BACKENDS", "EngineConfig", "gib_to_bytes"]
@@ -40,7 +40,7 @@ class EngineConfig:
     # run has shown their tokens equal eager decoding's.
     cuda_graphs: bool = False
     quantize: str | None = None  # "fp8": e4m3 weights with per-channel scales for the projections
-    # Scheduling (lyre.engine.scheduler): "deadline" orders streams by their listeners' playback
+    # Scheduling (lyre.engine.scheduler, lyre.engine.scheduling_policy): "deadline" orders streams by their listeners' playback
     # deadlines and parks those far ahead; "fcfs" advances every resident request every step.
     scheduler: str = "deadline"
     compute_batch: int | None = None  # rows advanced per step; None: max_batch (every resident request)

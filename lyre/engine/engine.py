@@ -2,7 +2,8 @@
 
 ``generate()`` returns a `RequestStream` of token ids; ``abort()`` ends a
 request at the next step. Inside, a worker thread repeats one step:
-take new submissions and aborts, schedule, run the model, hand tokens back.
+take new submissions and aborts, schedule, run the model, book the tokens
+(`lyre.engine.bookkeeper`) and hand them back.
 
 No stream waits forever: a step that fails (in the model or in the
 bookkeeping around it) fails that step's requests and the loop goes on; a
@@ -23,15 +24,18 @@ from pathlib import Path
 
 from lyre.engine.adapter_registry import AdapterRegistry
 from lyre.engine.adapters import EngineAdapters
+from lyre.engine.batch import ScheduledBatch
 from lyre.engine.block_manager import BlockManager
+from lyre.engine.bookkeeper import Bookkeeper
 from lyre.engine.config import EngineConfig
 from lyre.engine.constraint import Constraint, SliceFamily
 from lyre.engine.handoff import Outbox, StepOps
 from lyre.models.loader import load_llama, prepare_model
 from lyre.models.llama import Llama
-from lyre.engine.runner import ModelRunner, Runner
+from lyre.engine.launch import Runner
+from lyre.engine.runner import ModelRunner
 from lyre.engine.sampling import SamplingParams
-from lyre.engine.scheduler import ScheduledBatch, Scheduler
+from lyre.engine.scheduler import Scheduler
 from lyre.engine.sequence import FinishReason, Playback, Request
 from lyre.engine.stats import EngineStats, StatsRecorder
 from lyre.engine.stream import RequestStream
@@ -76,6 +80,7 @@ class Engine:
         self._ops = StepOps()
         self._wake = threading.Condition()
         self._outbox = Outbox(self._wake)
+        self._books = Bookkeeper(self.scheduler, self._outbox, self.adapter_registry)
         self._ids = itertools.count()
         self._seeds = secrets.SystemRandom() if config.seed is None else None
         self._seed_base = config.seed
@@ -123,17 +128,7 @@ class Engine:
         with self._wake:
             self._check_serving()  # the loop may have failed since
             req.submit_step = self.recorder.steps
-            entry = None
-            if adapter is not None:
-                assert self.adapter_registry is not None
-                entry = self.adapter_registry.get(adapter)
-                if not entry.resident:
-                    raise ValueError(f"adapter {adapter!r} is not loaded; lease it first (Engine.adapters.lease)")
-            self.scheduler.add(req)  # validates length, queue room and id under the lock
-            if entry is not None:  # held while the request runs: not evicted under it
-                self.adapter_registry.hold(entry)  # type: ignore[union-attr]
-                req.adapter_slot, req.salt = entry.slot, entry.salt
-            stream = self._outbox.open(req, self.abort)
+            stream = self._books.open(req, self.abort)  # validates adapter, length, queue room and id
             self._wake.notify()
         return stream
 
@@ -186,10 +181,7 @@ class Engine:
 
     def fail_requests(self, which: Callable[[Request], bool], message: str) -> None:
         """End every request ``which`` picks with an error saying ``message`` (call under the lock)."""
-        for req in [*self.scheduler.running.values(), *self.scheduler.waiting]:
-            if which(req):
-                self.scheduler.finish(req, FinishReason.ABORT)
-                self._send(req, [], RuntimeError(message))
+        self._books.fail(which, message)
 
     def shutdown(self) -> None:
         """Abort everything and stop the loop thread."""
@@ -232,7 +224,7 @@ class Engine:
                    and not self.scheduler.running):
                 self._wake.wait()
             if self._closed:
-                self._finish_all(FinishReason.ABORT)
+                self._books.end_all(FinishReason.ABORT)
                 self._ops.run_all(refuse=RuntimeError("engine is shut down"))
                 self._outbox.flush()
                 return None
@@ -257,32 +249,18 @@ class Engine:
                 self.runner.forward_seconds += pending.forward_seconds
                 self.recorder.record_step(batch, time.perf_counter() - start)
                 self.scheduler.ran(batch)
-                self._book(batch.sampled, tokens)
+                self._books.book(batch.sampled, tokens, self.recorder.steps)
         except Exception as exc:  # a failed step must not strand its requests, nor end the loop
             self._fail_step([c.req for c in batch.prefill] + batch.decode, exc)
             return
         self._failed_steps = 0
-
-    def _book(self, reqs: list[Request], tokens: list[int]) -> None:
-        """Each request's new token: appended, sent to its stream, and the request finished if it is done."""
-        step = self.recorder.steps
-        for req, token in zip(reqs, tokens):
-            if req.finished:  # aborted while the step ran
-                continue
-            if req.first_token_step is None:
-                req.first_token_step = step
-            done = self.scheduler.append_token(req, token)
-            if done:
-                req.finish_step = step
-            self._send(req, [] if req.finish_reason is FinishReason.STOP else [token])
 
     def _fail_step(self, reqs: list[Request], exc: Exception) -> None:
         """End a failed step's requests with its error; raise once steps keep failing."""
         with self._wake:
             for req in reqs:
                 if not req.finished:
-                    self.scheduler.finish(req, FinishReason.ERROR)
-                    self._send(req, [], RuntimeError(f"engine step failed: {exc}"))
+                    self._books.end(req, FinishReason.ERROR, RuntimeError(f"engine step failed: {exc}"))
         self._failed_steps += 1
         if self._failed_steps >= _FAILED_STEPS_FATAL:
             raise RuntimeError(f"{self._failed_steps} steps in a row failed, the last with: {exc}") from exc
@@ -303,22 +281,4 @@ class Engine:
 
     def _apply_aborts(self) -> None:
         while self._aborts:
-            req = self.scheduler.find(self._aborts.popleft())
-            if req is not None:
-                self.scheduler.finish(req, FinishReason.ABORT)
-                req.finish_step = self.recorder.steps
-                self._send(req, [])
-
-    def _finish_all(self, reason: FinishReason) -> None:
-        for req in list(self.scheduler.running.values()) + list(self.scheduler.waiting):
-            self.scheduler.finish(req, reason)
-            self._send(req, [])
-
-    def _send(self, req: Request, tokens: list[int], error: BaseException | None = None) -> None:
-        """Queue a step's tokens for the request's stream, with its end once it has finished (under the lock)."""
-        if req.finished and req.adapter is not None and self.adapter_registry is not None:
-            entry = self.adapter_registry.entries.get(req.adapter)
-            if entry is not None and req.adapter_slot is not None:
-                self.adapter_registry.release(entry)
-                req.adapter_slot = None
-        self._outbox.send(req, tokens, error)
+            self._books.abort(self._aborts.popleft(), self.recorder.steps)

@@ -6,13 +6,10 @@ in a device tensor, one row per slot, rewritten only when a table changes.
 A prefill runs prompt chunks (a whole prompt, or the part a cached prefix
 and earlier chunks left); only a prompt's last chunk samples a token.
 
-A decode step's inputs live in persistent buffers: the host writes one small
-packed int64 block (token, position, slot and the slice placement of every
-row) and copies it to the device in one transfer; everything else (each
-slot's key count, the attention mask, the sampling parameters) is derived on
-the device. The step's only device-to-host transfer is the sampled ids,
-started asynchronously so the engine can do host work while the device runs
-(`PendingTokens`).
+A decode step's inputs live in persistent buffers, written from one small
+block the host packs (`lyre.engine.step_inputs`) in one transfer; the step's
+only device-to-host transfer is the sampled ids, started asynchronously so
+the engine can do host work while the device runs (`lyre.engine.launch`).
 
 Two decode paths share that layout:
 
@@ -21,77 +18,38 @@ Two decode paths share that layout:
   groups of equal slices. The default, and the CPU's.
 - fixed-shape (``cuda_graphs``): rows padded to a bucket, attention over every
   slot, each row's slice cut from one projection of its constraint's whole
-  `SliceFamily`; no host figure inside, so it is captured in a CUDA graph
-  per bucket (`lyre.engine.graphs`) and replayed.
+  `SliceFamily` (`lyre.engine.slice_projection`); no host figure inside, so
+  it is captured in a CUDA graph per bucket (`lyre.engine.graphs`) and
+  replayed.
 """
 
 from __future__ import annotations
 
 import time
 from collections import defaultdict
-from typing import Protocol
 
 import torch
 
 from lyre.common.batching import bucket_for
 from lyre.engine.attention import (BlockDecode, BlockOwners, CachedAttention, FlexBlocks, FlexDecode, FreshPrefill,
                                    StepRows)
+from lyre.engine.batch import PrefillChunk
 from lyre.engine.block_tables import BlockTables
 from lyre.engine.config import EngineConfig
 from lyre.engine.constraint import SliceFamily, TokenSlice
 from lyre.engine.graphs import DecodeGraphs, batch_buckets
 from lyre.engine.kv_cache import KVCache
+from lyre.engine.launch import PendingTokens
+from lyre.engine.sampler import SamplingTensors, row_keys, sample
+from lyre.engine.sequence import Request
+from lyre.engine.slice_projection import SliceProjection
+from lyre.engine.step_inputs import ADAPTER, OFFSET, POSITION, SLOT, TOKEN, decode_fields, pack_decode, pack_prefill
 from lyre.models.llama import Llama
 from lyre.models.lora import LoraBank
-from lyre.engine.sampler import SamplingTensors, row_keys, sample
-from lyre.engine.scheduler import PrefillChunk
-from lyre.engine.sequence import Request
 
-__all__ = ["ModelRunner", "PendingTokens", "Runner"]
+__all__ = ["ModelRunner"]
 
 _KEY_ROUND = 64  # eager decode reads keys up to the longest row, rounded up to this (fewer distinct shapes)
-# Rows of the packed decode inputs (the LoRA slot is -1 for the base model); extras' flags follow.
-_TOKEN, _POSITION, _SLOT, _ADAPTER, _OFFSET = range(5)
-
-
-class Pending(Protocol):
-    forward_seconds: float  # the step's compute time, once `tokens` has returned
-
-    def tokens(self) -> list[int]: ...
-
-
-class Runner(Protocol):
-    """What the engine's loop needs of a runner: `ModelRunner`, or a stand-in that makes no tensors."""
-
-    vocab_size: int
-    kv_cache_bytes: int
-    kv_blocks: int  # blocks in the KV cache's pool
-    block_size: int  # positions per block
-    forward_seconds: float  # cumulative, kept by the engine
-
-    def launch(self, prefill: list[PrefillChunk], decode: list[Request]) -> Pending: ...
-
-
-class PendingTokens:
-    """A step's sampled ids on their way to the host; `tokens` waits for them."""
-
-    def __init__(self, ids: torch.Tensor, host: torch.Tensor, started: float,
-                 events: tuple[torch.cuda.Event, torch.cuda.Event] | None) -> None:
-        self._host = host[: len(ids)]
-        self._host.copy_(ids, non_blocking=True)
-        self._events = events
-        self._done = torch.cuda.Event() if events is not None else None
-        if self._done is not None:
-            self._done.record()
-        # Off CUDA the work ran inside the launch; on CUDA the events time it once it is done.
-        self.forward_seconds = time.perf_counter() - started
-
-    def tokens(self) -> list[int]:
-        if self._done is not None:
-            self._done.synchronize()
-            assert self._events is not None
-            self.forward_seconds = self._events[0].elapsed_time(self._events[1]) / 1000.0
-        return self._host.tolist()
 
 
 class ModelRunner:
@@ -129,22 +87,20 @@ class ModelRunner:
         self.drawn = torch.zeros(n, dtype=torch.long, device=device)  # tokens drawn so far, per slot
         self.full_vocab = TokenSlice(0, vocab)
         self.family = family or SliceFamily(0, vocab, vocab)
-        self._slice_ids: dict[TokenSlice, torch.Tensor] = {}
+        self.slices = SliceProjection(model, self.family)
         self._exact = device.type == "cuda"  # the small-nucleus shortcut asks the device a question
         # Persistent decode inputs and outputs.
-        fields = _OFFSET + 1 + len(self.family.extras)
+        fields = decode_fields(self.family)
         cuda = device.type == "cuda"
         self._host_rows = torch.zeros(fields, slots, dtype=torch.long, pin_memory=cuda)
         self._rows = torch.zeros(fields, slots, dtype=torch.long, device=device)
-        self._rows[_SLOT] = self.spare
-        self._rows[_ADAPTER] = -1
+        self._rows[SLOT] = self.spare
+        self._rows[ADAPTER] = -1
         self.max_blocks = -(-config.max_seq_len // self.cache.block_size)
         self.tables = BlockTables(n, self.max_blocks, self.cache.block_size, self.cache.trash, device)
         self._slot_lengths = torch.zeros(n, dtype=torch.int32, device=device)  # flex's mask
         self._out = torch.zeros(slots, dtype=torch.long, device=device)
         self._host_out = torch.zeros(2 * slots, dtype=torch.long, pin_memory=cuda)
-        self._family_ids = torch.cat((torch.arange(self.family.lo, self.family.hi),
-                                      torch.tensor(self.family.extras, dtype=torch.long))).to(device)
         self.flex = FlexBlocks(n, self.cache) if self.attention == "flex" else None
         self.buckets = batch_buckets(config.compute_batch or slots)
         self.fixed_shape = config.cuda_graphs if fixed_shape is None else fixed_shape
@@ -200,19 +156,8 @@ class ModelRunner:
                 self._claim(chunk.req)
         reqs = [c.req for c in chunks]
         self.tables.sync(reqs)
-        size, trash = self.cache.block_size, self.cache.trash
-        lengths = [c.end - c.start for c in chunks]
-        width = max(lengths)
-        tokens = torch.zeros(len(chunks), width, dtype=torch.long)
-        # Padding writes to the trash block, at positions that stay inside the RoPE table.
-        positions = torch.zeros(len(chunks), width, dtype=torch.long)
-        where = torch.full((len(chunks), width), trash * size, dtype=torch.long)
-        for i, c in enumerate(chunks):
-            assert c.req.kv is not None
-            tokens[i, : lengths[i]] = torch.tensor(c.req.tokens[c.start : c.end])
-            at = torch.arange(c.start, c.end)
-            positions[i, : lengths[i]] = at
-            where[i, : lengths[i]] = torch.tensor(c.req.kv.blocks)[at // size] * size + at % size
+        size = self.cache.block_size
+        tokens, positions, where = pack_prefill(chunks, size, self.cache.trash)
         slots = torch.tensor([r.slot for r in reqs], device=self.device)
         where = where.view(-1).to(self.device)
         if all(c.start == 0 for c in chunks):
@@ -222,14 +167,14 @@ class ModelRunner:
             context = CachedAttention(self.cache, StepRows(where, self.tables.device[slots, :n],
                                                            torch.tensor([c.start for c in chunks], device=self.device),
                                                            torch.tensor([c.end for c in chunks], device=self.device)),
-                                      width)
+                                      tokens.shape[1])
         self._use_adapters(reqs)
         out = self.model(tokens.to(self.device), positions.to(self.device), context)
         final = [i for i, c in enumerate(chunks) if c.final]
         if not final:
             return self._out[:0]
         rows = torch.tensor(final, device=self.device)
-        last = torch.tensor([lengths[i] - 1 for i in final], device=self.device)
+        last = torch.tensor([chunks[i].end - chunks[i].start - 1 for i in final], device=self.device)
         return self._sample_groups([reqs[i] for i in final], slots[rows], out[rows, last])
 
     def _decode(self, reqs: list[Request]) -> torch.Tensor:
@@ -247,17 +192,17 @@ class ModelRunner:
             else:
                 self._decode_fixed(rows)
             return self._out[:n]
-        slots = self._rows[_SLOT, :n]
+        slots = self._rows[SLOT, :n]
         self._use_adapters(reqs)
         if self.flex is None and self.device.type == "cpu":  # read in place, block by block
             owners = BlockOwners.of(self.tables.host[[r.slot for r in reqs]],  # type: ignore[misc]
                                     torch.tensor([r.num_tokens for r in reqs]), self.cache.block_size)
             context: CachedAttention | FlexDecode | BlockDecode = BlockDecode(
-                self.cache, self.tables.where(self.tables.device[slots], self._rows[_POSITION, :n]), owners)
+                self.cache, self.tables.where(self.tables.device[slots], self._rows[POSITION, :n]), owners)
         else:
             key_len = -(-max(r.num_tokens for r in reqs) // _KEY_ROUND) * _KEY_ROUND
             context = self._decode_context(n, min(-(-key_len // self.cache.block_size), self.max_blocks))
-        hidden = self.model(self._rows[_TOKEN, :n, None], self._rows[_POSITION, :n, None], context)[:, 0]
+        hidden = self.model(self._rows[TOKEN, :n, None], self._rows[POSITION, :n, None], context)[:, 0]
         return self._sample_groups(reqs, slots, hidden)
 
     def _use_adapters(self, reqs: list[Request]) -> None:
@@ -271,24 +216,12 @@ class ModelRunner:
 
     def _write_rows(self, reqs: list[Request], rows: int, with_slices: bool) -> None:
         """Pack rows [0, rows) (padding after the requests) and copy them to the device in one transfer."""
-        n, spare = len(reqs), self.spare
-        packed = [[r.output_ids[-1] for r in reqs], [r.num_tokens - 1 for r in reqs], [r.slot for r in reqs],
-                  [-1 if r.adapter_slot is None else r.adapter_slot for r in reqs]]
-        if with_slices:
-            placed = [self.family.place(r.constraint.allowed(len(r.output_ids)) if r.constraint else self.full_vocab)
-                      for r in reqs]
-            packed.append([offset for offset, _ in placed])
-            packed.extend([int(flags[e]) for _, flags in placed] for e in range(len(self.family.extras)))
-        host = self._host_rows
-        host[: len(packed), :n] = torch.tensor(packed, dtype=torch.long)
-        host[:, n:rows] = 0
-        host[_SLOT, n:rows] = spare
-        host[_ADAPTER, n:rows] = -1
-        self._rows[:, :rows].copy_(host[:, :rows], non_blocking=True)
+        pack_decode(self._host_rows, reqs, rows, self.spare, self.family if with_slices else None, self.full_vocab)
+        self._rows[:, :rows].copy_(self._host_rows[:, :rows], non_blocking=True)
 
     def _decode_context(self, rows: int, blocks: int) -> CachedAttention | FlexDecode:
         """Attention for decode rows [0, rows) of the persistent inputs, reading ``blocks`` blocks a row."""
-        slots, positions = self._rows[_SLOT, :rows], self._rows[_POSITION, :rows]
+        slots, positions = self._rows[SLOT, :rows], self._rows[POSITION, :rows]
         tables = self.tables.device[slots, :blocks]  # (rows, blocks)
         where = self.tables.where(tables, positions)
         if self.flex is not None:
@@ -299,29 +232,14 @@ class ModelRunner:
 
     def _decode_fixed(self, rows: int) -> None:
         """Rows [0, rows) of the persistent inputs -> ids in ``_out[:rows]``. No host figure: capturable."""
-        slots = self._rows[_SLOT, :rows]
+        slots = self._rows[SLOT, :rows]
         if self.bank is not None:  # always on in a fixed-shape step: a base row's mask is all zeros
-            self.bank.use(self.bank.row_mask(self._rows[_ADAPTER, :rows]))
+            self.bank.use(self.bank.row_mask(self._rows[ADAPTER, :rows]))
         context = self._decode_context(rows, self.max_blocks)
-        hidden = self.model(self._rows[_TOKEN, :rows, None], self._rows[_POSITION, :rows, None], context)[:, 0]
-        family = self.family
-        union = self.model.logits(hidden, family.lo, family.hi)  # (rows, hi - lo)
-        columns = self._rows[_OFFSET, :rows, None] + torch.arange(family.width, device=self.device)  # (rows, W)
-        logits = [union.gather(1, columns)]
-        seen = [self.seen[slots, family.lo : family.hi].gather(1, columns)]
-        in_slice = family.lo + self._rows[_OFFSET, :rows]  # (rows,) first id of each row's slice
-        if family.extras:
-            extra_ids = self._family_ids[family.hi - family.lo :]  # (E,)
-            ok = self._rows[_OFFSET + 1 :, :rows].T.bool()  # (rows, E)
-            extra = (hidden @ self.model.output_weight[extra_ids].T).float()
-            logits.append(extra.masked_fill(~ok, float("-inf")))
-            seen.append(self.seen[slots[:, None], extra_ids[None, :]])
-        choice = sample(torch.cat(logits, dim=-1), torch.cat(seen, dim=-1), self._params(slots), exact=True)
-        if family.extras:
-            picked = torch.where(choice < family.width, in_slice + choice,
-                                 extra_ids[(choice - family.width).clamp(min=0)])
-        else:
-            picked = in_slice + choice
+        hidden = self.model(self._rows[TOKEN, :rows, None], self._rows[POSITION, :rows, None], context)[:, 0]
+        offsets = self._rows[OFFSET, :rows]
+        logits, seen = self.slices.family_logits(hidden, self.seen, slots, offsets, self._rows[OFFSET + 1 :, :rows])
+        picked = self.slices.family_ids(sample(logits, seen, self._params(slots), exact=True), offsets)
         self._record(slots, picked)
         self._out[:rows] = picked
 
@@ -347,33 +265,11 @@ class ModelRunner:
             groups[allowed].append(row)
         tokens = torch.empty(len(reqs), dtype=torch.long, device=self.device)
         for allowed, rows in groups.items():
-            ids = self._ids(allowed)
             row_index = torch.tensor(rows, device=self.device)
-            slots, group_hidden = all_slots[row_index], hidden[row_index]
-            logits = self.model.logits(group_hidden, allowed.start, allowed.stop)
-            if allowed.extra:
-                extra = group_hidden @ self.model.output_weight[ids[-len(allowed.extra):]].T
-                logits = torch.cat((logits, extra.float()), dim=-1)
-            choice = sample(logits, self._seen(slots, allowed), self._params(slots), exact=self._exact)
-            tokens[row_index] = ids[choice]
+            slots = all_slots[row_index]
+            logits = self.slices.logits(hidden[row_index], allowed)
+            choice = sample(logits, self.slices.history(self.seen, slots, allowed), self._params(slots),
+                            exact=self._exact)
+            tokens[row_index] = self.slices.ids(allowed)[choice]
         self._record(all_slots, tokens)
         return tokens
-
-    def _seen(self, slots: torch.Tensor, allowed: TokenSlice) -> torch.Tensor:
-        """(N, slice size) history mask of ``slots`` over the slice's ids."""
-        seen = self.seen[slots, allowed.start : allowed.stop]
-        if allowed.extra:
-            seen = torch.cat((seen, self.seen[slots][:, list(allowed.extra)]), dim=-1)
-        return seen
-
-    def _ids(self, allowed: TokenSlice) -> torch.Tensor:
-        """Token ids of a slice, in the column order of its logits; cached per slice."""
-        ids = self._slice_ids.get(allowed)
-        if ids is None:
-            if allowed.stop > self.vocab_size or any(t >= self.vocab_size for t in allowed.extra):
-                raise ValueError(f"constraint slice {allowed} exceeds the vocabulary ({self.vocab_size})")
-            ids = torch.cat(
-                (torch.arange(allowed.start, allowed.stop), torch.tensor(allowed.extra, dtype=torch.long))
-            ).to(self.device)
-            self._slice_ids[allowed] = ids
-        return ids

@@ -28,22 +28,22 @@ minus now. Each step the scheduler
 
 A stream is behind while its slack is negative; each time one falls behind
 counts one deadline miss. ``fcfs`` advances every resident request each step,
-in admission order (the behaviour to compare against).
+in admission order (the behaviour to compare against). The marks and the
+order of preemption are the policy's (`lyre.engine.scheduling_policy`); the
+step's work goes out as a `ScheduledBatch` (`lyre.engine.batch`).
 """
 
 from __future__ import annotations
 
 import time
 from collections import deque
-from dataclasses import dataclass, field
 
+from lyre.engine.batch import PrefillChunk, ScheduledBatch
 from lyre.engine.block_manager import BlockManager
+from lyre.engine.scheduling_policy import SchedulingPolicy, expendability
 from lyre.engine.sequence import FinishReason, Request, RequestStatus
 
-__all__ = ["SCHEDULERS", "EngineFull", "PrefillChunk", "RequestTooLong", "ScheduledBatch", "Scheduler",
-           "SchedulingPolicy"]
-
-SCHEDULERS = ("deadline", "fcfs")
+__all__ = ["EngineFull", "RequestTooLong", "Scheduler"]
 
 
 class RequestTooLong(ValueError):
@@ -52,58 +52,6 @@ class RequestTooLong(ValueError):
 
 class EngineFull(RuntimeError):
     """The waiting queue is at its limit; the caller should retry later."""
-
-
-@dataclass(frozen=True)
-class SchedulingPolicy:
-    """How the compute batch is chosen among resident requests."""
-
-    kind: str = "deadline"  # one of SCHEDULERS
-    compute_batch: int | None = None  # rows advanced per step; None: every resident request
-    park_above_s: float = 2.0  # slack above which a stream leaves the compute batch
-    unpark_below_s: float = 1.0  # slack below which a parked stream comes back
-
-    def __post_init__(self) -> None:
-        if self.kind not in SCHEDULERS:
-            raise ValueError(f"scheduler must be one of {', '.join(SCHEDULERS)}, got {self.kind!r}")
-        if self.compute_batch is not None and self.compute_batch < 1:
-            raise ValueError(f"compute_batch must be >= 1, got {self.compute_batch}")
-        if not 0 <= self.unpark_below_s < self.park_above_s:
-            raise ValueError(f"need 0 <= unpark_below_s < park_above_s, got {self.unpark_below_s}, "
-                             f"{self.park_above_s}")
-
-
-@dataclass(frozen=True)
-class PrefillChunk:
-    """Positions [start, end) of a request's tokens, run this step; the last chunk samples its next token."""
-
-    req: Request
-    start: int
-    end: int
-
-    @property
-    def final(self) -> bool:
-        return self.end == self.req.num_tokens
-
-    @property
-    def first(self) -> bool:
-        """The first chunk since admission (what the cached prefix did not cover)."""
-        assert self.req.kv is not None
-        return self.start == self.req.kv.reused
-
-
-@dataclass
-class ScheduledBatch:
-    prefill: list[PrefillChunk] = field(default_factory=list)  # prompt chunks run this step
-    decode: list[Request] = field(default_factory=list)  # prefilled, advanced one token this step
-
-    def __bool__(self) -> bool:
-        return bool(self.prefill or self.decode)
-
-    @property
-    def sampled(self) -> list[Request]:
-        """The requests that get a token this step, in the runner's order: final chunks, then decode rows."""
-        return [c.req for c in self.prefill if c.final] + self.decode
 
 
 class Scheduler:
@@ -207,25 +155,13 @@ class Scheduler:
             assert req.kv is not None
             while not self.blocks.grow(req.kv, req.num_tokens):
                 victim = max((r for r in self.running.values() if r not in kept),
-                             key=lambda r: self._expendability(r, now))
+                             key=lambda r: expendability(r, now))
                 self._preempt(victim)
                 if victim is req:
                     break
             else:
                 kept.append(req)
         return kept
-
-    @staticmethod
-    def _expendability(req: Request, now: float) -> tuple[int, float, float]:
-        """Higher: better to preempt. A whole file (nobody listening live), then the stream with the most
-        slack, then one waiting for its first audio; the latest admitted first among equals."""
-        if req.pace is None:
-            tier, slack = 2, 0.0
-        elif req.deadline is None:
-            tier, slack = 0, 0.0
-        else:
-            tier, slack = 1, req.deadline - now
-        return tier, slack, req.admitted_at or 0.0
 
     def _preempt(self, req: Request) -> None:
         self._leave(req)
@@ -258,7 +194,7 @@ class Scheduler:
             else:
                 slack = req.deadline - now
                 self.slacks.append(slack)
-                self._track(req, slack, park=deadline)
+                self._track(req, slack)
                 if not req.parked:
                     streams.append((slack, req))
         if not deadline:  # every resident request, in admission order (the slack is still counted)
@@ -266,14 +202,9 @@ class Scheduler:
         streams.sort(key=lambda pair: pair[0])
         return (first_audio + [req for _, req in streams] + background)[: self.compute_batch]
 
-    def _track(self, req: Request, slack: float, park: bool) -> None:
-        """Hysteresis for parking (on the slack past what the consumer still holds in flight);
-        counting a miss each time a stream falls behind."""
-        usable = slack - req.lag_s
-        if req.parked and usable < self.policy.unpark_below_s:
-            req.parked = False
-        elif park and not req.parked and usable > self.policy.park_above_s:
-            req.parked = True
+    def _track(self, req: Request, slack: float) -> None:
+        """Park or unpark the stream as the policy says; count a miss each time it falls behind."""
+        req.parked = self.policy.parked(req, slack)
         if slack < 0:
             self.behind += 1
             if not req.behind:
@@ -293,8 +224,7 @@ class Scheduler:
             return None
         if not all(req.parked for req in self.running.values()):
             return None
-        back = min(req.deadline - req.lag_s - self.policy.unpark_below_s  # type: ignore[operator]
-                   for req in self.running.values())
+        back = min(self.policy.due_back(req) for req in self.running.values())
         return max(0.0, back - now)
 
     @property

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING
 from lyre.engine.block_manager import CacheStats
 
 if TYPE_CHECKING:
-    from lyre.engine.scheduler import ScheduledBatch, Scheduler
+    from lyre.engine.batch import ScheduledBatch
+    from lyre.engine.scheduler import Scheduler
 
 __all__ = ["EngineStats", "StatsRecorder", "slack_percentiles"]
 

@@ -13,7 +13,8 @@ import pytest
 from gpu_machine import ROOT, normalize, run_as_on_the_machine, wheel_pins
 from lyre.models.demo import DemoPaths
 from lyre.models.loader import load_llama
-from lyre.engine.runner import _POSITION, ModelRunner
+from lyre.engine.runner import ModelRunner
+from lyre.engine.step_inputs import POSITION as _POSITION
 
 
 def test_the_wheels_are_the_versions_the_tests_run() -> None:

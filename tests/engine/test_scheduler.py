@@ -6,7 +6,8 @@ import pytest
 
 from lyre.engine.block_manager import BlockManager
 from lyre.engine.sampling import SamplingParams
-from lyre.engine.scheduler import EngineFull, RequestTooLong, Scheduler, SchedulingPolicy
+from lyre.engine.scheduler import EngineFull, RequestTooLong, Scheduler
+from lyre.engine.scheduling_policy import SchedulingPolicy
 from lyre.engine.sequence import FinishReason, Request, RequestStatus
 
 
