@@ -15,6 +15,7 @@ times a speech stream's segments as they end.
 from lyre.stt.agreement import LocalAgreement
 from lyre.stt.align import AlignedWord, Alignment
 from lyre.stt.audio import SAMPLE_RATE, AudioError, AudioTooLong, PcmResampler, decode_file
+from lyre.stt.job_queue import TranscriberBusy, TranscriberClosed
 from lyre.stt.model import demo_whisper, resolve_whisper
 from lyre.stt.phone_align import PhoneAligner, PhoneAlignerBusy, PhoneAlignerStats, PhoneAlignmentFailed
 from lyre.stt.realtime import RealtimeConfig, RealtimeSession, TurnListener
@@ -26,8 +27,6 @@ from lyre.stt.transcriber import (
     STTConfig,
     STTStats,
     Transcriber,
-    TranscriberBusy,
-    TranscriberClosed,
     TranscriptionFailed,
 )
 from lyre.stt.vad import SpeechEvent, StreamingVAD, VADConfig
