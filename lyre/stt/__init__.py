@@ -18,7 +18,7 @@ from lyre.stt.audio import SAMPLE_RATE, AudioError, AudioTooLong, PcmResampler, 
 from lyre.stt.job_queue import TranscriberBusy, TranscriberClosed
 from lyre.stt.model import demo_whisper, resolve_whisper
 from lyre.stt.phone_align import PhoneAligner, PhoneAlignerBusy, PhoneAlignerStats, PhoneAlignmentFailed
-from lyre.stt.realtime import RealtimeConfig, RealtimeSession, TurnListener
+from lyre.stt.realtime import RealtimeConfig, RealtimeSession
 from lyre.stt.realtime_events import DEFAULT_MODEL, RealtimeError, error_event
 from lyre.stt.transcriber import (
     MAX_ALIGN_SECONDS,
@@ -29,6 +29,7 @@ from lyre.stt.transcriber import (
     Transcriber,
     TranscriptionFailed,
 )
+from lyre.stt.turns import TurnListener
 from lyre.stt.vad import SpeechEvent, StreamingVAD, VADConfig
 from lyre.stt.word_timer import WordAligner, WordTimer
 from lyre.stt.words import written_words
