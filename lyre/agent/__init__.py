@@ -7,9 +7,10 @@ may start speculatively at a possible end of turn. No transport here: the
 server feeds it the socket's events.
 """
 
+from lyre.agent.end_of_turn import EndOfTurn
 from lyre.agent.events import AgentSettings
 from lyre.agent.reply import Reply, ReplySpec
-from lyre.agent.session import AgentConfig, AgentSession, EndOfTurn
+from lyre.agent.session import AgentConfig, AgentSession
 from lyre.agent.smart_turn import SmartTurn, find_smart_turn
 from lyre.agent.think import LocalThinker, RemoteThinker, ThinkError, Thinker, ToolCallDelta
 

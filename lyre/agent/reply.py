@@ -7,12 +7,11 @@
     await reply.done            # the reply's end, whichever it was
 
 A held reply (started speculatively, before the turn is confirmed) emits
-nothing: its events, audio deltas included, wait in order until `release`, so
-a reply thrown away was never seen. Speculative replies send text to speech
-only once ``first_sentences`` sentences are written (or the reply ends), so a
-reply cancelled early costs little speech work. Text goes to the client as the
-audio transcript as it goes to speech; with tools, function calls come out as
-function_call items after the message.
+nothing until `release` (lyre.agent.response_events). Speculative replies send
+text to speech only once ``first_sentences`` sentences are written (or the
+reply ends), so a reply cancelled early costs little speech work. Text goes to
+the client as the audio transcript as it goes to speech; with tools, function
+calls come out as function_call items after the message.
 """
 
 from __future__ import annotations
@@ -32,8 +31,9 @@ from lyre.agent.calls import ToolCalls
 from lyre.agent.events import EventNames, new_id
 from lyre.agent.gate import SentenceGate
 from lyre.agent.heard import heard_words
+from lyre.agent.response_events import ResponseEvents
 from lyre.agent.think import ThinkError, Thinker, ToolCallDelta
-from lyre.stt import AlignedWord, RealtimeError, WordAligner, error_event
+from lyre.stt import AlignedWord, WordAligner
 from lyre.tts import SpeechOptions, Synthesizer
 
 __all__ = ["Reply", "ReplySpec", "ReplyTimes"]
@@ -96,19 +96,11 @@ class Reply:
         self.status = "in_progress"
         self.error: str | None = None
         self.times = ReplyTimes()
-        self.held = spec.held
-        self._emit_now = emit
-        self._pending: list[dict[str, Any]] = []
-        self._audio_out_at: float | None = None  # perf_counter() when the client got its first audio
+        self._events = ResponseEvents(self.id, self.item_id, spec.names, emit, spec.held)
         self._gate = SentenceGate(spec.first_sentences)
         self._speaking: Any = None  # the speech stream, while text may go to it
         self._stream: Any = None  # the speech stream, from its start (its segments tell which text is where)
         self._pcm: list[np.ndarray] = []  # the reply's audio, kept to find which words were heard
-        self._where: dict[str, Any] = {"response_id": self.id, "item_id": self.item_id, "output_index": 0,
-                                       "content_index": 0}
-        self._message: dict[str, Any] = {"id": self.item_id, "type": "message", "role": "assistant",
-                                         "status": "in_progress", "content": []}
-        self._opened = False  # response.created is out (or held)
         self._calls = ToolCalls(spec.tools)
         self._task: asyncio.Task[None] | None = None
         self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -124,11 +116,8 @@ class Reply:
         """Let the held events out, in order, and send the rest as they come."""
         if not self.held:
             return
-        self.held = False
         self.times.released = time.perf_counter()
-        pending, self._pending = self._pending, []
-        for event in pending:
-            self._out(event)
+        self._events.release()
         # The turn is confirmed: the reply will be heard, so the text held for the first sentences goes to
         # speech now rather than when they are complete.
         if self._speaking is not None and (text := self._gate.open()):
@@ -140,6 +129,11 @@ class Reply:
             self._task.cancel()
 
     @property
+    def held(self) -> bool:
+        """Its events are kept back: a speculative reply not yet released."""
+        return self._events.held
+
+    @property
     def over(self) -> bool:
         return self.done.done()
 
@@ -149,9 +143,9 @@ class Reply:
 
     def played_ms(self) -> float:
         """How much of the audio the client can have played by now, at real time from its first delta."""
-        if self._audio_out_at is None:
+        if (out_at := self._events.audio_out_at) is None:
             return 0.0
-        return min(self.audio_ms, 1000 * (time.perf_counter() - self._audio_out_at))
+        return min(self.audio_ms, 1000 * (time.perf_counter() - out_at))
 
     async def heard(self, heard_ms: float, aligner: WordAligner) -> tuple[str, list[AlignedWord]]:
         """What the listener heard in the reply's first ``heard_ms``, by its words (lyre.agent.heard)."""
@@ -160,22 +154,8 @@ class Reply:
 
     # -- the work --
 
-    def _send(self, kind: str, **fields: Any) -> None:
-        self._put({"type": kind, "event_id": new_id("event"), **fields})
-
-    def _put(self, event: dict[str, Any]) -> None:
-        if self.held:
-            self._pending.append(event)
-        else:
-            self._out(event)
-
-    def _out(self, event: dict[str, Any]) -> None:
-        if self._audio_out_at is None and event["type"] == self.spec.names.audio_delta:
-            self._audio_out_at = time.perf_counter()
-        self._emit_now(event)
-
     async def _run(self) -> None:
-        self._open()
+        self._events.open(self._object())
         try:
             async with self._admit():
                 await self._speak()
@@ -199,22 +179,12 @@ class Reply:
                 exc = task.exception()
                 log.error("reply %s ended without finishing", self.id, exc_info=exc)
                 self.status, self.error = "failed", f"{type(exc).__name__}: {exc}" if exc else "ended early"
-            if not self._opened:  # the client asked for it: it opens and closes like any other
-                self._open()
+            if not self._events.opened:  # the client asked for it: it opens and closes like any other
+                self._events.open(self._object())
             self._finish()
         finally:
             if not self.done.done():  # whatever happened above, the session must not wait for ever
                 self.done.set_result(None)
-
-    def _open(self) -> None:
-        names = self.spec.names
-        self._opened = True
-        self._send("response.created", response=self._object())
-        # Copies: the message changes as the reply ends, perhaps before these events are written out.
-        self._send("response.output_item.added", response_id=self.id, output_index=0, item=dict(self._message))
-        self._send(names.item_added, item=dict(self._message), previous_item_id=None)
-        part = {"type": names.audio_part, "transcript": ""}
-        self._send("response.content_part.added", **self._where, part=part)
 
     async def _speak(self) -> None:
         gate = self._gate
@@ -256,7 +226,7 @@ class Reply:
             self.times.to_speech = time.perf_counter()
         stream.push(text)
         self.text += text
-        self._send(self.spec.names.transcript_delta, **self._where, delta=text)
+        self._events.send(self.spec.names.transcript_delta, **self._events.where, delta=text)
 
     async def _audio(self, stream: Any) -> None:
         async for chunk in stream:
@@ -265,36 +235,19 @@ class Reply:
             pcm = chunk.astype("<i2", copy=False).tobytes()
             self._pcm.append(chunk)
             self.audio_samples += len(chunk)
-            self._send(self.spec.names.audio_delta, **self._where, delta=base64.b64encode(pcm).decode("ascii"))
+            self._events.send(self.spec.names.audio_delta, **self._events.where,
+                              delta=base64.b64encode(pcm).decode("ascii"))
 
     def _call_delta(self, piece: ToolCallDelta) -> None:
         if (streamed := self._calls.push(piece)) is not None:
             call, position, delta = streamed
-            self._send("response.function_call_arguments.delta", response_id=self.id, item_id=call["id"],
-                       output_index=1 + position, call_id=call["call_id"], delta=delta)
+            self._events.send("response.function_call_arguments.delta", response_id=self.id, item_id=call["id"],
+                              output_index=1 + position, call_id=call["call_id"], delta=delta)
 
     def _finish(self) -> None:
-        names, where, message = self.spec.names, self._where, self._message
-        finished = "completed" if self.status == "completed" else "incomplete"
-        content = {"type": names.audio_part, "transcript": self.text}
-        if self.status == "completed":
-            self._send(names.audio_done, **where)
-            self._send(names.transcript_done, **where, transcript=self.text)
-            self._send("response.content_part.done", **where, part=content)
-        message.update(status=finished, content=[content])
-        self._send("response.output_item.done", response_id=self.id, output_index=0, item=message)
-        self._send("conversation.item.done", item=message)
         self.calls, unknown = self._calls.finished()
-        for name in unknown:  # not the client's to run: told, never called
-            self._put(error_event(RealtimeError(f"response {self.id}: the model called {name!r}, not one of the "
-                                                "session's tools; the call was dropped", "unknown_tool",
-                                                kind="server_error")))
-        for index, call in enumerate(self.calls, start=1):
-            self._send("response.output_item.added", response_id=self.id, output_index=index, item=call)
-            self._send("response.function_call_arguments.done", response_id=self.id, item_id=call["id"],
-                       output_index=index, call_id=call["call_id"], name=call["name"], arguments=call["arguments"])
-            self._send("response.output_item.done", response_id=self.id, output_index=index, item=call)
-        self._send("response.done", response=self._object([message, *self.calls]))
+        self._events.close(self.status == "completed", self.text, self.calls, unknown)
+        self._events.send("response.done", response=self._object([self._events.message, *self.calls]))
         if not self.done.done():
             self.done.set_result(None)
 

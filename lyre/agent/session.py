@@ -9,21 +9,12 @@ input_audio_buffer events go to it, and its speech, commit and transcription
 events go out as they are. On top, this session keeps the conversation (user
 transcripts, assistant replies cut to what was heard, function calls and their
 outputs), and answers each detected turn with a `Reply`: at the VAD's full
-silence, or earlier when the semantic end-of-turn model is sure, or before
-that, held, at a possible end of turn (lyre.agent.speculation). Client events
-are read and checked by lyre.agent.client_events, which calls this session's
-actions (`update`, `add_item`, `truncate`, `respond`, `cancel_response`).
-
-Barge-in: speech starting while a released reply is still playing cancels it
-(``interrupt_response``), and the assistant item keeps the text of the audio
-the client had time to play (by the server's playback clock, or the client's
-own ``conversation.item.truncate``): the words that end by then, placed in the
-audio by forced alignment of the one segment playing at the cut (until that
-is done, a cut by the text's length stands in). A truncation's
-``conversation.item.truncated`` goes out at once; when the words are placed,
-lyre's own ``lyre.conversation.item.heard`` follows with them (``transcript``,
-what the history now holds, and ``words``), unless the item was cut elsewhere
-meanwhile: a later cut is never overwritten by an earlier one's words.
+silence, or earlier when the semantic end-of-turn model is sure
+(lyre.agent.end_of_turn), or before that, held, at a possible end of turn
+(lyre.agent.speculation). Client events are read and checked by
+lyre.agent.client_events, which calls this session's actions (`update`,
+`add_item`, `truncate`, `respond`, `cancel_response`). Barge-in, and each
+reply kept in the history cut to what was heard: lyre.agent.replies.
 """
 
 from __future__ import annotations
@@ -39,30 +30,19 @@ import numpy as np
 
 from lyre.agent.client_events import ClientEvents
 from lyre.agent.conversation import Conversation, item_object
+from lyre.agent.end_of_turn import EndOfTurn, confirm_end
 from lyre.agent.events import BETA, AgentSettings, new_id, session_object
-from lyre.agent.heard import SpokenReplies, word_objects
+from lyre.agent.replies import Replies
 from lyre.agent.reply import Reply, ReplySpec
 from lyre.agent.speculation import Speculator
 from lyre.agent.think import Thinker
-from lyre.stt import (
-    AlignedWord,
-    PcmResampler,
-    RealtimeConfig,
-    RealtimeError,
-    RealtimeSession,
-    Transcriber,
-    WordAligner,
-    error_event,
-)
+from lyre.stt import PcmResampler, RealtimeConfig, RealtimeError, RealtimeSession, Transcriber, WordAligner, error_event
 from lyre.stt.realtime_events import session_object as heard_object
 from lyre.stt.utterances import Utterance
 from lyre.stt.whisper import Transcript
 from lyre.tts import Synthesizer
 
-__all__ = ["AgentConfig", "AgentSession", "EndOfTurn"]
-
-EndOfTurn = Callable[[np.ndarray], Awaitable[float]]  # 16 kHz audio -> probability the turn is over
-_SPOKEN_KEPT = 8  # replies whose audio is kept for a later conversation.item.truncate
+__all__ = ["AgentConfig", "AgentSession"]
 
 
 @dataclass(frozen=True)
@@ -89,9 +69,7 @@ class AgentSession:
         self.config = config
         self.settings = AgentSettings()
         self.conversation = Conversation()
-        self.reply: Reply | None = None  # the reply the client hears (or is about to)
         self._stt = transcriber
-        self._aligner: WordAligner = aligner if aligner is not None else transcriber
         self._tts = tts
         self._thinker = thinker
         self._emit = emit
@@ -101,7 +79,8 @@ class AgentSession:
         self._untranscribed: set[str] = set()  # committed utterances whose final pass is still running
         self._reply_when_transcribed = False  # a response.create waits for them
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._spoken = SpokenReplies(_SPOKEN_KEPT)
+        self._replies = Replies(self.conversation, aligner if aligner is not None else transcriber, self._send,
+                                self.report, self._spawn)
         self._speculator = Speculator(self._think_ahead, self._spawn)
         self.ear = RealtimeSession(transcriber, self._heard, config.realtime, listener=self)
         self._events = ClientEvents(self, self.ear.config.max_message_bytes)
@@ -111,6 +90,11 @@ class AgentSession:
     def busy(self) -> bool:
         """Something is running the client may be waiting for: a pass, or a reply."""
         return self.ear.busy or (self.reply is not None and not self.reply.over)
+
+    @property
+    def reply(self) -> Reply | None:
+        """The reply the client hears (or is about to)."""
+        return self._replies.current
 
     @property
     def wasted(self) -> int:
@@ -182,20 +166,7 @@ class AgentSession:
         self._send("conversation.item.done", item=shown, previous_item_id=previous)
 
     def truncate(self, item_id: object, content_index: object, audio_end_ms: object) -> None:
-        self.conversation.truncate(item_id, content_index, audio_end_ms)
-        # At once: placing the words may take a while, or never happen (no aligner, or it fails).
-        self._send("conversation.item.truncated", item_id=item_id, content_index=content_index,
-                   audio_end_ms=audio_end_ms)
-        reply = self._spoken.get(item_id)
-        if reply is None or audio_end_ms >= reply.audio_ms:  # type: ignore[operator]  # nothing to place
-            return
-
-        async def placed() -> None:  # the socket reads on meanwhile
-            text, words, kept = await self._cut_by_words(reply, float(audio_end_ms))  # type: ignore[arg-type]
-            if kept:
-                self._send("lyre.conversation.item.heard", item_id=item_id, content_index=content_index,
-                           audio_end_ms=audio_end_ms, transcript=text, words=word_objects(words))
-        self._spawn(placed())
+        self._replies.truncate(item_id, content_index, audio_end_ms)
 
     def respond(self) -> None:
         if (self.reply is not None and not self.reply.over) or self._reply_when_transcribed:
@@ -229,8 +200,8 @@ class AgentSession:
         if kind == "error":
             self._ear_errors += 1
         self._emit(event)
-        if kind == "input_audio_buffer.speech_started":
-            self._barge_in()
+        if kind == "input_audio_buffer.speech_started" and self.settings.interrupt_response:
+            self._replies.barge_in()
         elif kind == "input_audio_buffer.committed":
             self._untranscribed.add(event["item_id"])
             item = {"id": event["item_id"], "type": "message", "role": "user", "status": "completed",
@@ -241,7 +212,7 @@ class AgentSession:
         if self.ear.settings.turn_detection is None:
             return
         if self._end_of_turn is not None and self.settings.smart_turn:
-            self._spawn(self._judge(item))
+            self._spawn(confirm_end(self.ear, item, self._end_of_turn, self.config.end_of_turn_threshold))
         if not (self.settings.speculative and self.settings.create_response):
             return
         if self.reply is not None and not self.reply.over:
@@ -265,27 +236,16 @@ class AgentSession:
             self._speculator.drop()
             return
         if (held := self._speculator.confirmed(item, heard)) is not None:
-            self._replace_reply(held)
+            self._replies.replace(held)
             held.release()
             return
         self._start_reply(held=False)
-
-    async def _judge(self, item: Utterance) -> None:
-        """The semantic model's view of the turn so far: sure enough, it ends the turn now."""
-        assert self._end_of_turn is not None
-        audio = self.ear.utterance_audio()
-        if audio is None:
-            return
-        probability = await self._end_of_turn(audio)
-        # Only if the person has not spoken again since (the same pause still holds).
-        if probability >= self.config.end_of_turn_threshold and self.ear.paused_item() is item:
-            self.ear.end_turn()
 
     # -- replies --
 
     def _start_reply(self, held: bool) -> Reply:
         reply = self._new_reply(self.conversation.messages(self.settings.instructions), held)
-        self._replace_reply(reply)
+        self._replies.replace(reply)
         return reply
 
     def _think_ahead(self, user: dict[str, Any], possible_end: float) -> Reply:
@@ -300,46 +260,8 @@ class AgentSession:
                          max_speech_tokens=settings.max_speech_tokens, discarded=self.wasted)
         reply = Reply(spec, self._thinker, self._tts, self._emit_event, self._admit)
         reply.times.possible_end = possible_end
-        reply.done.add_done_callback(lambda _: self._replied(reply))
-        reply.start()
+        self._replies.start(reply)
         return reply
-
-    def _replace_reply(self, reply: Reply) -> None:
-        if self.reply is not None and self.reply is not reply:
-            self.reply.cancel()
-        self.reply = reply
-
-    def _replied(self, reply: Reply) -> None:
-        """A reply is over: a heard one joins the conversation, cut to what was played."""
-        if reply.held:
-            return
-        if reply.status == "failed":  # response.done says it too; an error event names it for simple clients
-            self.report(RealtimeError(f"response {reply.id} failed: {reply.error}", "response_failed",
-                                      kind="server_error"))
-        heard = reply.played_ms() if reply.status == "cancelled" else reply.audio_ms
-        self.conversation.add_reply(reply.item_id, reply.text, reply.audio_ms, heard, reply.calls)
-        if reply.text and reply.audio_samples:
-            self._spoken.add(reply.item_id, reply)
-            if heard < reply.audio_ms:
-                self._spawn(self._cut_by_words(reply, heard))
-
-    def _barge_in(self) -> None:
-        """Speech while the client still plays a reply: stop it, and keep only what was heard."""
-        reply = self.reply
-        if reply is None or reply.held or not self.settings.interrupt_response:
-            return
-        if not reply.over:
-            reply.cancel()  # its history entry is cut when it is over
-        elif (played := reply.played_ms()) < reply.audio_ms:  # all made, not all played yet
-            self.conversation.cut(reply.item_id, played)
-            self._spawn(self._cut_by_words(reply, played))
-
-    async def _cut_by_words(self, reply: Reply, heard_ms: float) -> tuple[str, list[AlignedWord], bool]:
-        """Cut a reply's history entry, already cut by its length at ``heard_ms``, at the words the aligner
-        places in the audio heard (a reply started meanwhile has the first cut); whether the history took them
-        (not if the entry was cut at another point since)."""
-        text, words = await reply.heard(heard_ms, self._aligner)
-        return text, words, self.conversation.heard(reply.item_id, heard_ms, text)
 
     # -- plumbing --
 

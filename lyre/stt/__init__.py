@@ -15,9 +15,10 @@ times a speech stream's segments as they end.
 from lyre.stt.agreement import LocalAgreement
 from lyre.stt.align import AlignedWord, Alignment
 from lyre.stt.audio import SAMPLE_RATE, AudioError, AudioTooLong, PcmResampler, decode_file
+from lyre.stt.job_queue import TranscriberBusy, TranscriberClosed
 from lyre.stt.model import demo_whisper, resolve_whisper
 from lyre.stt.phone_align import PhoneAligner, PhoneAlignerBusy, PhoneAlignerStats, PhoneAlignmentFailed
-from lyre.stt.realtime import RealtimeConfig, RealtimeSession, TurnListener
+from lyre.stt.realtime import RealtimeConfig, RealtimeSession
 from lyre.stt.realtime_events import DEFAULT_MODEL, RealtimeError, error_event
 from lyre.stt.transcriber import (
     MAX_ALIGN_SECONDS,
@@ -26,10 +27,9 @@ from lyre.stt.transcriber import (
     STTConfig,
     STTStats,
     Transcriber,
-    TranscriberBusy,
-    TranscriberClosed,
     TranscriptionFailed,
 )
+from lyre.stt.turns import TurnListener
 from lyre.stt.vad import SpeechEvent, StreamingVAD, VADConfig
 from lyre.stt.word_timer import WordAligner, WordTimer
 from lyre.stt.words import written_words

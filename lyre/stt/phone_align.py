@@ -38,8 +38,8 @@ import numpy as np
 
 from lyre.stt.align import AlignedWord, Alignment
 from lyre.stt.audio import SAMPLE_RATE
+from lyre.stt.job_queue import TranscriberBusy, TranscriberClosed
 from lyre.stt.pronounce import MAX_PRONUNCIATIONS, Pronouncer
-from lyre.stt.transcriber import TranscriberBusy, TranscriberClosed
 from lyre.text.verbalize import readings
 
 __all__ = ["LANGUAGES", "PhoneAligner", "PhoneAlignerBusy", "PhoneAlignerStats", "PhoneAlignmentFailed"]

@@ -45,10 +45,9 @@ as the prefix padding needs.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -66,11 +65,11 @@ from lyre.stt.realtime_events import (
 )
 from lyre.stt.realtime_input import AudioIn
 from lyre.stt.transcriber import Transcriber
-from lyre.stt.whisper import Transcript
+from lyre.stt.turns import TurnListener, Turns, audio_ms
 from lyre.stt.utterances import Utterance, Utterances
 from lyre.stt.vad import SpeechEvent, StreamingVAD, VADConfig
 
-__all__ = ["RealtimeConfig", "RealtimeSession", "TurnListener"]
+__all__ = ["RealtimeConfig", "RealtimeSession"]
 
 _MIN_COMMIT_MS = 100  # OpenAI refuses to commit less ("buffer too small")
 
@@ -93,24 +92,6 @@ class RealtimeConfig:
             raise ValueError(f"partial_every_s must be > 0, got {self.partial_every_s}")
 
 
-class TurnListener(Protocol):
-    """What a voice agent hears of a session's turns, beside its events.
-
-    With server VAD and ``pause_ms`` set, a short silence in an utterance is a
-    possible end of turn: its final pass starts at once (``early``, reused by
-    the commit if no speech follows) and ``paused`` is called; speech before
-    the confirmed end calls ``resumed`` (the early pass is cancelled).
-    """
-
-    def paused(self, item: Utterance, sample: int, early: asyncio.Task[Transcript]) -> None:
-        """A silence began at stream position ``sample``; ``early`` is the final pass over the audio before it."""
-
-    def resumed(self, item: Utterance) -> None: ...
-
-    def transcribed(self, item: Utterance, transcript: Transcript | None) -> None:
-        """An utterance's final pass is over (None: it failed), after its completed or failed event."""
-
-
 class RealtimeSession:
     """One client's transcription session; see the module docstring."""
 
@@ -125,11 +106,11 @@ class RealtimeSession:
         self._listener = listener
         # A possible end of turn after this much silence (with a listener); a change applies from the next utterance.
         self.pause_ms = config.pause_ms
-        self._early: asyncio.Task[Transcript] | None = None  # the open utterance's final pass, started at a pause
         self._in = AudioIn(self.settings.rate, self._detector(self.settings.turn_detection))
         self._utterances = Utterances(transcriber, self.id, self._buffer, self._send, config.partial_every_s,
                                       None if listener is None else listener.transcribed)
-        self._max_samples = int(config.max_buffer_s * SAMPLE_RATE)
+        self._turns = Turns(self._buffer, self._utterances, self._send, int(config.max_buffer_s * SAMPLE_RATE),
+                            listener)
         self._send("transcription_session.created", session=session_object(self.settings, self.id, "beta"))
 
     @property
@@ -203,13 +184,13 @@ class RealtimeSession:
         if item is None:
             self._utterances.begin(start)
         elif self._in.vad is not None:
-            self._send("input_audio_buffer.speech_stopped", audio_end_ms=_ms(self._buffer.end), item_id=item.id)
-        self._drop_early()  # audio may have come after the pause: the pass must hear it
+            self._send("input_audio_buffer.speech_stopped", audio_end_ms=audio_ms(self._buffer.end), item_id=item.id)
+        self._turns.drop_early()  # audio may have come after the pause: the pass must hear it
         self._utterances.commit(self._buffer.end, self.settings.options())
         self._in.vad = self._detector(self.settings.turn_detection)  # what follows is a new utterance
 
     def _clear(self, event: dict[str, Any]) -> None:
-        self._drop_early()
+        self._turns.drop_early()
         self._utterances.discard()
         self._in.restart(self.settings.rate)  # the resampler's tail is cleared audio too
         self._buffer.drop_before(self._buffer.end)
@@ -242,7 +223,7 @@ class RealtimeSession:
         model has confirmed it); False if none is open or detection is off."""
         if self._utterances.open is None or self._in.vad is None:
             return False
-        self._speech_stopped(self._buffer.end)
+        self._turns.stop(self._buffer.end, self.settings.options())
         self._in.vad = self._detector(self.settings.turn_detection)
         return True
 
@@ -251,11 +232,6 @@ class RealtimeSession:
             return None
         return StreamingVAD(config, origin=self._buffer.end,
                             pause_ms=self.pause_ms if self._listener is not None else None)
-
-    def _drop_early(self) -> None:
-        if self._early is not None:
-            self._early.cancel()
-            self._early = None
 
     def _flush_resampler(self, rate: int) -> None:
         """Take what the resampler holds, and go on with a new one for ``rate``."""
@@ -271,57 +247,13 @@ class RealtimeSession:
             if self._utterances.open is None:
                 self._utterances.begin(self._buffer.start)
         else:
-            for event in events:
-                self._cut(event.sample)
-                if event.kind == "speech_started":
-                    self._speech_started(event.sample)
-                elif event.kind == "speech_paused":
-                    self._paused(event.sample)
-                elif event.kind == "speech_resumed":
-                    self._resumed()
-                else:
-                    self._speech_stopped(event.sample)
-            self._cut(self._buffer.end)
+            self._turns.follow(events, self.settings.options())
             if self._utterances.open is None:
                 self._buffer.drop_before(vad.earliest_start())
         self._utterances.listen(self.settings.language)
 
-    def _cut(self, until: int) -> None:
-        """End the open utterance at the buffer limit, as often as it passes it before ``until``."""
-        while (item := self._utterances.open) is not None and until - item.start > self._max_samples:
-            cut = item.start + self._max_samples
-            self._speech_stopped(cut)
-            self._speech_started(cut)  # the VAD still hears speech: the rest is the next utterance
-
-    def _speech_started(self, sample: int) -> None:
-        if self._utterances.open is not None:  # detection was switched on part way through an utterance
-            return
-        item = self._utterances.begin(max(sample, self._buffer.start))
-        self._send("input_audio_buffer.speech_started", audio_start_ms=_ms(item.start), item_id=item.id)
-
-    def _paused(self, sample: int) -> None:
-        if (item := self._utterances.open) is not None and self._listener is not None:
-            self._drop_early()
-            self._early = self._utterances.early_pass(sample, self.settings.options())
-            self._listener.paused(item, sample, self._early)
-
-    def _resumed(self) -> None:
-        self._drop_early()
-        if (item := self._utterances.open) is not None and self._listener is not None:
-            self._listener.resumed(item)
-
-    def _speech_stopped(self, sample: int) -> None:
-        if (item := self._utterances.open) is not None:
-            self._send("input_audio_buffer.speech_stopped", audio_end_ms=_ms(sample), item_id=item.id)
-            early, self._early = self._early, None  # only silence since the pause: its pass is this one
-            self._utterances.commit(sample, self.settings.options(), early)
-
     def _send(self, kind: str, **fields: Any) -> None:
         self._emit({"type": kind, "event_id": new_id("event"), **fields})
-
-
-def _ms(sample: int) -> int:
-    return sample * 1000 // SAMPLE_RATE
 
 
 def _drop(event: dict[str, Any]) -> None:

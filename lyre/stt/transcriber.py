@@ -13,11 +13,8 @@ Two kinds of pass:
   no timestamps, temperature 0): the realtime deltas while someone speaks.
   Partials from several sessions can share one encoder and decoder batch.
 
-Jobs wait in one queue per session and are taken round-robin, so a session
-sending many jobs delays the others by at most one job each. Final passes go
-before partials: a partial only previews text its final will bring anyway,
-while a final is what a user waits on at the end of a turn (benchmarks/stt.py
-measured finals waiting behind other sessions' partials).
+Jobs wait in a `JobQueue` (lyre.stt.job_queue): each session's in order, the
+sessions in turn, finals before partials.
 """
 
 from __future__ import annotations
@@ -26,10 +23,8 @@ import asyncio
 import os
 import threading
 import time
-from collections import deque
 from collections.abc import Hashable
-from dataclasses import dataclass, field
-
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -38,6 +33,7 @@ from lyre.common.batching import BatchLimits
 from lyre.common.loops import settle_futures
 from lyre.stt.align import Alignment, align_passes
 from lyre.stt.audio import SAMPLE_RATE
+from lyre.stt.job_queue import Job, JobQueue, TranscriberClosed
 from lyre.stt.model import resolve_whisper
 from lyre.stt.whisper import TranscribeOptions, Transcript, final_pass, partial_passes
 from lyre.stt.window import FULL_WINDOW, FinalWindow
@@ -52,8 +48,6 @@ __all__ = [
     "STTConfig",
     "STTStats",
     "Transcriber",
-    "TranscriberBusy",
-    "TranscriberClosed",
     "TranscriptionFailed",
 ]
 
@@ -61,16 +55,8 @@ MAX_PARTIAL_SECONDS = 30.0  # Whisper's window: a partial pass sees one
 MAX_ALIGN_SECONDS = 30.0  # and so does an alignment
 
 
-class TranscriberBusy(RuntimeError):
-    """The queue is full; try again later."""
-
-
 class TranscriptionFailed(RuntimeError):
     """The model itself failed on a job (not the caller's input)."""
-
-
-class TranscriberClosed(RuntimeError):
-    """The transcriber is shut down."""
 
 
 @dataclass(frozen=True)
@@ -132,26 +118,6 @@ class STTStats:
         return self.partials / self.partial_batches if self.partial_batches else 0.0
 
 
-@dataclass(eq=False)
-class _Job:
-    session: Hashable
-    audio: np.ndarray  # float32, 16 kHz mono
-    future: asyncio.Future
-    loop: asyncio.AbstractEventLoop
-    options: TranscribeOptions | None = None  # a final pass's; None: a partial or an alignment
-    language: str | None = None  # partials and alignments
-    words: list[str] | None = None  # an alignment's
-    enqueued: float = field(default_factory=time.perf_counter)
-
-    @property
-    def kind(self) -> str:
-        return "final" if self.options is not None else "align" if self.words is not None else "partial"
-
-    @property
-    def partial(self) -> bool:
-        return self.kind == "partial"
-
-
 class Transcriber:
     """One Whisper model behind a worker thread; see the module docstring."""
 
@@ -160,13 +126,10 @@ class Transcriber:
         self.config = config
         self.policy = config.partial_policy or PartialPolicy.for_device(config.device)
         self.languages = frozenset(model.supported_languages)
-        self._queues: dict[Hashable, deque[_Job]] = {}
-        self._turns: deque[Hashable] = deque()  # sessions with queued jobs, in round-robin order
-        self._pending = 0
-        self._cond = threading.Condition()
-        self._closed = False
+        self._queue = JobQueue(config.max_pending, self.policy)
+        self._lock = threading.Lock()  # the worker's counts, read by stats()
         self._counts = {"finals": 0, "partials": 0, "partial_batches": 0, "alignments": 0}
-        self._audio_s = self._aligned_s = self._busy_s = self._wait_total = self._wait_max = 0.0
+        self._audio_s = self._aligned_s = self._busy_s = 0.0
         self._thread = threading.Thread(target=self._work, name="lyre-stt", daemon=True)
         self._thread.start()
 
@@ -192,13 +155,13 @@ class Transcriber:
     async def transcribe(self, audio: np.ndarray, options: TranscribeOptions, session: Hashable) -> Transcript:
         """A final pass over ``audio`` (float32 at 16 kHz, any length)."""
         self.check_language(options.language)
-        return await self._submit(_Job(session, audio, *self._future(), options=options))
+        return await self._submit(Job(session, audio, *self._future(), options=options))
 
     async def partial(self, audio: np.ndarray, language: str | None, session: Hashable) -> str:
         """A greedy pass over an utterance so far (at most 30 s; longer keeps the last 30 s)."""
         self.check_language(language)
         audio = audio[-int(MAX_PARTIAL_SECONDS * SAMPLE_RATE):]
-        return await self._submit(_Job(session, audio, *self._future(), language=language))
+        return await self._submit(Job(session, audio, *self._future(), language=language))
 
     async def align(self, audio: np.ndarray, words: list[str], language: str | None, session: Hashable,
                     ) -> Alignment:
@@ -207,27 +170,20 @@ class Transcriber:
         if audio.size > MAX_ALIGN_SECONDS * SAMPLE_RATE:
             raise ValueError(f"audio: at most {MAX_ALIGN_SECONDS:g} s can be aligned at once, "
                              f"got {audio.size / SAMPLE_RATE:.1f} s")
-        return await self._submit(_Job(session, audio, *self._future(), language=language or "en", words=words))
+        return await self._submit(Job(session, audio, *self._future(), language=language or "en", words=words))
 
     def final_window(self, options: TranscribeOptions) -> FinalWindow:
         """The first window a final pass with ``options`` encodes: the live path's or the files'."""
         return self.config.live_window if options.live else self.config.file_window
 
     def stats(self) -> STTStats:
-        with self._cond:
-            return STTStats(pending=self._pending, audio_seconds=self._audio_s, aligned_seconds=self._aligned_s,
-                            busy_seconds=self._busy_s,
-                            queue_wait_total_s=self._wait_total, queue_wait_max_s=self._wait_max, **self._counts)
+        with self._lock:
+            return STTStats(audio_seconds=self._audio_s, aligned_seconds=self._aligned_s, busy_seconds=self._busy_s,
+                            **self._queue.stats(), **self._counts)
 
     def close(self) -> None:
         """Stop the worker; queued jobs fail with TranscriberClosed."""
-        with self._cond:
-            self._closed = True
-            jobs = [job for queue in self._queues.values() for job in queue]
-            self._queues.clear()
-            self._turns.clear()
-            self._pending = 0
-            self._cond.notify_all()
+        jobs = self._queue.close()
         closed = TranscriberClosed("the speech-to-text worker is shut down")
         settle_futures((job.loop, job.future, closed) for job in jobs)
         self._thread.join(timeout=60)
@@ -237,37 +193,17 @@ class Transcriber:
         loop = asyncio.get_running_loop()
         return loop.create_future(), loop
 
-    async def _submit(self, job: _Job):
-        with self._cond:
-            if self._closed:
-                raise TranscriberClosed("the speech-to-text worker is shut down")
-            if self._pending >= self.config.max_pending:
-                raise TranscriberBusy(f"the speech-to-text queue is full ({self.config.max_pending} jobs)")
-            queue = self._queues.setdefault(job.session, deque())
-            if not queue:
-                self._turns.append(job.session)
-            queue.append(job)
-            self._pending += 1
-            self._cond.notify()
+    async def _submit(self, job: Job):
+        self._queue.put(job)
         try:
             return await job.future
         except asyncio.CancelledError:  # the caller gave up: drop the job unless it has started
-            self._discard(job)
+            self._queue.discard(job)
             raise
-
-    def _discard(self, job: _Job) -> None:
-        with self._cond:
-            queue = self._queues.get(job.session)
-            if queue and job in queue:
-                queue.remove(job)
-                self._pending -= 1
-                if not queue:
-                    del self._queues[job.session]
-                    self._turns.remove(job.session)
 
     # -- the worker thread --
 
-    def _align(self, batch: list[_Job]) -> list[object]:
+    def _align(self, batch: list[Job]) -> list[object]:
         """Alignments of a batch, one language at a time (one decoder prompt per language)."""
         results: dict[int, object] = {}
         for language in {job.language for job in batch}:
@@ -278,7 +214,7 @@ class Transcriber:
         return [results[i] for i in range(len(batch))]
 
     def _work(self) -> None:
-        while (batch := self._next_batch()) is not None:
+        while (batch := self._queue.take()) is not None:
             start = time.perf_counter()
             try:
                 if batch[0].partial:
@@ -295,7 +231,7 @@ class Transcriber:
                 failure.__cause__ = error
                 results = [failure] * len(batch)
             busy = time.perf_counter() - start
-            with self._cond:
+            with self._lock:
                 self._busy_s += busy
                 if batch[0].partial:
                     self._counts["partials"] += len(batch)
@@ -307,47 +243,3 @@ class Transcriber:
                     self._counts["finals"] += 1
                     self._audio_s += batch[0].audio.size / SAMPLE_RATE
             settle_futures((job.loop, job.future, result) for job, result in zip(batch, results))
-
-    def _next_batch(self) -> list[_Job] | None:
-        """The next session's job; for a partial, more sessions' partials up to the policy."""
-        with self._cond:
-            while not self._turns and not self._closed:
-                self._cond.wait()
-            if self._closed:
-                return None
-            first = self._pop_turn(lambda job: job.kind == "final") or self._pop_turn(lambda job: True)
-            batch = [first]
-            if first.kind != "final" and self.policy.max_batch > 1:  # partials batch; so do alignments
-                deadline = first.enqueued + self.policy.max_wait_ms / 1000
-                while len(batch) < self.policy.max_batch:
-                    taken = {j.session for j in batch}  # one job per session: a session's jobs go in order
-                    job = self._pop_turn(lambda job: job.kind == first.kind and job.session not in taken)
-                    if job is not None:
-                        batch.append(job)
-                        continue
-                    remaining = deadline - time.perf_counter()
-                    if remaining <= 0 or self._closed:
-                        break
-                    self._cond.wait(remaining)
-            now = time.perf_counter()
-            for job in batch:
-                wait = now - job.enqueued
-                self._wait_total += wait
-                self._wait_max = max(self._wait_max, wait)
-            return batch
-
-    def _pop_turn(self, wanted) -> _Job | None:
-        """Pop the head job of the first session in turn whose head is ``wanted``; it goes to the back."""
-        for session in list(self._turns):
-            queue = self._queues[session]
-            if not wanted(queue[0]):
-                continue
-            job = queue.popleft()
-            self._pending -= 1
-            self._turns.remove(session)
-            if queue:
-                self._turns.append(session)
-            else:
-                del self._queues[session]
-            return job
-        return None

@@ -32,9 +32,10 @@ import numpy as np
 
 from lyre.stt.agreement import LocalAgreement
 from lyre.stt.audio import SAMPLE_RATE
+from lyre.stt.job_queue import TranscriberBusy, TranscriberClosed
 from lyre.stt.realtime_buffer import AudioBuffer
 from lyre.stt.realtime_events import new_id
-from lyre.stt.transcriber import Transcriber, TranscriberBusy, TranscriberClosed
+from lyre.stt.transcriber import Transcriber
 from lyre.stt.whisper import TranscribeOptions, Transcript
 
 __all__ = ["Utterance", "Utterances"]
