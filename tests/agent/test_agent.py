@@ -283,13 +283,10 @@ def _settles(server: Server, metric: str) -> bool:
 def test_the_playground_talks_through_the_browser_microphone_over_webrtc(server: Server, tmp_path: Any) -> None:
     import wave
 
-    from selenium import webdriver
-    from selenium.webdriver.chrome.options import Options
-    from selenium.webdriver.chrome.service import Service
+    from browser import chromium
     from selenium.webdriver.common.by import By
     from selenium.common.exceptions import TimeoutException
     from selenium.webdriver.support.ui import WebDriverWait
-    from test_playground import CHROMEDRIVER, CHROMIUM
 
     # Chromium's fake microphone plays this file in a loop: one question, then silence long enough for a
     # reply to start speaking on a busy 2-core machine before the question comes round again.
@@ -299,14 +296,8 @@ def test_the_playground_talks_through_the_browser_microphone_over_webrtc(server:
         out.setsampwidth(2)
         out.setframerate(24_000)
         out.writeframes(speak_pcm16(SENTENCES[3]) + _silence(15.0))
-    options = Options()
-    options.binary_location = CHROMIUM
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-sync",
-                 "--autoplay-policy=no-user-gesture-required", "--use-fake-ui-for-media-stream",
-                 "--use-fake-device-for-media-stream", f"--use-file-for-fake-audio-capture={wav}",
-                 f"--user-data-dir={tmp_path / 'profile'}"):
-        options.add_argument(flag)
-    browser = webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
+    browser = chromium(tmp_path / "profile", "--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream",
+                       f"--use-file-for-fake-audio-capture={wav}")
     try:
         browser.get(f"{server.url}/")
         wait = WebDriverWait(browser, 120)
