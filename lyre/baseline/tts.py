@@ -49,7 +49,8 @@ from lyre.orpheus import FrameAssembler, InvalidAudioToken, TextTokenizer
 from lyre.tts.facts import TTSFacts
 from lyre.tts.options import SpeechOptions, checked
 from lyre.tts.sampling import request_sampling
-from lyre.tts.stream import SpokenSegment, to_int16
+from lyre.tts.spoken import SpokenSegment
+from lyre.tts.stream import to_int16
 from lyre.tts.context import TTSConfig
 from lyre.tts.text import TextError, normalize
 from lyre.tts.voices import Voices, load_voices
