@@ -5,7 +5,8 @@ Needs ``transformers`` (lyre's test extra).
 """
 
 from lyre.baseline.generate import Generation, NaiveEngine
+from lyre.baseline.naive_stream import NaiveSpeechStream
 from lyre.baseline.reference_decode import NaiveCodec, ReferenceWindows
-from lyre.baseline.tts import NaiveSpeechStream, NaiveTTS
+from lyre.baseline.tts import NaiveTTS
 
 __all__ = ["Generation", "NaiveCodec", "NaiveEngine", "NaiveSpeechStream", "NaiveTTS", "ReferenceWindows"]

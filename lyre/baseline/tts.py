@@ -28,189 +28,34 @@ extra), imported when this module is.
 
 from __future__ import annotations
 
-import asyncio
 import itertools
-import threading
-import time
-from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
-import numpy as np
 import torch
 from transformers import LlamaForCausalLM
 
 from lyre import orpheus
 from lyre.codec import SnacDecoder, load_snac
-from lyre.engine import EngineStats, FinishReason, SamplingParams
+from lyre.engine import EngineStats
 from lyre.models.choice import ModelChoice, choose_weights
 from lyre.models.folder import load_tokenizer
-from lyre.orpheus import FrameAssembler, InvalidAudioToken, TextTokenizer
+from lyre.orpheus import TextTokenizer
 from lyre.tts.facts import TTSFacts
 from lyre.tts.options import SpeechOptions, checked
 from lyre.tts.sampling import request_sampling
-from lyre.tts.stream import SpokenSegment, to_int16
 from lyre.tts.context import TTSConfig
-from lyre.tts.text import TextError, normalize
+from lyre.tts.text import normalize
 from lyre.tts.voices import Voices, load_voices
 
-from lyre.baseline.generate import Generation, NaiveEngine
-from lyre.baseline.reference_decode import NaiveCodec, ReferenceWindows
+from lyre.baseline.generate import NaiveEngine
+from lyre.baseline.naive_stream import NaiveSpeechStream
+from lyre.baseline.reference_decode import NaiveCodec
 
-__all__ = ["NaiveSpeechStream", "NaiveTTS"]
+__all__ = ["NaiveTTS"]
 
 # transformers' generate has no KV-cache slots to fit: a segment may ask for this many tokens.
 MAX_TOKENS_LIMIT = 8192
-
-
-class NaiveSpeechStream:
-    """Async iterator of int16 PCM chunks for one request, with `SpeechStream`'s figures.
-
-    Generation starts at the first iteration; `aclose` (or cancelling the
-    task that iterates) stops it at the next token.
-    """
-
-    def __init__(self, tts: NaiveTTS, request_id: str, voice: str | None, sampling: SamplingParams,
-                 prompt: list[int] | None = None) -> None:
-        """``prompt``: ready-made prompt ids instead of text (then no text may be pushed)."""
-        self.request_id = request_id
-        self.voice = voice
-        self.segments = 1
-        self.frames = 0  # from valid 7-token groups
-        self.tokens = 0  # every token generated, valid or not
-        self.dropped_tokens = 0  # not a valid audio token at its frame position
-        self.trimmed_samples = 0  # never trims
-        self.finish_reason: FinishReason | None = None
-        self.created_at = time.perf_counter()
-        self.first_text_at: float | None = None
-        self.first_chunk_at: float | None = None
-        self.samples = 0
-        self.segment_started: list[float] = []
-        self.segment_done: list[float] = []
-        self.spoken: list[SpokenSegment] = []  # the one segment, once its audio is all out (for word times)
-        self._on_spoken: list[Callable[[SpokenSegment], None]] = []
-        self._tts = tts
-        self._text: list[str] = []
-        self._ended = asyncio.Event()
-        self._prompt: list[int] = prompt or []
-        if prompt:
-            self._ended.set()
-        self._sampling = sampling
-        self._cancel = threading.Event()
-        self._generation: Generation | None = None
-        self._agen = self._run()
-
-    def push(self, text: str) -> None:
-        """More text; it is all spoken, as one generation, once `end` says it has come."""
-        if self._ended.is_set():
-            raise TextError("this stream's text has ended; start a new one")
-        if (chars := sum(map(len, self._text)) + len(text)) > self._tts.config.max_input_chars:
-            raise TextError(f"text is {chars} characters, over the limit of {self._tts.config.max_input_chars}")
-        self.first_text_at = self.first_text_at or time.perf_counter()
-        self._text.append(text)
-
-    def end(self) -> None:
-        self._ended.set()
-
-    @property
-    def started_at(self) -> float:
-        return self.first_text_at or self.created_at
-
-    @property
-    def ttfa_s(self) -> float | None:
-        return None if self.first_chunk_at is None else self.first_chunk_at - self.started_at
-
-    @property
-    def trimmed_ms(self) -> float:
-        return 0.0
-
-    @property
-    def prompt_tokens(self) -> int:
-        return len(self._prompt)
-
-    @property
-    def audio_seconds(self) -> float:
-        return self.samples / orpheus.SAMPLE_RATE
-
-    @property
-    def generating(self) -> bool:
-        """Whether this request's generate thread is still running."""
-        return self._generation is not None and self._generation.running
-
-    def on_spoken(self, callback: Callable[[SpokenSegment], None]) -> None:
-        """Call ``callback`` with the one segment once its audio is all out, as `SpeechStream` does."""
-        self._on_spoken.append(callback)
-
-    def segments_so_far(self) -> list[SpokenSegment]:
-        return list(self.spoken)
-
-    async def hold_voice(self) -> None:
-        """The baseline has no cloned voices: nothing to hold."""
-
-    def __aiter__(self) -> NaiveSpeechStream:
-        return self
-
-    async def __anext__(self) -> np.ndarray:
-        return await self._agen.__anext__()
-
-    async def aclose(self) -> None:
-        self._cancel.set()
-        await self._agen.aclose()
-
-    async def _run(self) -> AsyncIterator[np.ndarray]:
-        engine, codec = self._tts.engine, self._tts.codec
-        await self._ended.wait()
-        clean = ""  # no text to time words by when the prompt came ready-made
-        if not self._prompt:
-            if not "".join(self._text).strip():
-                return
-            clean = normalize("".join(self._text), self._tts.config.max_input_chars)
-            self._prompt = orpheus.prompt_ids(self._tts.tokenizer, clean, self.voice)
-        queue: asyncio.Queue[int | None] = asyncio.Queue()
-        self.segment_started.append(time.perf_counter())
-        generation = self._generation = engine.start(self._prompt, self._sampling, queue, self._cancel)
-        assembler = FrameAssembler()
-        windows = ReferenceWindows(self._sampling.seed)
-        last: int | None = None
-        try:
-            while (item := await queue.get()) is not None:
-                self.tokens += 1
-                last = item
-                if item == orpheus.STOP_TOKEN:
-                    continue  # generate ends here; its end() follows
-                try:
-                    frame = assembler.push(item)
-                except InvalidAudioToken:
-                    self.dropped_tokens += 1
-                    continue
-                if frame is None:
-                    continue
-                self.frames += 1
-                if (window := windows.push(frame)) is not None:
-                    yield self._out(await asyncio.to_thread(codec.decode, window))
-            await asyncio.to_thread(generation.thread.join)  # it has sent its last token: ends at once
-            if generation.error is not None:
-                self.finish_reason = FinishReason.ERROR
-                raise RuntimeError(f"request {self.request_id}: generation failed") from generation.error
-            if last == orpheus.STOP_TOKEN:
-                self.finish_reason = FinishReason.STOP
-            elif self.tokens >= self._sampling.max_tokens:
-                self.finish_reason = FinishReason.LENGTH
-            else:  # the pipeline was shut down under it
-                self.finish_reason = FinishReason.ABORT
-            self.segment_done.append(time.perf_counter())
-            if clean:
-                self.spoken.append(segment := SpokenSegment(clean, 0, self.samples))
-                for callback in self._on_spoken:
-                    callback(segment)
-        finally:
-            self._cancel.set()
-
-    def _out(self, pcm: np.ndarray) -> np.ndarray:
-        if self.first_chunk_at is None:
-            self.first_chunk_at = time.perf_counter()
-        self.samples += len(pcm)
-        return to_int16(pcm)
 
 
 class NaiveTTS:

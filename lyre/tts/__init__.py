@@ -15,7 +15,8 @@ from lyre.tts.facts import TTSFacts
 from lyre.tts.intake import IdleStream
 from lyre.tts.options import PipelineBusy, ServingConfig, SpeechOptions
 from lyre.tts.sampling import AUDIO_CONSTRAINT, speech_sampling
-from lyre.tts.stream import SpeechStream, SpokenSegment
+from lyre.tts.spoken import SpokenSegment
+from lyre.tts.stream import SpeechStream
 from lyre.tts.synthesizer import PROMPT_ROOM, TTS, Synthesizer, TTSConfig
 from lyre.tts.text import TextError
 from lyre.tts.trim import TrimConfig

@@ -7,49 +7,39 @@
     async for chunk in stream:             # int16 PCM, 24 kHz mono, as it is made
         play(chunk)
 
-`TTS.stream(text, ...)` is the same with the whole text pushed at once.
+`TTS.stream(text, ...)` is the same with the whole text pushed at once. When its audio is due is
+lyre.tts.deadlines's to say; what it has said so far, lyre.tts.spoken's to keep.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from lyre import orpheus
 from lyre.codec import CodecWindow
-from lyre.engine import EngineFull, FinishReason, Playback, RequestStream, SamplingParams
+from lyre.engine import EngineFull, FinishReason, RequestStream, SamplingParams
 from lyre.orpheus import FRAME_TOKENS, FrameAssembler
 from lyre.tts.clock import PlaybackClock
 from lyre.tts.context import PipelineContext
+from lyre.tts.deadlines import ListenerDeadlines
 from lyre.tts.intake import TextIntake
 from lyre.tts.options import PipelineBusy
 from lyre.tts.sampling import AUDIO_CONSTRAINT
+from lyre.tts.spoken import SpokenSegment, SpokenSegments
 from lyre.tts.trim import LeadingSilenceTrimmer
 from lyre.tts.windows import WindowPlanner
 
 if TYPE_CHECKING:
     from lyre.engine.adapters import AdapterLease
 
-__all__ = ["SpeechStream", "SpokenSegment", "to_int16"]
+__all__ = ["SpeechStream", "to_int16"]
 
-# A window of a request nobody plays as it streams (a whole file) is due this long after it is queued:
-# behind every stream about to run dry, never starved by them.
-BATCH_GRACE_S = 1.0
 _SEED_SPACE = 2**63
-
-
-@dataclass(frozen=True)
-class SpokenSegment:
-    """One segment once all its audio is out: output samples [start, end) of the stream speak ``text``
-    (the segment's text as the pipeline cleaned it)."""
-
-    text: str
-    start: int
-    end: int
 
 
 def to_int16(pcm: np.ndarray) -> np.ndarray:
@@ -93,14 +83,11 @@ class SpeechStream:
         self.first_chunk_at: float | None = None
         self.segment_started: list[float] = []  # when each segment's generation was submitted
         self.segment_done: list[float] = []  # when each segment's last chunk was handed out
-        self.spoken: list[SpokenSegment] = []  # the segments whose audio is all out, in order
-        self._texts: list[str] = []  # each started segment's text
-        self._speaking: tuple[int, int] | None = None  # (index, first sample) of the segment coming out now
-        self._on_spoken: list[Callable[[SpokenSegment], None]] = []
         self.sampling = sampling  # the stream's; each segment's seed follows from its seed
+        self._said = SpokenSegments()
+        self._deadlines = ListenerDeadlines(context, self.clock, streamed)
         self._ctx = context
         self._trim = trim
-        self._pace = self.clock.seconds_per_token() if streamed else None
         self._live: list[RequestStream] = []  # engine requests not yet fully consumed, oldest first
         self._lease: AdapterLease | None = None  # the adapter held for the stream's life
         self._closed = False
@@ -132,18 +119,20 @@ class SpeechStream:
         unusual = [r for r in self.finish_reasons if r is not FinishReason.STOP]
         return unusual[0] if unusual else (FinishReason.STOP if self.finish_reasons else None)
 
+    @property
+    def spoken(self) -> list[SpokenSegment]:
+        """The segments whose audio is all out, in order."""
+        return self._said.spoken
+
     def on_spoken(self, callback: Callable[[SpokenSegment], None]) -> None:
         """Call ``callback`` with each segment as soon as its audio is all out (before the stream waits for
         more text), after its last chunk has been handed out."""
-        self._on_spoken.append(callback)
+        self._said.on_spoken(callback)
 
     def segments_so_far(self) -> list[SpokenSegment]:
         """`spoken`, then the segment whose audio was coming out when the stream stopped or is now (its
         ``end``: the audio out so far)."""
-        if self._speaking is None or self.samples <= self._speaking[1]:
-            return list(self.spoken)
-        index, first = self._speaking
-        return [*self.spoken, SpokenSegment(self._texts[index], first, self.samples)]
+        return self._said.so_far(self.samples)
 
     @property
     def trimmed_ms(self) -> float:
@@ -176,24 +165,15 @@ class SpeechStream:
         try:
             stream = self._ctx.engine.generate(prompt, params, request_id=f"{self.request_id}/{index}",
                                                constraint=AUDIO_CONSTRAINT, adapter=self.adapter,
-                                               playback=self._playback(deadline))
+                                               playback=self._deadlines.playback(deadline))
         except EngineFull as exc:
             raise PipelineBusy(str(exc)) from None
         self._live.append(stream)
         self.segments += 1
-        self._texts.append(text)
+        self._said.started(text)
         self.prompt_tokens += len(prompt)
         self.segment_started.append(time.perf_counter())
         return stream
-
-    def _playback(self, deadline: float | None) -> Playback | None:
-        """The engine's view of this listener: its pace, and the tokens the window planner may hold
-        undecoded (a wide window and its right context) before any of them can play."""
-        if self._pace is None:
-            return None
-        window = self._ctx.config.window
-        held_frames = window.max_new + window.right + 1
-        return Playback(self._pace, lag_s=held_frames * FRAME_TOKENS * self._pace, deadline=deadline)
 
     def _segment_seed(self, index: int) -> int:
         return ((self.sampling.seed or 0) + index) % _SEED_SPACE
@@ -206,8 +186,7 @@ class SpeechStream:
             current = None if text is None else self._start(text, deadline=None)
             while current is not None:
                 index = self.segments - 1
-                first_sample = self.samples
-                self._speaking = (index, first_sample)
+                self._said.speaking(index, self.samples)
                 trimmer = LeadingSilenceTrimmer(cfg.trim if index == 0 else cfg.segment_trim) if self._trim else None
                 planner = WindowPlanner(cfg.window, seed=self._segment_seed(index))
                 assembler = FrameAssembler()
@@ -217,13 +196,13 @@ class SpeechStream:
                 # (the engine may have parked this stream); every token made meanwhile
                 # comes at once, so a window covers all the new frames.
                 while not current.ended or current.ready:
-                    ahead = self._ahead()
+                    ahead = self._deadlines.ahead()
                     batch = await current.take(planner.frames_wanted(ahead) * FRAME_TOKENS - assembler.pending,
                                                within=planner.patience(ahead))
                     for token in batch:
                         if (frame := assembler.push(token)) is not None:
                             planner.push(frame)
-                    while (window := planner.next_window(self._ahead())) is not None:
+                    while (window := planner.next_window(self._deadlines.ahead())) is not None:
                         if (chunk := self._out(await self._decode(window), trimmer)) is not None:
                             yield chunk
                 self._finished(current, planner.frames)
@@ -239,10 +218,7 @@ class SpeechStream:
                         yield chunk
                 self._live.remove(current)
                 self.segment_done.append(time.perf_counter())
-                self.spoken.append(ended := SpokenSegment(self._texts[index], first_sample, self.samples))
-                self._speaking = None
-                for callback in self._on_spoken:
-                    callback(ended)
+                self._said.ended(self.samples)
                 if following is None and (text := await self.intake.next(idle_since=time.monotonic())) is not None:
                     following = self._start(text, deadline=self.clock.runs_dry_at())
                 current = following
@@ -267,13 +243,6 @@ class SpeechStream:
             return
         self._lease = lease
 
-    def _ahead(self) -> float:
-        """The listener's buffer, less what a wide window would take to decode now: waiting for one
-        must leave time to decode it (on a CPU that is most of a second; on a GPU, milliseconds)."""
-        window = self._ctx.config.window
-        wide = window.left + window.max_new + window.right
-        return self.clock.ahead() - wide * self._ctx.codec.seconds_per_frame
-
     def _finished(self, stream: RequestStream, frames: int) -> None:
         self.frames += frames
         reason = stream.finish_reason
@@ -283,13 +252,7 @@ class SpeechStream:
             raise RuntimeError(f"request {self.request_id}: generation failed")
 
     async def _decode(self, window: CodecWindow) -> np.ndarray:
-        if not self._ctx.on_deadlines:
-            due = None  # first come, first decoded
-        elif not self.streamed:
-            due = time.monotonic() + BATCH_GRACE_S
-        else:  # before playback starts, first audio is due now
-            due = self.clock.runs_dry_at() or time.monotonic()
-        return await self._ctx.codec.decode(window, due)
+        return await self._ctx.codec.decode(window, self._deadlines.decode_due())
 
     def _out(self, pcm: np.ndarray, trimmer: LeadingSilenceTrimmer | None) -> np.ndarray | None:
         if trimmer is not None:
@@ -300,17 +263,7 @@ class SpeechStream:
             return None
         if self.first_chunk_at is None:
             self.first_chunk_at = time.perf_counter()
-            self._begin_playback(self.clock.start())
+            self._deadlines.start_playback(self.clock.start(), self.trimmed_samples, self._live)
         self.samples += len(pcm)
         self.clock.send(len(pcm))
         return to_int16(pcm)
-
-    def _begin_playback(self, at: float) -> None:
-        """The listener starts now: give the live engine requests their deadlines, each after the one before."""
-        if self._pace is None:
-            return
-        skipped = round(self.trimmed_samples / orpheus.SAMPLES_PER_FRAME * FRAME_TOKENS)
-        for stream in self._live:
-            self._ctx.engine.start_playback(stream.request_id, at, skipped)
-            at += max(0, len(stream.request.output_ids) - skipped) * self._pace
-            skipped = 0

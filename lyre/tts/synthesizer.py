@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import re
-import threading
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -28,23 +26,20 @@ from lyre.tts.context import PROMPT_ROOM, PipelineContext, TTSConfig
 from lyre.tts.facts import TTSFacts, pipeline_facts
 from lyre.tts.intake import TextIntake
 from lyre.tts.options import ServingConfig, SpeechOptions, checked
+from lyre.tts.reference_maker import ReferenceMaker
 from lyre.tts.reference_store import ReferenceVoices
-from lyre.tts.reference_voices import ReferenceRejected, ReferenceVoice, check_text, default_voices_dir
+from lyre.tts.reference_voices import ReferenceVoice, default_voices_dir
 from lyre.tts.sampling import AUDIO_CONSTRAINT, request_sampling
 from lyre.tts.segments import split_segments
 from lyre.tts.stream import SpeechStream
 from lyre.tts.text import normalize
 from lyre.tts.voices import Voices, load_voices
 
-__all__ = ["MIN_REPLY_TOKENS", "PROMPT_ROOM", "TTS", "Synthesizer", "TTSConfig"]
+__all__ = ["PROMPT_ROOM", "TTS", "Synthesizer", "TTSConfig"]
 
-# A reference voice must leave a request room for this much speech (about 5 s) beside its prompt.
-MIN_REPLY_TOKENS = 7 * 60
 # A steady speaking rate, for sizing a segment to the tokens a request has room for; and the least size.
 _CHARS_PER_SECOND = 14
 _MIN_SEGMENT_CHARS = 60
-# A model named like Orpheus's pretrained checkpoints was trained on text-speech pairs and continues a voice.
-_PRETRAINED = re.compile(r"pretrain", re.IGNORECASE)
 
 class Synthesizer(Protocol):
     """What a server needs of a text-to-speech pipeline: lyre's `TTS` and the naive baseline both are one."""
@@ -92,7 +87,8 @@ class Synthesizer(Protocol):
 
 
 class TTS:
-    """Text to speech on lyre's engine and the shared codec service."""
+    """Text to speech on lyre's engine and the shared codec service. ``context`` is what every stream it opens
+    reads, and nothing else of it."""
 
     def __init__(self, engine: Engine, tokenizer: TextTokenizer, codec: CodecService, voices: Voices,
                  config: TTSConfig | None = None, playback_rate: float = 1.0, source: ModelChoice | None = None,
@@ -105,15 +101,14 @@ class TTS:
         self.config = config or TTSConfig()
         self.playback_rate = playback_rate
         self.source = source
-        # Cloned voices (LoRA adapters), when the engine has adapter slots, and voices from a reference clip:
-        # one namespace with the model's voices, so neither may take a name another voice holds.
+        # Cloned voices (LoRA adapters), when the engine has adapter slots, and voices from a reference clip
+        # (each checked by the maker as it is made or read): one namespace with the model's voices, so neither
+        # may take a name another voice holds.
         self.adapters = (AdapterVoices(engine.adapters, voices, self._reference_holder)
                          if engine.adapters is not None else None)
-        self.references = ReferenceVoices(self.config.voices_dir, self._holder, self._check_prompt)
-        self._encoder: Any = None  # a SnacEncoder on the codec's model, made with the first reference voice
-        self._encoder_made = threading.Lock()
-        # What every stream it opens reads, and nothing else of it.
         self.context = PipelineContext(engine, tokenizer, codec, self.config, playback_rate, self.adapters)
+        self._maker = ReferenceMaker(self.context, voices, source)
+        self.references = ReferenceVoices(self.config.voices_dir, self._holder, self._maker.check_prompt)
         self._ids = itertools.count()
 
     @classmethod
@@ -166,7 +161,7 @@ class TTS:
         """Nothing if this pipeline can speak in ``voice`` (a model voice, an alias, a cloned voice, a
         reference voice), else ValueError naming the voices on offer."""
         if voice in self.references:
-            self._check_references()
+            self._maker.check_allowed()
         elif self.adapters is None or voice not in self.adapters:
             self._model_voice(voice)
 
@@ -190,51 +185,12 @@ class TTS:
         return "a reference voice" if name in self.references else None
 
     def references_refused(self) -> str | None:
-        if self.config.allow_reference_voices or self.voices.reference_voices:
-            return None
-        model = self.source.model if self.source is not None else None
-        if model is not None and (model.random or _PRETRAINED.search(model.name)):
-            return None
-        name = model.name if model is not None else "this model"
-        return (f"model {name!r} is not known to continue a voice from a reference clip (Orpheus's pretrained "
-                f"checkpoints are; a finetune says so in its voices.json with \"reference_voices\": true); start "
-                f"the server with --allow-reference-voices to try it anyway")
-
-    def _check_references(self) -> None:
-        refused = self.references_refused()
-        if refused is not None:
-            raise ReferenceRejected(f"voice: {refused}", "voice")
+        return self._maker.refused()
 
     def make_reference(self, name: str, clip: TrimmedClip, text: str, transcribed: bool = False) -> ReferenceVoice:
         """A reference voice from ``clip`` (`read_reference_clip`'s) saying ``text``: SNAC-encoded here, on the
         codec's model (blocking: run it on a worker thread). ReferenceRejected naming the field at fault."""
-        from lyre.codec.encoder import SnacEncoder
-
-        self._check_references()
-        text = check_text(text, clip.seconds)
-        with self._encoder_made:
-            if self._encoder is None:
-                self._encoder = SnacEncoder(self.codec.decoder.model)
-        # Encodes run side by side (the codec's model is only read, as its decodes do meanwhile): an upload never
-        # waits behind requests' own references, whose number the server bounds.
-        frames = orpheus.without_repeated_frames(self._encoder.encode(clip.pcm))
-        voice = ReferenceVoice(name, text, tuple(frames), round(clip.seconds, 3), transcribed)
-        self._check_prompt(voice)
-        return voice
-
-    def _check_prompt(self, voice: ReferenceVoice) -> None:
-        """ReferenceRejected unless ``voice``'s turn is a prompt this server takes: text free of control tokens,
-        and room beside it in a request's positions for a prompt and a reply."""
-        room = self.engine.config.max_seq_len - PROMPT_ROOM - MIN_REPLY_TOKENS
-        try:
-            used = len(voice.prefix_ids(self.tokenizer))
-        except ValueError as exc:  # text that would be a control token of the prompt
-            raise ReferenceRejected(f"text: {exc}", "text") from None
-        if used > room:
-            raise ReferenceRejected(f"file: the clip and its text take {used} prompt tokens; this server's requests "
-                                    f"hold {self.engine.config.max_seq_len} positions, which leaves room for "
-                                    f"{room} (use a shorter clip, or start the server with a larger --max-seq-len)",
-                                    "file")
+        return self._maker.make(name, clip, text, transcribed)
 
     def _open(self, voice: str | None, options: SpeechOptions | None, trim: bool, streamed: bool,
               idle_timeout_s: float | None, request_id: str | None, whole: bool,
@@ -245,7 +201,7 @@ class TTS:
         if reference is None and voice in self.references:
             reference = self.references.get(voice)  # type: ignore[arg-type]
         if reference is not None:
-            self._check_references()
+            self._maker.check_allowed()
             voice, prefix, named = None, self.references.prefix(reference, self.tokenizer), reference.name
         elif self.adapters is not None and voice in self.adapters:
             adapter, voice = voice, self.adapters.speaker(voice)

@@ -12,7 +12,8 @@ import av
 import numpy as np
 import pytest
 
-from lyre.server.encoding import FORMATS, StreamEncoder, UnsupportedFormat, make_encoder
+from lyre.server.encoding import FORMATS, UnsupportedFormat, make_encoder
+from lyre.server.stream_encoder import StreamEncoder
 
 RATE = 24_000
 TONE_HZ = 440.0

@@ -16,9 +16,10 @@ from starlette.exceptions import HTTPException
 
 from lyre.server.aligner import word_timestamps
 from lyre.server.body_limit import ServerLimitRoute
-from lyre.server.encoding import FORMATS, StreamEncoder, make_encoder
+from lyre.server.encoding import FORMATS, make_encoder
 from lyre.server.errors import InvalidParam, error_doc
 from lyre.server.state import ServerState
+from lyre.server.stream_encoder import StreamEncoder
 from lyre.server.routes.voices_api import inline_reference
 from lyre.stt import AlignedWord, WordTimer
 from lyre.tts import AdapterBusy, AdapterError, SpeechOptions

@@ -1,0 +1,64 @@
+"""When a speech stream's audio is due, read off its listener's playback clock: the pace and deadlines the engine
+schedules its requests on, and when the codec must have decoded each window."""
+
+from __future__ import annotations
+
+import time
+
+from lyre import orpheus
+from lyre.engine import Playback, RequestStream
+from lyre.orpheus import FRAME_TOKENS
+from lyre.tts.clock import PlaybackClock
+from lyre.tts.context import PipelineContext
+
+__all__ = ["BATCH_GRACE_S", "ListenerDeadlines"]
+
+# A window of a request nobody plays as it streams (a whole file) is due this long after it is queued:
+# behind every stream about to run dry, never starved by them.
+BATCH_GRACE_S = 1.0
+
+
+class ListenerDeadlines:
+    """One stream's deadlines. A streamed one (someone plays it as it comes) runs at the listener's pace
+    (``pace``: seconds of playback per token); any other has none, and the engine fits it in."""
+
+    def __init__(self, context: PipelineContext, clock: PlaybackClock, streamed: bool) -> None:
+        self.streamed = streamed
+        self.pace = clock.seconds_per_token() if streamed else None
+        self._ctx = context
+        self._clock = clock
+
+    def playback(self, deadline: float | None) -> Playback | None:
+        """The engine's view of this listener: its pace, and the tokens the window planner may hold
+        undecoded (a wide window and its right context) before any of them can play."""
+        if self.pace is None:
+            return None
+        window = self._ctx.config.window
+        held_frames = window.max_new + window.right + 1
+        return Playback(self.pace, lag_s=held_frames * FRAME_TOKENS * self.pace, deadline=deadline)
+
+    def ahead(self) -> float:
+        """The listener's buffer, less what a wide window would take to decode now: waiting for one
+        must leave time to decode it (on a CPU that is most of a second; on a GPU, milliseconds)."""
+        window = self._ctx.config.window
+        wide = window.left + window.max_new + window.right
+        return self._clock.ahead() - wide * self._ctx.codec.seconds_per_frame
+
+    def decode_due(self) -> float | None:
+        """When a window queued now must be decoded (None: first come, first decoded)."""
+        if not self._ctx.on_deadlines:
+            return None
+        if not self.streamed:
+            return time.monotonic() + BATCH_GRACE_S
+        return self._clock.runs_dry_at() or time.monotonic()  # before playback starts, first audio is due now
+
+    def start_playback(self, at: float, trimmed_samples: int, live: list[RequestStream]) -> None:
+        """The listener starts at ``at``, ``trimmed_samples`` of silence cut before its first chunk: give the
+        live engine requests (oldest first) their deadlines, each after the one before."""
+        if self.pace is None:
+            return
+        skipped = round(trimmed_samples / orpheus.SAMPLES_PER_FRAME * FRAME_TOKENS)
+        for stream in live:
+            self._ctx.engine.start_playback(stream.request_id, at, skipped)
+            at += max(0, len(stream.request.output_ids) - skipped) * self.pace
+            skipped = 0

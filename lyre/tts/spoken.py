@@ -1,0 +1,58 @@
+"""What a speech stream has said: each segment's text and the output samples that speak it, told to whoever
+times its words as soon as a segment's audio is all out."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+__all__ = ["SpokenSegment", "SpokenSegments"]
+
+
+@dataclass(frozen=True)
+class SpokenSegment:
+    """One segment once all its audio is out: output samples [start, end) of the stream speak ``text``
+    (the segment's text as the pipeline cleaned it)."""
+
+    text: str
+    start: int
+    end: int
+
+
+class SpokenSegments:
+    """One stream's segments by their output samples: each started one's text, the one whose audio is coming
+    out now, and those whose audio is all out (``spoken``, in order)."""
+
+    def __init__(self) -> None:
+        self.spoken: list[SpokenSegment] = []
+        self._texts: list[str] = []  # each started segment's text
+        self._speaking: tuple[int, int] | None = None  # (index, first sample) of the segment coming out now
+        self._on_spoken: list[Callable[[SpokenSegment], None]] = []
+
+    def started(self, text: str) -> None:
+        """The next segment, ``text``, has been submitted."""
+        self._texts.append(text)
+
+    def speaking(self, index: int, first: int) -> None:
+        """Segment ``index``'s audio comes out from output sample ``first`` on."""
+        self._speaking = (index, first)
+
+    def ended(self, samples: int) -> None:
+        """The segment coming out is all out at ``samples``: it is spoken, and the callbacks hear of it."""
+        assert self._speaking is not None
+        index, first = self._speaking
+        self.spoken.append(ended := SpokenSegment(self._texts[index], first, samples))
+        self._speaking = None
+        for callback in self._on_spoken:
+            callback(ended)
+
+    def on_spoken(self, callback: Callable[[SpokenSegment], None]) -> None:
+        """Call ``callback`` with each segment as `ended` says it is spoken."""
+        self._on_spoken.append(callback)
+
+    def so_far(self, samples: int) -> list[SpokenSegment]:
+        """`spoken`, then the segment coming out, if any of it is out by ``samples`` (its ``end``: ``samples``)."""
+        if self._speaking is None or samples <= self._speaking[1]:
+            return list(self.spoken)
+        index, first = self._speaking
+        return [*self.spoken, SpokenSegment(self._texts[index], first, samples)]
