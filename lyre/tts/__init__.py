@@ -17,7 +17,8 @@ from lyre.tts.options import PipelineBusy, ServingConfig, SpeechOptions
 from lyre.tts.sampling import AUDIO_CONSTRAINT, speech_sampling
 from lyre.tts.spoken import SpokenSegment
 from lyre.tts.stream import SpeechStream
-from lyre.tts.synthesizer import PROMPT_ROOM, TTS, Synthesizer, TTSConfig
+from lyre.tts.context import PROMPT_ROOM, TTSConfig
+from lyre.tts.synthesizer import TTS, Synthesizer
 from lyre.tts.text import TextError
 from lyre.tts.trim import TrimConfig
 from lyre.tts.voices import OPENAI_VOICES, VoiceNameTaken, Voices, load_voices, parse_alias

@@ -22,7 +22,7 @@ from lyre.models.folder import load_tokenizer
 from lyre.orpheus import TextTokenizer
 from lyre.tts.adapter_voices import AdapterVoices
 from lyre.tts.clips import TrimmedClip
-from lyre.tts.context import PROMPT_ROOM, PipelineContext, TTSConfig
+from lyre.tts.context import PipelineContext, TTSConfig
 from lyre.tts.facts import TTSFacts, pipeline_facts
 from lyre.tts.intake import TextIntake
 from lyre.tts.options import ServingConfig, SpeechOptions, checked
@@ -35,7 +35,7 @@ from lyre.tts.stream import SpeechStream
 from lyre.tts.text import normalize
 from lyre.tts.voices import Voices, load_voices
 
-__all__ = ["PROMPT_ROOM", "TTS", "Synthesizer", "TTSConfig"]
+__all__ = ["TTS", "Synthesizer"]
 
 # A steady speaking rate, for sizing a segment to the tokens a request has room for; and the least size.
 _CHARS_PER_SECOND = 14
