@@ -93,6 +93,7 @@ class Reply:
         self.text = ""  # the reply's text so far (what was sent to speech)
         self.calls: list[dict[str, Any]] = []  # function_call items of the session's tools, once over
         self.audio_samples = 0
+        self._cuts_told = 0  # the speech stream's cut segments told the client so far
         self.status = "in_progress"
         self.error: str | None = None
         self.times = ReplyTimes()
@@ -237,6 +238,14 @@ class Reply:
             self.audio_samples += len(chunk)
             self._events.send(self.spec.names.audio_delta, **self._events.where,
                               delta=base64.b64encode(pcm).decode("ascii"))
+            self._tell_cuts(stream)
+        self._tell_cuts(stream)
+
+    def _tell_cuts(self, stream: Any) -> None:
+        """The reply's segments that ended on their token budget since last told: words may be missing."""
+        for cut in stream.cuts[self._cuts_told:]:
+            self._events.send("lyre.response.segment_cut", **self._events.where, **cut.event())
+        self._cuts_told = len(stream.cuts)
 
     def _call_delta(self, piece: ToolCallDelta) -> None:
         if (streamed := self._calls.push(piece)) is not None:

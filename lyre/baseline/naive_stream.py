@@ -16,6 +16,7 @@ from lyre import orpheus
 from lyre.engine import FinishReason, SamplingParams
 from lyre.orpheus import FrameAssembler, InvalidAudioToken, TextTokenizer
 from lyre.tts.context import TTSConfig
+from lyre.tts.cuts import CutCounts, SegmentCut
 from lyre.tts.spoken import SpokenSegment
 from lyre.tts.stream import to_int16
 from lyre.tts.text import TextError, normalize
@@ -34,6 +35,7 @@ class NaivePipeline(Protocol):
     codec: NaiveCodec
     tokenizer: TextTokenizer
     config: TTSConfig
+    cuts: CutCounts
 
 
 class NaiveSpeechStream:
@@ -44,8 +46,9 @@ class NaiveSpeechStream:
     """
 
     def __init__(self, tts: NaivePipeline, request_id: str, voice: str | None, sampling: SamplingParams,
-                 prompt: list[int] | None = None) -> None:
-        """``prompt``: ready-made prompt ids instead of text (then no text may be pushed)."""
+                 prompt: list[int] | None = None, capped: bool = False) -> None:
+        """``prompt``: ready-made prompt ids instead of text (then no text may be pushed); ``capped``: the
+        client set ``sampling.max_tokens`` (else it is the reference's own cap)."""
         self.request_id = request_id
         self.voice = voice
         self.segments = 1
@@ -54,6 +57,8 @@ class NaiveSpeechStream:
         self.dropped_tokens = 0  # not a valid audio token at its frame position
         self.trimmed_samples = 0  # never trims
         self.finish_reason: FinishReason | None = None
+        self.cuts: list[SegmentCut] = []  # the one segment, when it ended on max_tokens before end-of-speech
+        self.capped = capped
         self.created_at = time.perf_counter()
         self.first_text_at: float | None = None
         self.first_chunk_at: float | None = None
@@ -169,6 +174,9 @@ class NaiveSpeechStream:
                 self.finish_reason = FinishReason.STOP
             elif self.tokens >= self._sampling.max_tokens:
                 self.finish_reason = FinishReason.LENGTH
+                self.cuts.append(cut := SegmentCut(0, "max_tokens" if self.capped else "budget",
+                                                   self._sampling.max_tokens, clean))
+                self._tts.cuts.add(cut, self.request_id)
             else:  # the pipeline was shut down under it
                 self.finish_reason = FinishReason.ABORT
             self.segment_done.append(time.perf_counter())

@@ -28,6 +28,7 @@ extra), imported when this module is.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from pathlib import Path
 from typing import Any, NoReturn
@@ -41,6 +42,7 @@ from lyre.engine import EngineStats
 from lyre.models.choice import ModelChoice, choose_weights
 from lyre.models.folder import load_tokenizer
 from lyre.orpheus import TextTokenizer
+from lyre.tts.cuts import CutCounts
 from lyre.tts.facts import TTSFacts
 from lyre.tts.options import SpeechOptions, checked
 from lyre.tts.sampling import request_sampling
@@ -56,6 +58,8 @@ __all__ = ["NaiveTTS"]
 
 # transformers' generate has no KV-cache slots to fit: a segment may ask for this many tokens.
 MAX_TOKENS_LIMIT = 8192
+# Orpheus's reference implementation caps its one generation at this many tokens (about 14.6 s of audio).
+REFERENCE_MAX_TOKENS = 1200
 
 
 class NaiveTTS:
@@ -72,6 +76,7 @@ class NaiveTTS:
         self.source = source
         self.adapters = None  # serves no cloned voices
         self.references = None  # nor voices from a reference clip
+        self.cuts = CutCounts()
         self._ids = itertools.count()
 
     @classmethod
@@ -100,6 +105,9 @@ class NaiveTTS:
     def max_tokens_limit(self) -> int:
         return MAX_TOKENS_LIMIT
 
+    def segments_cut(self) -> dict[str, int]:
+        return self.cuts.counts()
+
     def references_refused(self) -> str:
         return "the naive baseline speaks no voices from a reference clip (serve lyre's engine for them)"
 
@@ -118,8 +126,10 @@ class NaiveTTS:
         if reference is not None:
             raise ValueError(f"reference_audio: {self.references_refused()}")
         voice = self.voices.resolve(voice)
-        sampling = request_sampling(checked(options, self.max_tokens_limit))
-        return NaiveSpeechStream(self, request_id or f"naive-{next(self._ids)}", voice, sampling)
+        capped = options is not None and options.max_tokens is not None
+        sampling = request_sampling(checked(options if capped else dataclasses.replace(
+            options or SpeechOptions(), max_tokens=REFERENCE_MAX_TOKENS), self.max_tokens_limit))
+        return NaiveSpeechStream(self, request_id or f"naive-{next(self._ids)}", voice, sampling, capped=capped)
 
     def stream(self, text: str, voice: str | None = None, options: SpeechOptions | None = None,
                trim: bool = True, streamed: bool = True, request_id: str | None = None,

@@ -158,6 +158,8 @@ def create_app(config: ServerConfig, tts: Synthesizer | None = None) -> FastAPI:
             )
             state.metrics.watch_sessions(lambda: RealtimeSessions.of(app).open)
             state.metrics.watch_aligner(aligner.stats)
+            if loaded is not None:
+                state.metrics.watch_cuts(loaded.segments_cut)
             app.state.lyre = state
             if loaded is not None:
                 await _load_adapters(loaded, config)

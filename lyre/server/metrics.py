@@ -161,6 +161,19 @@ class _AlignerCollector(Collector):
         yield fallbacks
 
 
+class _CutsCollector(Collector):
+    def __init__(self, counts: Callable[[], dict[str, int]]) -> None:
+        self._counts = counts
+
+    def collect(self) -> Iterator[Any]:
+        cuts = CounterMetricFamily("lyre_segments_cut", "Speech segments that ended on their token budget before "
+                                   "end-of-speech (words may be missing), by reason: budget (lyre's, from the "
+                                   "segment's words) or max_tokens (the client's cap)", labels=["reason"])
+        for reason, value in self._counts().items():
+            cuts.add_metric([reason], value)
+        yield cuts
+
+
 def _kv_cache_metrics(prefix: str, e: Any) -> Iterator[Any]:
     """The block pool and the prefix cache of one engine (``prefix``: lyre_engine or lyre_chat_engine)."""
     kv = e.kv_cache
@@ -192,6 +205,10 @@ class Metrics:
         placed the words, fallbacks, and the queue and audio of its own workers (the phone aligner, a
         Whisper of its own; the STT worker's Whisper counts in lyre_stt_*)."""
         self.registry.register(_AlignerCollector(stats))
+
+    def watch_cuts(self, counts: Callable[[], dict[str, int]]) -> None:
+        """The speech pipeline's segments cut on their budget (``counts()``: by reason), every transport's."""
+        self.registry.register(_CutsCollector(counts))
 
     def watch_sessions(self, count: Callable[[], int]) -> None:
         """The realtime sessions open now (``count()``): WebSockets, WebRTC calls and phone streams together,

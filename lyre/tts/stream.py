@@ -24,8 +24,10 @@ from lyre import orpheus
 from lyre.codec import CodecWindow
 from lyre.engine import EngineFull, FinishReason, RequestStream, SamplingParams
 from lyre.orpheus import FRAME_TOKENS, FrameAssembler
+from lyre.tts.budget import speech_tokens
 from lyre.tts.clock import PlaybackClock
 from lyre.tts.context import PipelineContext
+from lyre.tts.cuts import SegmentCut
 from lyre.tts.deadlines import ListenerDeadlines
 from lyre.tts.intake import TextIntake
 from lyre.tts.options import PipelineBusy
@@ -61,10 +63,12 @@ class SpeechStream:
 
     def __init__(self, context: PipelineContext, request_id: str, voice: str | None, sampling: SamplingParams,
                  trim: bool, streamed: bool, intake: TextIntake, adapter: str | None = None,
-                 prefix: tuple[int, ...] = (), named: str | None = None) -> None:
+                 prefix: tuple[int, ...] = (), named: str | None = None, capped: bool = False) -> None:
         """``voice``: the speaker name the prompts use; ``adapter``: the LoRA adapter that speaks it, if any;
         ``prefix``: ids every prompt opens with (a reference voice's turn); ``named``: the voice as it was
-        asked for (an adapter's or a reference voice's name, a model voice; default: the adapter or the voice)."""
+        asked for (an adapter's or a reference voice's name, a model voice; default: the adapter or the voice).
+        ``capped``: ``sampling.max_tokens`` is the client's cap for every segment; otherwise each segment gets
+        the budget its words need (lyre.tts.budget), within the positions left after its prompt."""
         self.request_id = request_id
         self.voice = voice
         self.adapter = adapter
@@ -79,6 +83,9 @@ class SpeechStream:
         self.trimmed_samples = 0
         self.prompt_tokens = 0
         self.finish_reasons: list[FinishReason] = []  # one per segment
+        self.cuts: list[SegmentCut] = []  # segments that ended on their budget, not on end-of-speech
+        self.capped = capped
+        self.budgets: list[tuple[str, int]] = []  # each segment's text and max_tokens, as started
         self.created_at = time.perf_counter()
         self.first_chunk_at: float | None = None
         self.segment_started: list[float] = []  # when each segment's generation was submitted
@@ -160,8 +167,9 @@ class SpeechStream:
         """Submit the next segment (the prompt is built here: a bad segment fails the stream)."""
         index = self.segments
         prompt = [*self.prefix, *orpheus.prompt_ids(self._ctx.tokenizer, text, self.voice)]
-        self._ctx.check_room(len(prompt), self.sampling)
-        params = replace(self.sampling, seed=self._segment_seed(index))
+        tokens = self.budget(text, len(prompt))
+        params = replace(self.sampling, seed=self._segment_seed(index), max_tokens=tokens)
+        self._ctx.check_room(len(prompt), params)
         try:
             stream = self._ctx.engine.generate(prompt, params, request_id=f"{self.request_id}/{index}",
                                                constraint=AUDIO_CONSTRAINT, adapter=self.adapter,
@@ -170,10 +178,18 @@ class SpeechStream:
             raise PipelineBusy(str(exc)) from None
         self._live.append(stream)
         self.segments += 1
+        self.budgets.append((text, tokens))
         self._said.started(text)
         self.prompt_tokens += len(prompt)
         self.segment_started.append(time.perf_counter())
         return stream
+
+    def budget(self, text: str, prompt_tokens: int) -> int:
+        """The max_tokens of a segment saying ``text`` after a prompt of ``prompt_tokens``: the client's cap,
+        else what its words need within the positions left."""
+        if self.capped:
+            return self.sampling.max_tokens
+        return speech_tokens(text, min(self.sampling.max_tokens, self._ctx.positions_after(prompt_tokens)))
 
     def _segment_seed(self, index: int) -> int:
         return ((self.sampling.seed or 0) + index) % _SEED_SPACE
@@ -205,7 +221,7 @@ class SpeechStream:
                     while (window := planner.next_window(self._deadlines.ahead())) is not None:
                         if (chunk := self._out(await self._decode(window), trimmer)) is not None:
                             yield chunk
-                self._finished(current, planner.frames)
+                self._finished(current, planner.frames, index)
                 # A next segment whose text is complete generates while this one's tail decodes and plays.
                 following = None
                 if (text := self.intake.ready()) is not None:
@@ -243,11 +259,16 @@ class SpeechStream:
             return
         self._lease = lease
 
-    def _finished(self, stream: RequestStream, frames: int) -> None:
+    def _finished(self, stream: RequestStream, frames: int, index: int) -> None:
         self.frames += frames
         reason = stream.finish_reason
         if reason is not None:
             self.finish_reasons.append(reason)
+        if reason is FinishReason.LENGTH:
+            text, tokens = self.budgets[index]
+            cut = SegmentCut(index, "max_tokens" if self.capped else "budget", tokens, text)
+            self.cuts.append(cut)
+            self._ctx.cuts.add(cut, self.request_id)
         if reason is FinishReason.ERROR:
             raise RuntimeError(f"request {self.request_id}: generation failed")
 

@@ -21,6 +21,7 @@ from lyre.models.choice import ModelChoice, choose_weights
 from lyre.models.folder import load_tokenizer
 from lyre.orpheus import TextTokenizer
 from lyre.tts.adapter_voices import AdapterVoices
+from lyre.tts.budget import chars_within
 from lyre.tts.clips import TrimmedClip
 from lyre.tts.context import PipelineContext, TTSConfig
 from lyre.tts.facts import TTSFacts, pipeline_facts
@@ -37,8 +38,7 @@ from lyre.tts.voices import Voices, load_voices
 
 __all__ = ["TTS", "Synthesizer"]
 
-# A steady speaking rate, for sizing a segment to the tokens a request has room for; and the least size.
-_CHARS_PER_SECOND = 14
+# The least segment size: below it, a segment is too short to sound like a sentence.
 _MIN_SEGMENT_CHARS = 60
 
 class Synthesizer(Protocol):
@@ -61,6 +61,10 @@ class Synthesizer(Protocol):
     @property
     def max_tokens_limit(self) -> int:
         """The most tokens one segment may ask for."""
+
+    def segments_cut(self) -> dict[str, int]:
+        """Segments ended on their token budget, not end-of-speech, since start, by reason (budget,
+        max_tokens)."""
 
     def open(self, voice: str | None = None, options: SpeechOptions | None = None, trim: bool = True,
              streamed: bool = True, idle_timeout_s: float | None = None, reference: ReferenceVoice | None = None,
@@ -139,6 +143,9 @@ class TTS:
     def max_tokens_limit(self) -> int:
         return self.context.max_tokens_limit
 
+    def segments_cut(self) -> dict[str, int]:
+        return self.context.cuts.counts()
+
     @property
     def on_deadlines(self) -> bool:
         """Whether the engine and the codec schedule on listeners' playback deadlines (else first come)."""
@@ -207,16 +214,16 @@ class TTS:
             adapter, voice = voice, self.adapters.speaker(voice)
         else:
             voice = self._model_voice(voice)
-        # The reference's turn takes positions a request could otherwise fill with speech, and segments get
-        # shorter to match, so one still fits in what is left.
+        # A segment is at most as long as the words whose budget fits the tokens a request has room for (a
+        # reference's turn takes positions a request could otherwise fill with speech), so none is cut short.
         room = max(1, self.max_tokens_limit - len(prefix))
         sampling = request_sampling(checked(options, room))
         cfg = self.config
-        segment = cfg.segment_chars if not prefix else min(
-            cfg.segment_chars, max(_MIN_SEGMENT_CHARS, int(room / orpheus.TOKENS_PER_SECOND * _CHARS_PER_SECOND)))
+        segment = min(cfg.segment_chars, max(_MIN_SEGMENT_CHARS, chars_within(room)))
         intake = TextIntake(cfg.max_input_chars, segment, cfg.flush_after_s, idle_timeout_s, segment if whole else 0)
+        capped = options is not None and options.max_tokens is not None
         return SpeechStream(self.context, request_id or f"tts-{next(self._ids)}", voice, sampling, trim, streamed,
-                            intake, adapter, tuple(prefix), named)
+                            intake, adapter, tuple(prefix), named, capped)
 
     def stream(self, text: str, voice: str | None = None, options: SpeechOptions | None = None, trim: bool = True,
                streamed: bool = True, request_id: str | None = None, reference: ReferenceVoice | None = None,
@@ -229,9 +236,10 @@ class TTS:
         """
         stream = self._open(voice, options, trim, streamed, None, request_id, True, reference)
         clean = normalize(text, self.config.max_input_chars)
-        prompts = [[*stream.prefix, *orpheus.prompt_ids(self.tokenizer, s, stream.voice)]
-                   for s in split_segments(clean, stream.intake.segment_chars)]
-        self.context.check_room(max(map(len, prompts)), stream.sampling)
+        for segment in split_segments(clean, stream.intake.segment_chars):
+            prompt = len(stream.prefix) + len(orpheus.prompt_ids(self.tokenizer, segment, stream.voice))
+            self.context.check_room(prompt, dataclasses.replace(stream.sampling,
+                                                                max_tokens=stream.budget(segment, prompt)))
         stream.push(clean)
         stream.end()
         return stream

@@ -52,7 +52,9 @@ class SpeechRequest(BaseModel):
     top_p: float | None = Field(None, gt=0, le=1.0)
     top_k: int | None = Field(None, ge=0, le=100_000)
     repetition_penalty: float | None = Field(None, gt=0, le=10.0)
-    max_tokens: int | None = Field(None, ge=1, le=100_000)
+    max_tokens: int | None = Field(None, ge=1, le=100_000, description="lyre's extra: the most tokens each segment "
+                                   "(a sentence or a few; 7 tokens are 85 ms of audio) may generate. Unset, each "
+                                   "segment gets what its words need at 9 characters a second, plus 1 s")
     seed: int | None = Field(None, ge=0, lt=2**63)
     trim_silence: bool = True
     timestamps: bool = Field(False, description="lyre's extra: word times. With stream_format sse, "
@@ -138,6 +140,7 @@ async def _body(state: ServerState, stream: Any, encoder: StreamEncoder, api: st
     outcome = "cancelled"
     encoded: list[bytes] = []  # the "json" answer's audio
     words: list[AlignedWord] = []
+    told = 0  # the stream's cut segments told the client so far (sse)
     try:
         async for chunk in stream:
             if stream.samples == len(chunk):  # the first audio of this request
@@ -149,6 +152,10 @@ async def _body(state: ServerState, stream: Any, encoder: StreamEncoder, api: st
                     encoded.append(data)
                 else:
                     yield data
+            if api == "sse" and len(stream.cuts) > told:  # words may be missing: said as soon as it is known
+                for cut in stream.cuts[told:]:
+                    yield _sse({"type": "speech.segment_cut", **cut.event()})
+                told = len(stream.cuts)
             if timer is not None:  # after the audio: word times never hold it back
                 timer.add(chunk)
                 timer.follow(stream.spoken)
@@ -160,6 +167,8 @@ async def _body(state: ServerState, stream: Any, encoder: StreamEncoder, api: st
         if api == "sse":
             if tail:
                 yield _sse({"type": "speech.audio.delta", "audio": base64.b64encode(tail).decode()})
+            for cut in stream.cuts[told:]:
+                yield _sse({"type": "speech.segment_cut", **cut.event()})
             if timer is not None:
                 for event in _word_events(await timer.rest(), api, words):
                     yield event
@@ -174,7 +183,8 @@ async def _body(state: ServerState, stream: Any, encoder: StreamEncoder, api: st
             audio = base64.b64encode(encoder.whole(b"".join(encoded) + tail)).decode()
             yield json.dumps({"audio": audio, "content_type": encoder.content_type,
                               "duration": round(stream.audio_seconds, 3),
-                              "words": [{"text": w.text, "start": w.start, "end": w.end} for w in words]}).encode()
+                              "words": [{"text": w.text, "start": w.start, "end": w.end} for w in words],
+                              "cut_segments": [cut.event() for cut in stream.cuts]}).encode()
         elif tail:
             yield tail
         outcome = "ok"

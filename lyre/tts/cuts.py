@@ -1,0 +1,45 @@
+"""Segments that ended on their token budget instead of end-of-speech: words may be missing, and nobody is left
+to guess. Each is kept on its stream (for the transport to tell its client), counted by the pipeline (for
+``lyre_segments_cut_total{reason}``) and logged with its request id."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+__all__ = ["REASONS", "CutCounts", "SegmentCut"]
+
+log = logging.getLogger("lyre.tts")
+
+# budget: lyre's own, from the segment's words (lyre.tts.budget); max_tokens: the client's cap per segment.
+REASONS = ("budget", "max_tokens")
+
+
+@dataclass(frozen=True)
+class SegmentCut:
+    """One segment that ran to its token budget: its index in the stream, why, the tokens it had, its text."""
+
+    segment: int
+    reason: str
+    max_tokens: int
+    text: str
+
+    def event(self) -> dict[str, object]:
+        """What a client is told (the fields every transport sends)."""
+        return {"segment": self.segment, "reason": self.reason, "max_tokens": self.max_tokens, "text": self.text}
+
+
+class CutCounts:
+    """A pipeline's cuts since it started, by reason."""
+
+    def __init__(self) -> None:
+        self._counts = dict.fromkeys(REASONS, 0)
+
+    def add(self, cut: SegmentCut, request_id: str) -> None:
+        self._counts[cut.reason] += 1
+        log.warning("request %s: segment %d ended on its %s of %d tokens before end-of-speech; its last words may "
+                    "be missing: %r", request_id, cut.segment, "max_tokens" if cut.reason == "max_tokens"
+                    else "budget", cut.max_tokens, cut.text[:80])
+
+    def counts(self) -> dict[str, int]:
+        return dict(self._counts)
