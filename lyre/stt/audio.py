@@ -58,12 +58,15 @@ class PcmResampler:
             None if rate == SAMPLE_RATE else av.AudioResampler(format="flt", layout="mono", rate=SAMPLE_RATE)
         )
         self._pts = 0
+        self._closed = False
 
     def push(self, pcm: bytes) -> np.ndarray:
         """Resample the next chunk; returns what is ready, shape (samples,), possibly empty."""
         if len(pcm) % 2:
             raise AudioError(f"pcm16 audio must be a whole number of 2-byte samples, got {len(pcm)} bytes")
         samples = np.frombuffer(pcm, dtype="<i2")
+        if self._closed:
+            raise AudioError("the audio input is closed")
         if self._resampler is None:
             return samples.astype(np.float32) / 32768.0
         if samples.size == 0:
@@ -76,9 +79,14 @@ class PcmResampler:
 
     def flush(self) -> np.ndarray:
         """What the resampler still holds, at the end of a stream."""
-        if self._resampler is None:
+        if self._resampler is None:  # at 16 kHz already, or closed
             return np.zeros(0, np.float32)
         return self._collect(self._resampler.resample(None))
+
+    def close(self) -> None:
+        """Free FFmpeg's filter graph (and the threads it holds) now, not when a session's objects are next
+        collected; the resampler then passes audio through no more (AudioError)."""
+        self._resampler, self._closed = None, True
 
     @staticmethod
     def _collect(frames: list[av.AudioFrame]) -> np.ndarray:

@@ -139,6 +139,7 @@ class RealtimeSession:
     async def close(self) -> None:
         """Cancel every pass still running or queued; nothing more is emitted."""
         self._emit = _drop
+        self._in.close()
         await self._utterances.close()
 
     # -- client events --

@@ -49,6 +49,10 @@ class AudioIn:
         self.restart(self.rate)
         return audio
 
+    def close(self) -> None:
+        """Free the resampler's filter now (it holds FFmpeg threads until freed)."""
+        self._resampler.close()
+
     def restart(self, rate: int) -> None:
         """Drop the resampler's tail and go on at ``rate``."""
         self._resampler = PcmResampler(rate)

@@ -95,6 +95,10 @@ class OutboundAudio(MediaStreamTrack):
                           "response_id": self._response})
         return [(response_id, 1000 * self._sent.get(response_id, 0) / OUTPUT_RATE) for response_id in cut]
 
+    def stop(self) -> None:
+        super().stop()
+        self._resampler.close()  # its filter's threads go now, not at Python's next full collection
+
     async def recv(self) -> AudioFrame:
         if self.readyState != "live":
             raise MediaStreamError
@@ -126,6 +130,8 @@ class OutboundAudio(MediaStreamTrack):
     def _frame(self, pcm: bytes) -> AudioFrame:
         """20 ms of 24 kHz pcm16 as a 48 kHz frame. The resampler's output runs its filter's delay (32
         samples) short of the input, so that much silence leads the audio and every frame is whole."""
+        if self.readyState != "live":  # stopped while this frame waited for its time
+            raise MediaStreamError
         wire = self._resampler.push(pcm)
         if self._pts == 0:
             self._wire += bytes(2 * _WIRE_FRAME - len(wire))

@@ -180,6 +180,33 @@ def test_a_hang_up_answers_once_the_call_is_freed(server: Server) -> None:
     asyncio.run(run())
 
 
+def _threads(server: Server) -> int:
+    with open(f"/proc/{server.process.pid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("Threads:"))
+
+
+def test_a_freed_call_leaves_none_of_its_threads_behind(server: Server) -> None:
+    """FFmpeg's filter graphs (the calls' resamplers) hold threads until freed: a call's are freed as it ends,
+    not at Python's next full collection (a soak of 128 calls held over a hundred between collections)."""
+    async def one_call() -> None:
+        peer, call_id = await call(server.url, SESSION)
+        await _story(peer)
+        async with httpx.AsyncClient(base_url=server.url) as http:
+            assert (await http.delete(f"{CALLS}/{call_id}")).status_code == 204
+        await peer.close()
+        await _freed(server)
+
+    async def run() -> tuple[int, int]:
+        await one_call()  # the server's own pools reach their size
+        before = _threads(server)
+        for _ in range(3):
+            await one_call()
+        return before, _threads(server)
+
+    before, after = asyncio.run(run())
+    assert after - before <= 2, f"{after - before} more threads after 3 calls"
+
+
 def test_a_caller_that_goes_away_frees_the_call(server: Server) -> None:
     async def run() -> None:
         async with httpx.AsyncClient(base_url=server.url) as http:
