@@ -16,6 +16,7 @@ from lyre import orpheus
 from lyre.engine import FinishReason, SamplingParams
 from lyre.orpheus import FrameAssembler, InvalidAudioToken, TextTokenizer
 from lyre.tts.context import TTSConfig
+from lyre.tts.reading import TextFront, TextOptions
 from lyre.tts.spoken import SpokenSegment
 from lyre.tts.stream import to_int16
 from lyre.tts.text import TextError, normalize
@@ -34,6 +35,7 @@ class NaivePipeline(Protocol):
     codec: NaiveCodec
     tokenizer: TextTokenizer
     config: TTSConfig
+    front: TextFront
 
 
 class NaiveSpeechStream:
@@ -44,8 +46,9 @@ class NaiveSpeechStream:
     """
 
     def __init__(self, tts: NaivePipeline, request_id: str, voice: str | None, sampling: SamplingParams,
-                 prompt: list[int] | None = None) -> None:
-        """``prompt``: ready-made prompt ids instead of text (then no text may be pushed)."""
+                 prompt: list[int] | None = None, text: TextOptions | None = None) -> None:
+        """``prompt``: ready-made prompt ids instead of text (then no text may be pushed); ``text``: how the
+        text is read (normalised or not, its language)."""
         self.request_id = request_id
         self.voice = voice
         self.segments = 1
@@ -63,6 +66,8 @@ class NaiveSpeechStream:
         self.spoken: list[SpokenSegment] = []  # the one segment, once its audio is all out (for word times)
         self._on_spoken: list[Callable[[SpokenSegment], None]] = []
         self._tts = tts
+        self.text = text or TextOptions()
+        self.warnings: list[str] = []  # reads no SSML, so never any
         self._text: list[str] = []
         self._ended = asyncio.Event()
         self._prompt: list[int] = prompt or []
@@ -138,7 +143,8 @@ class NaiveSpeechStream:
             if not "".join(self._text).strip():
                 return
             clean = normalize("".join(self._text), self._tts.config.max_input_chars)
-            self._prompt = orpheus.prompt_ids(self._tts.tokenizer, clean, self.voice)
+            said = self._tts.front.read(clean, self.text.language, self.text.normalize)
+            self._prompt = orpheus.prompt_ids(self._tts.tokenizer, said.spoken, self.voice)
         queue: asyncio.Queue[int | None] = asyncio.Queue()
         self.segment_started.append(time.perf_counter())
         generation = self._generation = engine.start(self._prompt, self._sampling, queue, self._cancel)
@@ -173,7 +179,7 @@ class NaiveSpeechStream:
                 self.finish_reason = FinishReason.ABORT
             self.segment_done.append(time.perf_counter())
             if clean:
-                self.spoken.append(segment := SpokenSegment(clean, 0, self.samples))
+                self.spoken.append(segment := SpokenSegment(clean, 0, self.samples, said if said.changed else None))
                 for callback in self._on_spoken:
                     callback(segment)
         finally:

@@ -139,6 +139,17 @@ class _StatsCollector(Collector):
                                 value=s.queue_wait_max_s)
 
 
+class _TextCollector(Collector):
+    def __init__(self, front: Any) -> None:
+        self._front = front
+
+    def collect(self) -> Iterator[Any]:
+        yield CounterMetricFamily("lyre_text_normalize_texts", "Segment texts read by the text front end",
+                                  value=self._front.read_texts)
+        yield CounterMetricFamily("lyre_text_normalize_fallbacks", "Texts whose reading failed (a normalizer "
+                                  "error) and were spoken as cleaned, as written", value=self._front.fallbacks)
+
+
 class _AlignerCollector(Collector):
     def __init__(self, stats: Stats) -> None:
         self._stats = stats
@@ -192,6 +203,11 @@ class Metrics:
         placed the words, fallbacks, and the queue and audio of its own workers (the phone aligner, a
         Whisper of its own; the STT worker's Whisper counts in lyre_stt_*)."""
         self.registry.register(_AlignerCollector(stats))
+
+    def watch_text(self, front: Any) -> None:
+        """The text front end (``front``: lyre.text.front_end.TextFront): texts read, and readings that failed
+        and were said as written instead."""
+        self.registry.register(_TextCollector(front))
 
     def watch_sessions(self, count: Callable[[], int]) -> None:
         """The realtime sessions open now (``count()``): WebSockets, WebRTC calls and phone streams together,

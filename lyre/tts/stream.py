@@ -27,8 +27,10 @@ from lyre.orpheus import FRAME_TOKENS, FrameAssembler
 from lyre.tts.clock import PlaybackClock
 from lyre.tts.context import PipelineContext
 from lyre.tts.deadlines import ListenerDeadlines
+from lyre.text.said import Pause, Said
 from lyre.tts.intake import TextIntake
 from lyre.tts.options import PipelineBusy
+from lyre.tts.reading import TextOptions
 from lyre.tts.sampling import AUDIO_CONSTRAINT
 from lyre.tts.spoken import SpokenSegment, SpokenSegments
 from lyre.tts.trim import LeadingSilenceTrimmer
@@ -61,10 +63,11 @@ class SpeechStream:
 
     def __init__(self, context: PipelineContext, request_id: str, voice: str | None, sampling: SamplingParams,
                  trim: bool, streamed: bool, intake: TextIntake, adapter: str | None = None,
-                 prefix: tuple[int, ...] = (), named: str | None = None) -> None:
+                 prefix: tuple[int, ...] = (), named: str | None = None, text: TextOptions | None = None) -> None:
         """``voice``: the speaker name the prompts use; ``adapter``: the LoRA adapter that speaks it, if any;
         ``prefix``: ids every prompt opens with (a reference voice's turn); ``named``: the voice as it was
-        asked for (an adapter's or a reference voice's name, a model voice; default: the adapter or the voice)."""
+        asked for (an adapter's or a reference voice's name, a model voice; default: the adapter or the voice);
+        ``text``: how its segments' text is read."""
         self.request_id = request_id
         self.voice = voice
         self.adapter = adapter
@@ -84,6 +87,8 @@ class SpeechStream:
         self.segment_started: list[float] = []  # when each segment's generation was submitted
         self.segment_done: list[float] = []  # when each segment's last chunk was handed out
         self.sampling = sampling  # the stream's; each segment's seed follows from its seed
+        self.text = text or TextOptions()
+        self._silence = 0  # samples of silence (SSML's breaks) due before the next segment's audio
         self._said = SpokenSegments()
         self._deadlines = ListenerDeadlines(context, self.clock, streamed)
         self._ctx = context
@@ -99,8 +104,13 @@ class SpeechStream:
         self.intake.push(text)
 
     def end(self) -> None:
-        """No more text: pending text is spoken as it is, then the stream ends."""
+        """No more text: pending text is spoken, then the stream ends (SSML is read now: TextError if bad)."""
         self.intake.end()
+
+    @property
+    def warnings(self) -> list[str]:
+        """What of its SSML was not understood (and was read as its text)."""
+        return self.intake.warnings
 
     # -- figures ------------------------------------------------------------------
     @property
@@ -156,10 +166,11 @@ class SpeechStream:
             self._lease.release()
             self._lease = None
 
-    def _start(self, text: str, deadline: float | None) -> RequestStream:
+    def _start(self, text: str | Said, deadline: float | None) -> RequestStream:
         """Submit the next segment (the prompt is built here: a bad segment fails the stream)."""
         index = self.segments
-        prompt = [*self.prefix, *orpheus.prompt_ids(self._ctx.tokenizer, text, self.voice)]
+        said = text if isinstance(text, Said) else self._ctx.front.read(text, self.text.language, self.text.normalize)
+        prompt = [*self.prefix, *orpheus.prompt_ids(self._ctx.tokenizer, said.spoken, self.voice)]
         self._ctx.check_room(len(prompt), self.sampling)
         params = replace(self.sampling, seed=self._segment_seed(index))
         try:
@@ -170,7 +181,7 @@ class SpeechStream:
             raise PipelineBusy(str(exc)) from None
         self._live.append(stream)
         self.segments += 1
-        self._said.started(text)
+        self._said.started(said)
         self.prompt_tokens += len(prompt)
         self.segment_started.append(time.perf_counter())
         return stream
@@ -182,7 +193,9 @@ class SpeechStream:
         cfg = self._ctx.config
         try:
             await self.hold_voice()
-            text = await self.intake.next(idle_since=time.monotonic())
+            text = await self._next()
+            if (silence := self._silent()) is not None:  # a break before the first words
+                yield silence
             current = None if text is None else self._start(text, deadline=None)
             while current is not None:
                 index = self.segments - 1
@@ -208,7 +221,7 @@ class SpeechStream:
                 self._finished(current, planner.frames)
                 # A next segment whose text is complete generates while this one's tail decodes and plays.
                 following = None
-                if (text := self.intake.ready()) is not None:
+                if (text := self._ready()) is not None:
                     following = self._start(text, deadline=current.request.deadline)
                 for window in planner.finish():
                     if (chunk := self._out(await self._decode(window), trimmer)) is not None:
@@ -219,8 +232,10 @@ class SpeechStream:
                 self._live.remove(current)
                 self.segment_done.append(time.perf_counter())
                 self._said.ended(self.samples)
-                if following is None and (text := await self.intake.next(idle_since=time.monotonic())) is not None:
+                if following is None and (text := await self._next()) is not None:
                     following = self._start(text, deadline=self.clock.runs_dry_at())
+                if (silence := self._silent()) is not None:  # a break between this segment and the next
+                    yield silence
                 current = following
         finally:
             for stream in self._live:
@@ -229,6 +244,22 @@ class SpeechStream:
             if self._lease is not None:
                 self._lease.release()
                 self._lease = None
+
+    def _ready(self) -> str | Said | None:
+        """The next segment's text if ready now (pauses before it: silence due)."""
+        while isinstance(item := self.intake.ready(), Pause):
+            self._silence += item.ms * orpheus.SAMPLE_RATE // 1000
+        return item
+
+    async def _next(self) -> str | Said | None:
+        """The next segment's text once there is one (None: the text has ended; pauses: silence due)."""
+        while isinstance(item := await self.intake.next(idle_since=time.monotonic()), Pause):
+            self._silence += item.ms * orpheus.SAMPLE_RATE // 1000
+        return item
+
+    def _silent(self) -> np.ndarray | None:
+        samples, self._silence = self._silence, 0
+        return self._out(np.zeros(samples, np.float32), None) if samples else None
 
     async def hold_voice(self) -> None:
         """Make the stream's adapter resident (loading it on a miss) and hold it until the stream ends;
