@@ -71,6 +71,11 @@ class TextFront:
         return Said(tuple(zip(words, spoken)))
 
     @staticmethod
+    def rules(language: str | None = None) -> ModuleType | None:
+        """The rules package for ``language`` (`rules_for`)."""
+        return rules_for(language)
+
+    @staticmethod
     def joins(left: str, right: str, language: str | None = None) -> bool:
         """Whether two written words side by side are read as one (a segment must not end between them)."""
         rules = rules_for(language)

@@ -81,7 +81,12 @@ def ssml_items(document: str, front: TextFront, options: TextOptions, max_chars:
 
     for piece in pieces:
         if isinstance(piece, Text):
-            words.extend(clean(piece.text).split())
+            more = clean(piece.text).split()
+            if more and words and not piece.text[0].isspace() and len(words) - 1 in fixed:
+                # "<sub ...>W3C</sub>," : the comma belongs to the word before, in writing and in speech
+                words[-1] += more[0]
+                fixed[len(words) - 1] += more.pop(0)
+            words.extend(more)
         elif isinstance(piece, Fixed):
             if written := clean(piece.written).strip():  # one word, spaces and all: its times span the reading
                 fixed[len(words)] = clean(piece.spoken).strip()

@@ -208,6 +208,8 @@ def form(word: str) -> str | None:
         return _SPECIAL[word]
     if not any(ch.isdigit() for ch in word):
         return web(word) if "." in word or "@" in word else None
+    if re.fullmatch(r"\d+K", word):  # "4K": a resolution; "5k" (and "$5K") is five thousand
+        return _mixed(word)
     for read in (money, n.number, time, date, phone):
         if (said := read(word)) is not None:
             return said

@@ -1,8 +1,8 @@
 """English text read word by word, each word with the words around it: what `forms` cannot tell alone.
 
 Context rules, as stated to users:
-- "Dr." and "St." are titles (doctor, saint) before a name, and a road (drive, street) after a capitalised word
-  or a number ("Dr. Smith lives on Elm St.": "Doctor Smith lives on Elm Street."); "ft." is feet after a number.
+- "Dr." and "St." are titles (doctor, saint) before a capitalised name, and a road (drive, street) after a
+  capitalised word or a number, or before a word that is not capitalised ("Dr. Smith lives on Elm St.": "Doctor Smith lives on Elm Street."); "ft." is feet after a number.
 - A unit is read after a number, singular after exactly one ("1 km", "5 km": "one kilometer", "five kilometers");
   a letter that is also a word ("in", "s", "C") only when joined to the number ("5s", "20C").
 - A four-digit number from 1100 to 2099 is a year after a month, a day of a month or a word such as "in", "since",
@@ -87,6 +87,10 @@ def joins(left: str, right: str) -> bool:
     a, b = _core(left), _core(right)
     if not a or not b:
         return False
+    if re.fullmatch(r"\d{3}", a) and re.fullmatch(r"\d{3}-\d{4}", b):
+        return True  # an area code and the number
+    if forms.time(a) is not None:
+        return b.lower() in _AMPM_WORDS
     if _is_number(a) or _MONEY_BARE.fullmatch(a):
         return (b in UNITS or b.lower() in _AMPM_WORDS or b.lower() in SCALE_WORDS or b in CODES
                 or "/" in b or _month(b) is not None or b.lower() in TITLES or b.lower() + "." in PLACES)
@@ -144,19 +148,20 @@ def _in_context(core: str, trail: str, a: str, b: str, aa: str, suffix: dict[int
     key = (core + ".").lower() if dotted else core.lower()
     if key in TITLES or key in PLACES:
         place = key in PLACES and (_is_number(a) or (_is_capitalised(a) and prev is not None
-                                                    and not prev.endswith(".")) or key not in TITLES)
+                                                    and not prev.endswith(".")) or key not in TITLES
+                                       or not _is_capitalised(b))
         if place and key == "ft." and not _is_number(a):
             place = False  # "Ft. Worth": a fort
         said = PLACES[key] if place else TITLES[key]
         keep_dot = place and (not b or _is_capitalised(b))
-        return (said.capitalize() if not place else said), trail[0 if keep_dot else 1:]
+        return (said.capitalize() if core[0].isupper() else said), trail[0 if keep_dot else 1:]
     if key == "no." and b[:1].isdigit():
         return "number", trail[1:]
     if dotted and key not in ABBREVIATIONS and core.lower() in ABBREVIATIONS:
         key, dotted = core.lower(), False  # "9 am.": the full stop ends the sentence
     if key in ABBREVIATIONS:
-        if key in ("am", "pm") and not (_is_number(a) or forms.time(a)):
-            return core, trail  # "I am"
+        if key in ("am", "pm") and not (_is_number(a) or forms.time(a)) or key in ("no.", "nos."):
+            return core, trail  # "I am", "No. I won't"
         end = dotted and (not b or _is_capitalised(b)) and key not in ("u.s.", "u.k.")
         return ABBREVIATIONS[key], trail[0 if end or not dotted else 1:]
     if (month := _month(core)) is not None and (_DAY.fullmatch(b) or _DAY.fullmatch(a)):
@@ -185,6 +190,8 @@ def _word(core: str, a: str, b: str) -> str:
 def _numeric(core: str, a: str, b: str, aa: str, suffix: dict[int, str], i: int) -> str:
     """A word with digits or symbols, read with its neighbours: a code's amount, a year, a day, a time
     before "am", an amount before "million", a fraction after a whole number."""
+    if b in ("AD", "BC", "BCE", "CE") and core.isdigit():
+        return n.year(core) if len(core) == 4 or len(core) == 3 and core[1:] != "00" else n.cardinal(core)
     if b in CODES and _is_number(core):
         return forms.amount(core, CODES[b])
     if a in CODES and _is_number(core):
