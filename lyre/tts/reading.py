@@ -71,6 +71,7 @@ def ssml_items(document: str, front: TextFront, options: TextOptions, max_chars:
     items: list[Said | Pause] = []
     words: list[str] = []
     fixed: dict[int, str] = {}
+    previous: object = None
 
     def close_block() -> None:
         if words:
@@ -80,9 +81,11 @@ def ssml_items(document: str, front: TextFront, options: TextOptions, max_chars:
         fixed.clear()
 
     for piece in pieces:
+        glued = isinstance(previous, Fixed) and bool(words) and len(words) - 1 in fixed
+        previous = piece
         if isinstance(piece, Text):
             more = clean(piece.text).split()
-            if more and words and not piece.text[0].isspace() and len(words) - 1 in fixed:
+            if more and glued and not piece.text[0].isspace():
                 # "<sub ...>W3C</sub>," : the comma belongs to the word before, in writing and in speech
                 words[-1] += more[0]
                 fixed[len(words) - 1] += more.pop(0)
