@@ -80,9 +80,13 @@ def _clause_end(text: str, p: int) -> bool:
     return mark == "-" and after.isspace() and p >= 2 and text[p - 2].isspace()
 
 
+def _any_word_end(text: str, p: int) -> bool:
+    return text[p].isspace() and not text[p - 1].isspace()
+
+
 def _word_end(text: str, p: int) -> bool:
     """A word ends before ``p``, and the word after it is not read with it ("5 km", "10:30 am", "Dr. Smith")."""
-    if not text[p].isspace() or text[p - 1].isspace():
+    if not _any_word_end(text, p):
         return False
     left, right = text[:p].rsplit(None, 1)[-1], text[p:].split(None, 1)
     return not (right and TextFront.joins(left, right[0]))
@@ -102,13 +106,14 @@ def _best_cut(text: str, max_chars: int) -> int:
     """Where to end the first segment of ``text`` (longer than ``max_chars``, no leading space).
 
     The last sentence end that keeps the segment within ``max_chars``, else
-    the last clause end, else the last word end, else inside a word.
+    the last clause end, else the last word end not inside a unit ("5 km"), else any word end, else inside
+    a word.
     """
     window = range(max_chars, 0, -1)
     for p in window:
         if _sentence_end(text, p, final=True):
             return p
-    for fits in (_clause_end, _word_end):
+    for fits in (_clause_end, _word_end, _any_word_end):
         for p in window:
             if fits(text, p):
                 return p
