@@ -34,7 +34,7 @@ from lyre.agent.heard import heard_words
 from lyre.agent.response_events import ResponseEvents
 from lyre.agent.think import ThinkError, Thinker, ToolCallDelta
 from lyre.stt import AlignedWord, WordAligner
-from lyre.tts import SpeechOptions, Synthesizer
+from lyre.tts import SpeechOptions, Synthesizer, TextOptions
 
 __all__ = ["Reply", "ReplySpec", "ReplyTimes"]
 
@@ -55,6 +55,7 @@ class ReplySpec:
     held: bool = False
     max_speech_tokens: int | None = None  # per speech segment; None: the pipeline's default
     discarded: int = 0  # the session's speculative replies thrown away before this one
+    language: str | None = None  # how the reply's text is read (the language the caller is heard in; None: English)
 
 
 @dataclass
@@ -217,7 +218,8 @@ class Reply:
 
     def _open_speech(self) -> Any:
         options = None if self.spec.max_speech_tokens is None else SpeechOptions(max_tokens=self.spec.max_speech_tokens)
-        return self._tts.open(self.spec.voice, options, trim=True, streamed=True)
+        return self._tts.open(self.spec.voice, options, trim=True, streamed=True,
+                              text=TextOptions(language=self.spec.language))
 
     def _think(self) -> Any:
         return self._thinker.reply(self.spec.messages, self.spec.tools)

@@ -17,6 +17,7 @@ from lyre.engine import FinishReason, SamplingParams
 from lyre.orpheus import FrameAssembler, InvalidAudioToken, TextTokenizer
 from lyre.tts.context import TTSConfig
 from lyre.tts.cuts import CutCounts, SegmentCut
+from lyre.tts.reading import TextFront, TextOptions
 from lyre.tts.spoken import SpokenSegment
 from lyre.tts.stream import to_int16
 from lyre.tts.text import TextError, normalize
@@ -36,6 +37,7 @@ class NaivePipeline(Protocol):
     tokenizer: TextTokenizer
     config: TTSConfig
     cuts: CutCounts
+    front: TextFront
 
 
 class NaiveSpeechStream:
@@ -46,9 +48,10 @@ class NaiveSpeechStream:
     """
 
     def __init__(self, tts: NaivePipeline, request_id: str, voice: str | None, sampling: SamplingParams,
-                 prompt: list[int] | None = None, capped: bool = False) -> None:
-        """``prompt``: ready-made prompt ids instead of text (then no text may be pushed); ``capped``: the
-        client set ``sampling.max_tokens`` (else it is the reference's own cap)."""
+                 prompt: list[int] | None = None, text: TextOptions | None = None, capped: bool = False) -> None:
+        """``prompt``: ready-made prompt ids instead of text (then no text may be pushed); ``text``: how the
+        text is read (normalised or not, its language); ``capped``: the client set ``sampling.max_tokens``
+        (else it is the reference's own cap)."""
         self.request_id = request_id
         self.voice = voice
         self.segments = 1
@@ -68,6 +71,8 @@ class NaiveSpeechStream:
         self.spoken: list[SpokenSegment] = []  # the one segment, once its audio is all out (for word times)
         self._on_spoken: list[Callable[[SpokenSegment], None]] = []
         self._tts = tts
+        self.text = text or TextOptions()
+        self.warnings: list[str] = []  # reads no SSML, so never any
         self._text: list[str] = []
         self._ended = asyncio.Event()
         self._prompt: list[int] = prompt or []
@@ -143,7 +148,8 @@ class NaiveSpeechStream:
             if not "".join(self._text).strip():
                 return
             clean = normalize("".join(self._text), self._tts.config.max_input_chars)
-            self._prompt = orpheus.prompt_ids(self._tts.tokenizer, clean, self.voice)
+            said = self._tts.front.read(clean, self.text.language, self.text.normalize)
+            self._prompt = orpheus.prompt_ids(self._tts.tokenizer, said.spoken, self.voice)
         queue: asyncio.Queue[int | None] = asyncio.Queue()
         self.segment_started.append(time.perf_counter())
         generation = self._generation = engine.start(self._prompt, self._sampling, queue, self._cancel)
@@ -181,7 +187,7 @@ class NaiveSpeechStream:
                 self.finish_reason = FinishReason.ABORT
             self.segment_done.append(time.perf_counter())
             if clean:
-                self.spoken.append(segment := SpokenSegment(clean, 0, self.samples))
+                self.spoken.append(segment := SpokenSegment(clean, 0, self.samples, said if said.changed else None))
                 for callback in self._on_spoken:
                     callback(segment)
         finally:

@@ -13,6 +13,7 @@ from pathlib import Path
 from lyre.codec import CodecService
 from lyre.engine import Engine, SamplingParams
 from lyre.orpheus import TextTokenizer
+from lyre.text.front_end import TextFront
 from lyre.tts.adapter_voices import AdapterVoices
 from lyre.tts.cuts import CutCounts
 from lyre.tts.text import DEFAULT_SEGMENT_CHARS, MAX_INPUT_CHARS
@@ -43,6 +44,8 @@ class TTSConfig:
     voices_dir: Path | None = None
     # Speak reference voices whatever the model says of itself (a finetune not trained to continue a voice).
     allow_reference_voices: bool = False
+    # Read numbers, amounts, dates, abbreviations... as words before the model sees them (--no-normalize: off).
+    normalize: bool = True
 
     def __post_init__(self) -> None:
         if not self.flush_after_s > 0:
@@ -59,6 +62,7 @@ class PipelineContext:
     config: TTSConfig
     playback_rate: float = 1.0  # listeners play at this times real time
     adapters: AdapterVoices | None = None  # cloned voices, when the engine has adapter slots
+    front: TextFront = field(default_factory=TextFront)  # reads each segment's text (lyre.text)
     cuts: CutCounts = field(default_factory=CutCounts)  # segments ended on their budget, every stream's
 
     @property

@@ -7,7 +7,9 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-__all__ = ["REASONS", "CutCounts", "SegmentCut"]
+from lyre.tts.budget import speech_tokens
+
+__all__ = ["REASONS", "CutCounts", "SegmentBudgets", "SegmentCut"]
 
 log = logging.getLogger("lyre.tts")
 
@@ -43,3 +45,32 @@ class CutCounts:
 
     def counts(self) -> dict[str, int]:
         return dict(self._counts)
+
+
+class SegmentBudgets:
+    """One stream's segments: the max_tokens each started with, and those that ran out of them (each counted in
+    ``counts`` and logged as it happens)."""
+
+    def __init__(self, limit: int, capped: bool, counts: CutCounts, request_id: str) -> None:
+        """``limit``: the stream's max_tokens; ``capped``: the client set it, as a cap on every segment."""
+        self.limit = limit
+        self.capped = capped
+        self.segments: list[tuple[str, int]] = []  # each segment's written text and max_tokens, as started
+        self.cuts: list[SegmentCut] = []
+        self._counts = counts
+        self._request_id = request_id
+
+    def tokens(self, spoken: str, positions: int) -> int:
+        """A segment's max_tokens: the client's cap, else what its ``spoken`` words need, within the
+        ``positions`` its request has left after its prompt (and the stream's limit)."""
+        return self.limit if self.capped else speech_tokens(spoken, min(self.limit, positions))
+
+    def started(self, written: str, tokens: int) -> None:
+        self.segments.append((written, tokens))
+
+    def ran_out(self, index: int) -> None:
+        """Segment ``index`` ended on its max_tokens, not end-of-speech."""
+        text, tokens = self.segments[index]
+        cut = SegmentCut(index, "max_tokens" if self.capped else "budget", tokens, text)
+        self.cuts.append(cut)
+        self._counts.add(cut, self._request_id)

@@ -70,7 +70,7 @@ def test_text_too_long_for_one_request_gets_the_audio_its_words_need(tts: TTS, s
     segments = split_segments(text, stream.intake.segment_chars)
     assert stream.intake.segment_chars == chars_within(tts.max_tokens_limit) < len(text)
     assert len(segments) >= 2 and " ".join(segments) == text  # split at a clause or a sentence, nothing dropped
-    budgets = [tokens for _, tokens in stream.budgets]
+    budgets = [tokens for _, tokens in stream.budgets.segments]
     assert budgets == [speech_tokens(s, 10_000) for s in segments]  # each what its words need: none hit the room
     assert sum(budgets) / TOKENS_PER_SECOND >= len(text) / NATURAL_CHARS_PER_S
     # Segments that ran to their budget gave all of it (the trimmed lead-in is the only audio not sent), and
@@ -95,7 +95,7 @@ def test_a_client_max_tokens_caps_each_segment_and_the_cut_is_reported(tts: TTS,
     before = tts.segments_cut()
     with caplog.at_level(logging.WARNING, logger="lyre.tts"):
         seconds, stream = asyncio.run(_speak(tts, SENTENCE + " " + TEXT, SpeechOptions(seed=3, max_tokens=70)))
-    assert stream.segments >= 3 and all(tokens == 70 for _, tokens in stream.budgets)
+    assert stream.segments >= 3 and all(tokens == 70 for _, tokens in stream.budgets.segments)
     assert seconds <= stream.segments * 70 / TOKENS_PER_SECOND
     assert stream.cuts and all(c.reason == "max_tokens" and c.max_tokens == 70 for c in stream.cuts)
     after = tts.segments_cut()

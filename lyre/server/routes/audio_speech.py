@@ -22,7 +22,7 @@ from lyre.server.state import ServerState
 from lyre.server.stream_encoder import StreamEncoder
 from lyre.server.routes.voices_api import inline_reference
 from lyre.stt import AlignedWord, WordTimer
-from lyre.tts import AdapterBusy, AdapterError, SpeechOptions
+from lyre.tts import AdapterBusy, AdapterError, SpeechOptions, TextOptions
 from lyre.tts.reference_voices import MAX_SECONDS, MIN_SECONDS
 
 __all__ = ["SpeechRequest", "router"]
@@ -66,12 +66,28 @@ class SpeechRequest(BaseModel):
                           "limit). It speaks instead of voice; a clip sent again is not made again")
     reference_text: str | None = Field(None, max_length=2000, description="What reference_audio says; default: the "
                                        "server's Whisper transcribes it")
+    normalize: bool = Field(True, description="lyre's extra: read numbers, amounts, dates, times, units, "
+                            "abbreviations, acronyms, web addresses and symbols as words before speaking (false: "
+                            "the text as written; the server's --no-normalize turns it off for all)")
+    language: str | None = Field(None, max_length=35, description="lyre's extra: the text's language (a tag such "
+                                 "as 'en' or 'en-US'), choosing how it is read; default English. A language "
+                                 "without rules in lyre is spoken as written")
+    ssml: bool = Field(False, description="lyre's extra: input is SSML (also when it starts with <speak>): "
+                       "<break>, <say-as>, <sub>, <p>, <s>; anything else is read as its text, named in the "
+                       "X-Lyre-SSML-Warnings header. Malformed SSML is a 400 naming the problem")
     priority: Literal["realtime", "batch"] = Field(
         "realtime", description="realtime: played as it streams, scheduled on the listener's playback deadline; "
                                 "batch: a file nobody plays live, made with spare capacity")
 
     def options(self) -> SpeechOptions:
         return SpeechOptions(**{name: getattr(self, name) for name in _SAMPLING_FIELDS})
+
+    def reading(self) -> TextOptions:
+        """How the input is read (InvalidParam naming a malformed language)."""
+        try:
+            return TextOptions.of(self.input, self.normalize, self.language, self.ssml)
+        except ValueError as exc:
+            raise InvalidParam(str(exc), "language") from None
 
 
 def _sse(event: dict[str, object]) -> bytes:
@@ -107,7 +123,8 @@ async def create_speech(body: SpeechRequest, request: Request) -> StreamingRespo
     reference = (await inline_reference(state, tts, body.reference_audio, body.reference_text)
                  if body.reference_audio is not None else None)
     stream = tts.stream(body.input, body.voice or tts.voices.default, body.options(), trim=body.trim_silence,
-                        streamed=body.priority == "realtime", reference=reference)  # validates before any work
+                        streamed=body.priority == "realtime", reference=reference,
+                        reading=body.reading())  # validates before any work
     encoder = make_encoder(body.response_format)
     exits = AsyncExitStack()
     try:
@@ -129,7 +146,9 @@ async def create_speech(body: SpeechRequest, request: Request) -> StreamingRespo
     api = "sse" if body.stream_format == "sse" else "json" if body.timestamps else "http"
     timer = state.word_timer(("speech", id(stream))) if body.timestamps else None
     media = {"sse": "text/event-stream", "json": "application/json"}.get(api, encoder.content_type)
-    return StreamingResponse(_body(state, stream, encoder, api, received, exits, timer), media_type=media)
+    headers = {"X-Lyre-SSML-Warnings": "; ".join(stream.warnings)[:2000]} if stream.warnings else None
+    return StreamingResponse(_body(state, stream, encoder, api, received, exits, timer), media_type=media,
+                             headers=headers)
 
 
 async def _body(state: ServerState, stream: Any, encoder: StreamEncoder, api: str, received: float,
@@ -176,7 +195,10 @@ async def _body(state: ServerState, stream: Any, encoder: StreamEncoder, api: st
             output_tokens = 7 * stream.frames
             usage = {"input_tokens": prompt_tokens, "output_tokens": output_tokens,
                      "total_tokens": prompt_tokens + output_tokens}
-            yield _sse({"type": "speech.audio.done", "usage": usage})
+            done: dict[str, object] = {"type": "speech.audio.done", "usage": usage}
+            if timer is not None:
+                done["spoken_text"] = _spoken_text(stream)
+            yield _sse(done)
         elif api == "json":
             if timer is not None:
                 words.extend(w for found in await timer.rest() for w in found)
@@ -184,7 +206,8 @@ async def _body(state: ServerState, stream: Any, encoder: StreamEncoder, api: st
             yield json.dumps({"audio": audio, "content_type": encoder.content_type,
                               "duration": round(stream.audio_seconds, 3),
                               "words": [{"text": w.text, "start": w.start, "end": w.end} for w in words],
-                              "cut_segments": [cut.event() for cut in stream.cuts]}).encode()
+                              "cut_segments": [cut.event() for cut in stream.cuts],
+                              "spoken_text": _spoken_text(stream), "warnings": stream.warnings}).encode()
         elif tail:
             yield tail
         outcome = "ok"
@@ -201,6 +224,11 @@ async def _body(state: ServerState, stream: Any, encoder: StreamEncoder, api: st
             metrics.count_word_times(api, timer)
         await stream.aclose()
         await exits.aclose()
+
+
+def _spoken_text(stream: Any) -> str:
+    """What the model was given to say, segment by segment (the written text where it is said as written)."""
+    return " ".join(s.said.spoken if s.said is not None else s.text for s in stream.segments_so_far())
 
 
 def _word_events(aligned: list[list[AlignedWord]], api: str, words: list[AlignedWord]) -> Iterator[bytes]:

@@ -90,7 +90,10 @@ class _Context:
                 self.outcome = "error"
                 await session.send_error(self.id, *msg.describe(exc, self.id))
                 return
-            await session.send({"type": "done", "context_id": self.id, "done": True})
+            done = {"type": "done", "context_id": self.id, "done": True}
+            if self.stream.warnings:  # what of its SSML was read as plain text
+                done["warnings"] = self.stream.warnings
+            await session.send(done)
             self.outcome = "ok"
         except _Gone:
             pass  # the client left; the session is cancelling everything
@@ -103,7 +106,7 @@ class _Context:
         metrics = state.metrics
         words = None
         if timer is not None:  # each segment aligned as soon as its audio is out; sent as soon as aligned
-            stream.on_spoken(lambda ended: timer.segment(ended.text, ended.start, ended.end))
+            stream.on_spoken(lambda ended: timer.segment(ended.text, ended.start, ended.end, ended.said))
             words = asyncio.create_task(self._send_words(timer), name=f"lyre-ws-words-{self.id}")
         try:
             async with state.admission.slot(state.tts.overloaded) as wait:
@@ -256,7 +259,7 @@ class _Session:
             tts = self.state.tts
             try:
                 stream = tts.open(settings.voice, settings.options, settings.trim, streamed=True,
-                                  idle_timeout_s=config.ws_idle_timeout_s)
+                                  idle_timeout_s=config.ws_idle_timeout_s, text=settings.reading)
             except ValueError as exc:  # options the pipeline refuses, e.g. max_tokens over its limit
                 raise msg.ContextError(str(exc)) from None
             context = self.contexts[context_id] = _Context(self, context_id, stream, settings.timestamps)
