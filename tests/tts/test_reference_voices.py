@@ -208,7 +208,7 @@ def test_a_clip_becomes_a_voice_whose_prompt_changes_what_is_said(demo: DemoPath
         assert tts.open("tara").intake.segment_chars == min(300, chars_within(tts.max_tokens_limit))
         text = " ".join(["This sentence is about forty characters."] * 8)
         segments = list(tts.stream(text, "long", SpeechOptions(max_tokens=7)).intake._ready)  # queued, none run yet
-        assert len(segments) >= 2 and all(len(s) <= long_stream.intake.segment_chars for s in segments), segments
+        assert len(segments) >= 2 and all(len(s.written) <= long_stream.intake.segment_chars for s in segments), segments
     finally:
         tts.close()
 
