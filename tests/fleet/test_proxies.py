@@ -165,7 +165,7 @@ def test_audio_reaches_the_client_as_it_is_made_not_held_until_the_end(fleet: Fl
     """Through each proxy at once: the first audio arrives well before the last (a buffered answer would come
     in one piece at the end)."""
     body = {"input": "Hello there, how are you doing today?", "voice": "tara", "response_format": "pcm",
-            "max_tokens": 140, "seed": 1, "trim_silence": False}  # 20 frames, several chunks
+            "max_tokens": 112, "seed": 1, "trim_silence": False}  # 16 frames, several chunks
 
     async def timeline(proxy: Proxy) -> list[float]:
         async with httpx.AsyncClient(timeout=60) as client:
@@ -196,7 +196,7 @@ def test_a_killed_servers_sessions_move_and_the_others_stay(fleet: Fleet) -> Non
 def test_a_draining_server_takes_no_new_session_while_its_open_streams_finish(fleet: Fleet) -> None:
     draining = fleet.servers[0]
     body = {"input": "Hello there, how are you doing today? I hope the weather is fine where you are.",
-            "voice": "tara", "response_format": "pcm", "max_tokens": 420, "seed": 1, "trim_silence": False}
+            "voice": "tara", "response_format": "pcm", "max_tokens": 280, "seed": 1, "trim_silence": False}
     keys = {kind: next(s for s, url in fleet.where(p, SESSIONS).items() if url == draining.url)
             for kind, p in fleet.proxies.items()}
     with ExitStack() as stack, httpx.Client(timeout=120) as client:
