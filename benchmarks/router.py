@@ -18,7 +18,7 @@
    load bound, added latency (HTTP first byte, WebSocket first audio) and CPU
    per 1,000 requests.
 
-    .venv/bin/python benchmarks/router.py                    # about 5 minutes on 2 cores
+    .venv/bin/python benchmarks/router.py                    # about 10 minutes on 2 cores
     .venv/bin/python benchmarks/router.py --requests 10 --tiny 100
     .venv/bin/python benchmarks/router.py --only fronts      # the comparison alone
 """

@@ -161,8 +161,8 @@ def test_a_webrtc_call_is_set_up_and_hung_up_on_its_sessions_server(fleet: Fleet
 
 
 def test_audio_reaches_the_client_as_it_is_made_not_held_until_the_end(fleet: Fleet) -> None:
-    """Through each proxy at once: the first audio arrives well before the last (a buffered answer would come
-    in one piece at the end)."""
+    """Through each proxy at once: the audio arrives in pieces spread over the time the server takes to make
+    it. A buffered answer (about 60 KiB) would come in one burst at the end, its reads within milliseconds."""
     body = {"input": "Hello there, how are you doing today?", "voice": "tara", "response_format": "pcm",
             "max_tokens": 112, "seed": 1, "trim_silence": False}  # 16 frames, several chunks
 
@@ -178,7 +178,7 @@ def test_audio_reaches_the_client_as_it_is_made_not_held_until_the_end(fleet: Fl
 
     for kind, times in zip(fleet.proxies, asyncio.run(both())):
         assert len(times) >= 3, (kind, times)
-        assert times[0] < 0.5 * times[-1], (kind, times)
+        assert times[-1] - times[0] > 0.1, (kind, times)
 
 
 def test_a_killed_servers_sessions_move_and_the_others_stay(fleet: Fleet) -> None:
