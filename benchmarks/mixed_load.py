@@ -122,8 +122,8 @@ class Load:
             outcome.server = ws.response.headers.get("x-lyre-server") if ws.response else None
             await ws.send(json.dumps(message))
             audio = 0
-            while (reply := json.loads(await ws.recv()))["type"] == "chunk":
-                audio += len(reply["data"])
+            while (reply := json.loads(await ws.recv()))["type"] in ("chunk", "segment_cut"):
+                audio += len(reply.get("data", ""))
             if reply["type"] != "done" or not audio:
                 raise RuntimeError(f"context ended with {reply}")
 

@@ -12,9 +12,15 @@
    other), the router's CPU time per request, and the latency of a tiny
    request (GET /v1/models) through the router and direct, interleaved, which
    isolates the hop from the model's own variance.
+3. The fronts: ``lyre route``, HAProxy and nginx side by side on the same keys
+   and servers (benchmarks/router_fronts.py): keys moved when one of N servers
+   leaves, the most-loaded server's share under a Zipf mix with and without a
+   load bound, added latency (HTTP first byte, WebSocket first audio) and CPU
+   per 1,000 requests.
 
-    .venv/bin/python benchmarks/router.py                    # about 2 minutes on 2 cores
+    .venv/bin/python benchmarks/router.py                    # about 10 minutes on 2 cores
     .venv/bin/python benchmarks/router.py --requests 10 --tiny 100
+    .venv/bin/python benchmarks/router.py --only fronts      # the comparison alone
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from lyre.fleet.router.ring import Ring
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # the tests' process runners
 from fleet_processes import Redis, route, serve, wait_ready
+from router_fronts import hop_table, ring_tables
 
 
 _IDLE_S = 10.0  # the router's idle CPU is measured over this long, and taken off the busy figure
@@ -183,12 +190,24 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=40, help="measured speech requests each way")
     parser.add_argument("--max-tokens", type=int, default=28, help="per speech request (28: 4 frames)")
     parser.add_argument("--tiny", type=int, default=300, help="GET /v1/models requests each way")
+    parser.add_argument("--fronts-servers", type=int, default=8, help="stand-in servers behind the fronts")
+    parser.add_argument("--fronts-keys", type=int, default=2000, help="session keys for the fronts' remap figure")
+    parser.add_argument("--fronts-streams", type=int, default=64, help="streams held at once in the Zipf figure")
+    parser.add_argument("--fronts-sockets", type=int, default=20, help="TTS WebSockets per target")
+    parser.add_argument("--only", choices=("ring", "hop", "fronts"), help="run one part (default: all)")
     args = parser.parse_args()
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
-    print("## Remapped identities when a server leaves or joins", *remap_table(args.ids), sep="\n")
-    print("\n## Max/average load under a Zipf voice mix", *zipf_table(args.seeds), sep="\n")
-    print("\n## The hop: one server, through the router and direct", *hop_figures(args.requests, args.tiny,
-                                                                                  args.max_tokens), sep="\n")
+    if args.only in (None, "ring"):
+        print("## Remapped identities when a server leaves or joins", *remap_table(args.ids), sep="\n")
+        print("\n## Max/average load under a Zipf voice mix", *zipf_table(args.seeds), sep="\n")
+    if args.only in (None, "hop"):
+        print("\n## The hop: one server, through the router and direct",
+              *hop_figures(args.requests, args.tiny, args.max_tokens), sep="\n")
+    if args.only in (None, "fronts"):
+        print(f"\n## lyre route, HAProxy and nginx: {args.fronts_servers} stand-in servers",
+              *ring_tables(args.fronts_servers, args.fronts_keys, args.fronts_streams, 50, 3), sep="\n")
+        print("\n## lyre route, HAProxy and nginx: the hop in front of one lyre serve",
+              *hop_table(args.tiny, args.fronts_sockets), sep="\n")
 
 
 if __name__ == "__main__":

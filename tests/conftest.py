@@ -22,7 +22,8 @@ atexit.register(shutil.rmtree, _VOICES, True)
 # (--no-loadscope-reorder), so neither worker is left running one long file alone at the end. A file
 # missing here only runs later; the order is a schedule, never a dependency.
 LONGEST_FIRST = (
-    "test_train_voice.py", "test_agent.py", "test_adapter_server.py", "test_router_fleet.py", "test_server.py",
+    "test_train_voice.py", "test_agent.py", "test_adapter_server.py", "test_router_fleet.py", "test_proxies.py",
+    "test_server.py",
     "test_transcriptions.py", "test_api_schema.py", "test_smollm.py", "test_gpu_benchmark.py", "test_eval_audio_dir.py", "test_eval_server.py",
     "test_bench_run.py",
     "test_baseline.py", "test_chat_server.py", "test_llama.py", "test_server_scheduling.py", "test_agent_remote.py",

@@ -31,7 +31,7 @@ async def heard_words(segments: Sequence[Any], pcm: list[np.ndarray], rate: int,
     if playing is not None:
         timer = WordTimer(aligner, session, rate=rate)
         timer.add(np.concatenate(pcm))
-        timer.segment(playing.text, playing.start, playing.end)
+        timer.segment(playing.text, playing.start, playing.end, getattr(playing, "said", None))
         found = [w for words in await timer.rest() for w in words]
         if found:
             heard.append(" ".join(w.text for w in found if 1000 * w.end <= heard_ms))

@@ -34,7 +34,7 @@ from lyre.agent.heard import heard_words
 from lyre.agent.response_events import ResponseEvents
 from lyre.agent.think import ThinkError, Thinker, ToolCallDelta
 from lyre.stt import AlignedWord, WordAligner
-from lyre.tts import SpeechOptions, Synthesizer
+from lyre.tts import SpeechOptions, Synthesizer, TextOptions
 
 __all__ = ["Reply", "ReplySpec", "ReplyTimes"]
 
@@ -55,6 +55,7 @@ class ReplySpec:
     held: bool = False
     max_speech_tokens: int | None = None  # per speech segment; None: the pipeline's default
     discarded: int = 0  # the session's speculative replies thrown away before this one
+    language: str | None = None  # how the reply's text is read (the language the caller is heard in; None: English)
 
 
 @dataclass
@@ -93,6 +94,7 @@ class Reply:
         self.text = ""  # the reply's text so far (what was sent to speech)
         self.calls: list[dict[str, Any]] = []  # function_call items of the session's tools, once over
         self.audio_samples = 0
+        self._cuts_told = 0  # the speech stream's cut segments told the client so far
         self.status = "in_progress"
         self.error: str | None = None
         self.times = ReplyTimes()
@@ -216,7 +218,8 @@ class Reply:
 
     def _open_speech(self) -> Any:
         options = None if self.spec.max_speech_tokens is None else SpeechOptions(max_tokens=self.spec.max_speech_tokens)
-        return self._tts.open(self.spec.voice, options, trim=True, streamed=True)
+        return self._tts.open(self.spec.voice, options, trim=True, streamed=True,
+                              text=TextOptions(language=self.spec.language))
 
     def _think(self) -> Any:
         return self._thinker.reply(self.spec.messages, self.spec.tools)
@@ -237,6 +240,14 @@ class Reply:
             self.audio_samples += len(chunk)
             self._events.send(self.spec.names.audio_delta, **self._events.where,
                               delta=base64.b64encode(pcm).decode("ascii"))
+            self._tell_cuts(stream)
+        self._tell_cuts(stream)
+
+    def _tell_cuts(self, stream: Any) -> None:
+        """The reply's segments that ended on their token budget since last told: words may be missing."""
+        for cut in stream.cuts[self._cuts_told:]:
+            self._events.send("lyre.response.segment_cut", **self._events.where, **cut.event())
+        self._cuts_told = len(stream.cuts)
 
     def _call_delta(self, piece: ToolCallDelta) -> None:
         if (streamed := self._calls.push(piece)) is not None:

@@ -257,7 +257,8 @@ class AgentSession:
         settings = self.settings
         spec = ReplySpec(messages=messages, voice=settings.voice, tools=list(settings.tools), names=settings.names,
                          first_sentences=settings.first_sentences if held else 0, held=held,
-                         max_speech_tokens=settings.max_speech_tokens, discarded=self.wasted)
+                         max_speech_tokens=settings.max_speech_tokens, discarded=self.wasted,
+                         language=self.ear.settings.language)
         reply = Reply(spec, self._thinker, self._tts, self._emit_event, self._admit)
         reply.times.possible_end = possible_end
         self._replies.start(reply)

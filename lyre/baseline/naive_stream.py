@@ -16,6 +16,8 @@ from lyre import orpheus
 from lyre.engine import FinishReason, SamplingParams
 from lyre.orpheus import FrameAssembler, InvalidAudioToken, TextTokenizer
 from lyre.tts.context import TTSConfig
+from lyre.tts.cuts import CutCounts, SegmentCut
+from lyre.tts.reading import TextFront, TextOptions
 from lyre.tts.spoken import SpokenSegment
 from lyre.tts.stream import to_int16
 from lyre.tts.text import TextError, normalize
@@ -34,6 +36,8 @@ class NaivePipeline(Protocol):
     codec: NaiveCodec
     tokenizer: TextTokenizer
     config: TTSConfig
+    cuts: CutCounts
+    front: TextFront
 
 
 class NaiveSpeechStream:
@@ -44,8 +48,10 @@ class NaiveSpeechStream:
     """
 
     def __init__(self, tts: NaivePipeline, request_id: str, voice: str | None, sampling: SamplingParams,
-                 prompt: list[int] | None = None) -> None:
-        """``prompt``: ready-made prompt ids instead of text (then no text may be pushed)."""
+                 prompt: list[int] | None = None, text: TextOptions | None = None, capped: bool = False) -> None:
+        """``prompt``: ready-made prompt ids instead of text (then no text may be pushed); ``text``: how the
+        text is read (normalised or not, its language); ``capped``: the client set ``sampling.max_tokens``
+        (else it is the reference's own cap)."""
         self.request_id = request_id
         self.voice = voice
         self.segments = 1
@@ -54,6 +60,8 @@ class NaiveSpeechStream:
         self.dropped_tokens = 0  # not a valid audio token at its frame position
         self.trimmed_samples = 0  # never trims
         self.finish_reason: FinishReason | None = None
+        self.cuts: list[SegmentCut] = []  # the one segment, when it ended on max_tokens before end-of-speech
+        self.capped = capped
         self.created_at = time.perf_counter()
         self.first_text_at: float | None = None
         self.first_chunk_at: float | None = None
@@ -63,6 +71,8 @@ class NaiveSpeechStream:
         self.spoken: list[SpokenSegment] = []  # the one segment, once its audio is all out (for word times)
         self._on_spoken: list[Callable[[SpokenSegment], None]] = []
         self._tts = tts
+        self.text = text or TextOptions()
+        self.warnings: list[str] = []  # reads no SSML, so never any
         self._text: list[str] = []
         self._ended = asyncio.Event()
         self._prompt: list[int] = prompt or []
@@ -138,7 +148,8 @@ class NaiveSpeechStream:
             if not "".join(self._text).strip():
                 return
             clean = normalize("".join(self._text), self._tts.config.max_input_chars)
-            self._prompt = orpheus.prompt_ids(self._tts.tokenizer, clean, self.voice)
+            said = self._tts.front.read(clean, self.text.language, self.text.normalize)
+            self._prompt = orpheus.prompt_ids(self._tts.tokenizer, said.spoken, self.voice)
         queue: asyncio.Queue[int | None] = asyncio.Queue()
         self.segment_started.append(time.perf_counter())
         generation = self._generation = engine.start(self._prompt, self._sampling, queue, self._cancel)
@@ -169,11 +180,14 @@ class NaiveSpeechStream:
                 self.finish_reason = FinishReason.STOP
             elif self.tokens >= self._sampling.max_tokens:
                 self.finish_reason = FinishReason.LENGTH
+                self.cuts.append(cut := SegmentCut(0, "max_tokens" if self.capped else "budget",
+                                                   self._sampling.max_tokens, clean))
+                self._tts.cuts.add(cut, self.request_id)
             else:  # the pipeline was shut down under it
                 self.finish_reason = FinishReason.ABORT
             self.segment_done.append(time.perf_counter())
             if clean:
-                self.spoken.append(segment := SpokenSegment(clean, 0, self.samples))
+                self.spoken.append(segment := SpokenSegment(clean, 0, self.samples, said if said.changed else None))
                 for callback in self._on_spoken:
                     callback(segment)
         finally:

@@ -28,6 +28,7 @@ extra), imported when this module is.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from pathlib import Path
 from typing import Any, NoReturn
@@ -41,10 +42,12 @@ from lyre.engine import EngineStats
 from lyre.models.choice import ModelChoice, choose_weights
 from lyre.models.folder import load_tokenizer
 from lyre.orpheus import TextTokenizer
+from lyre.tts.cuts import CutCounts
 from lyre.tts.facts import TTSFacts
 from lyre.tts.options import SpeechOptions, checked
 from lyre.tts.sampling import request_sampling
 from lyre.tts.context import TTSConfig
+from lyre.tts.reading import TextFront, TextOptions
 from lyre.tts.text import normalize
 from lyre.tts.voices import Voices, load_voices
 
@@ -56,6 +59,8 @@ __all__ = ["NaiveTTS"]
 
 # transformers' generate has no KV-cache slots to fit: a segment may ask for this many tokens.
 MAX_TOKENS_LIMIT = 8192
+# Orpheus's reference implementation caps its one generation at this many tokens (about 14.6 s of audio).
+REFERENCE_MAX_TOKENS = 1200
 
 
 class NaiveTTS:
@@ -72,6 +77,8 @@ class NaiveTTS:
         self.source = source
         self.adapters = None  # serves no cloned voices
         self.references = None  # nor voices from a reference clip
+        self.cuts = CutCounts()
+        self.front = TextFront(self.config.normalize)
         self._ids = itertools.count()
 
     @classmethod
@@ -100,6 +107,9 @@ class NaiveTTS:
     def max_tokens_limit(self) -> int:
         return MAX_TOKENS_LIMIT
 
+    def segments_cut(self) -> dict[str, int]:
+        return self.cuts.counts()
+
     def references_refused(self) -> str:
         return "the naive baseline speaks no voices from a reference clip (serve lyre's engine for them)"
 
@@ -111,21 +121,27 @@ class NaiveTTS:
 
     def open(self, voice: str | None = None, options: SpeechOptions | None = None, trim: bool = True,
              streamed: bool = True, idle_timeout_s: float | None = None,
-             request_id: str | None = None, reference: object = None) -> NaiveSpeechStream:
+             request_id: str | None = None, reference: object = None,
+             text: TextOptions | None = None) -> NaiveSpeechStream:
         """A stream fed with `push` and `end`. ``trim``, ``streamed`` and ``idle_timeout_s`` are accepted
         and ignored: the naive pipeline never trims and knows no deadlines. The seed keys only the codec
         noise: transformers samples from torch's global generator, shared by every request's thread."""
         if reference is not None:
             raise ValueError(f"reference_audio: {self.references_refused()}")
+        if text is not None and text.ssml:
+            raise ValueError("ssml: the naive baseline reads no SSML (serve lyre's engine for it)")
         voice = self.voices.resolve(voice)
-        sampling = request_sampling(checked(options, self.max_tokens_limit))
-        return NaiveSpeechStream(self, request_id or f"naive-{next(self._ids)}", voice, sampling)
+        capped = options is not None and options.max_tokens is not None
+        sampling = request_sampling(checked(options if capped else dataclasses.replace(
+            options or SpeechOptions(), max_tokens=REFERENCE_MAX_TOKENS), self.max_tokens_limit))
+        return NaiveSpeechStream(self, request_id or f"naive-{next(self._ids)}", voice, sampling, text=text,
+                                 capped=capped)
 
     def stream(self, text: str, voice: str | None = None, options: SpeechOptions | None = None,
                trim: bool = True, streamed: bool = True, request_id: str | None = None,
-               reference: object = None) -> NaiveSpeechStream:
+               reference: object = None, reading: TextOptions | None = None) -> NaiveSpeechStream:
         """Speak ``text`` as one generation; validates like `TTS.stream` (same normalisation, limit, errors)."""
-        stream = self.open(voice, options, trim, streamed, request_id=request_id, reference=reference)
+        stream = self.open(voice, options, trim, streamed, request_id=request_id, reference=reference, text=reading)
         orpheus.prompt_ids(self.tokenizer, normalize(text, self.config.max_input_chars), stream.voice)
         stream.push(text)
         stream.end()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from lyre.cli import bench, chat, demo, evaluate, route, say, serve, train
+from lyre.cli import bench, chat, demo, evaluate, normalize, route, say, serve, train
 from lyre.models.choice import resolve_device_args
 
 __all__ = ["build_parser", "main"]
@@ -15,7 +15,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="lyre", description="Serve Orpheus TTS, Whisper and a chat model to real-time voice agents.")
     sub = parser.add_subparsers(dest="command", required=True)
-    for command in (say, serve, chat, demo, bench, evaluate, train, route):
+    for command in (say, serve, chat, demo, bench, evaluate, train, route, normalize):
         command.add_parser(sub)  # each sets its own ``run``
     return parser
 

@@ -24,7 +24,8 @@ def _add_sampling_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top-p", type=float, default=0.8)
     p.add_argument("--top-k", type=int, default=0)
     p.add_argument("--repetition-penalty", type=float, default=1.3)
-    p.add_argument("--max-tokens", type=int, default=1200)
+    p.add_argument("--max-tokens", type=int, default=None,
+                   help="the most tokens each segment may generate (default: what its words need)")
     p.add_argument("--seed", type=int, default=None)
 
 
@@ -55,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed,
     )
     # Room for the prompt, and for a reference voice's turn (at most about 1,700 tokens) before it.
-    serving = ServingConfig(device=args.device, max_streams=2, max_seq_len=args.max_tokens + 2048)
+    serving = ServingConfig(device=args.device, max_streams=2, max_seq_len=(args.max_tokens or 2048) + 2048)
     config = TTSConfig(voices_dir=Path(args.voices_dir).expanduser() if args.voices_dir else None)
     tts = TTS.load(args.model, args.codec, serving, config)
     try:

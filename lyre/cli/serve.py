@@ -74,6 +74,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     reference.add_argument("--max-inline-references", type=int, default=2,
                            help="speech requests' own reference clips (reference_audio) made into voices at once; "
                                 "more are refused with 429 (a clip made once is cached) (default: 2)")
+    serve.add_argument("--no-normalize", action="store_true",
+                       help="speak text as written: no reading of numbers, amounts, dates, units, abbreviations "
+                            "and symbols as words (a request's \"normalize\": false does it for one request)")
     serve.add_argument("--engine", choices=("lyre", "naive"), default="lyre",
                        help="lyre's pipeline, or the naive baseline (transformers generate per request; "
                             "needs transformers) to compare against (default: lyre)")
@@ -178,6 +181,7 @@ def run(args: argparse.Namespace) -> int:
         voice_aliases=tuple(parse_alias(a) for a in args.voice_alias),
         voices_dir=args.voices_dir,
         allow_reference_voices=args.allow_reference_voices,
+        normalize=not args.no_normalize,
         adapters=tuple(parse_alias(a) for a in args.adapter),
         tts=not args.no_tts,
         stt=args.stt or (args.no_tts and not args.llm),

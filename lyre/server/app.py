@@ -50,6 +50,7 @@ STT_MODEL_ID = STT_DEFAULT_MODEL  # what OpenAI's clients ask for
 
 def _load(config: ServerConfig) -> Synthesizer:
     tts_config = TTSConfig(max_input_chars=config.max_input_chars, voice_aliases=config.voice_aliases,
+                           normalize=config.normalize,
                            flush_after_s=config.ws_flush_after_s,
                            voices_dir=Path(config.voices_dir).expanduser() if config.voices_dir else None,
                            allow_reference_voices=config.allow_reference_voices)
@@ -158,6 +159,9 @@ def create_app(config: ServerConfig, tts: Synthesizer | None = None) -> FastAPI:
             )
             state.metrics.watch_sessions(lambda: RealtimeSessions.of(app).open)
             state.metrics.watch_aligner(aligner.stats)
+            if loaded is not None:
+                state.metrics.watch_cuts(loaded.segments_cut)
+                state.metrics.watch_text(loaded.front)
             app.state.lyre = state
             if loaded is not None:
                 await _load_adapters(loaded, config)

@@ -139,6 +139,17 @@ class _StatsCollector(Collector):
                                 value=s.queue_wait_max_s)
 
 
+class _TextCollector(Collector):
+    def __init__(self, front: Any) -> None:
+        self._front = front
+
+    def collect(self) -> Iterator[Any]:
+        yield CounterMetricFamily("lyre_text_normalize_texts", "Segment texts read by the text front end",
+                                  value=self._front.read_texts)
+        yield CounterMetricFamily("lyre_text_normalize_fallbacks", "Texts whose reading failed (a normalizer "
+                                  "error) and were spoken as cleaned, as written", value=self._front.fallbacks)
+
+
 class _AlignerCollector(Collector):
     def __init__(self, stats: Stats) -> None:
         self._stats = stats
@@ -159,6 +170,19 @@ class _AlignerCollector(Collector):
         for name, value in s.fallbacks.items():
             fallbacks.add_metric([name], value)
         yield fallbacks
+
+
+class _CutsCollector(Collector):
+    def __init__(self, counts: Callable[[], dict[str, int]]) -> None:
+        self._counts = counts
+
+    def collect(self) -> Iterator[Any]:
+        cuts = CounterMetricFamily("lyre_segments_cut", "Speech segments that ended on their token budget before "
+                                   "end-of-speech (words may be missing), by reason: budget (lyre's, from the "
+                                   "segment's words) or max_tokens (the client's cap)", labels=["reason"])
+        for reason, value in self._counts().items():
+            cuts.add_metric([reason], value)
+        yield cuts
 
 
 def _kv_cache_metrics(prefix: str, e: Any) -> Iterator[Any]:
@@ -192,6 +216,14 @@ class Metrics:
         placed the words, fallbacks, and the queue and audio of its own workers (the phone aligner, a
         Whisper of its own; the STT worker's Whisper counts in lyre_stt_*)."""
         self.registry.register(_AlignerCollector(stats))
+
+    def watch_cuts(self, counts: Callable[[], dict[str, int]]) -> None:
+        """The speech pipeline's segments cut on their budget (``counts()``: by reason), every transport's."""
+        self.registry.register(_CutsCollector(counts))
+    def watch_text(self, front: Any) -> None:
+        """The text front end (``front``: lyre.text.front_end.TextFront): texts read, and readings that failed
+        and were said as written instead."""
+        self.registry.register(_TextCollector(front))
 
     def watch_sessions(self, count: Callable[[], int]) -> None:
         """The realtime sessions open now (``count()``): WebSockets, WebRTC calls and phone streams together,

@@ -11,7 +11,7 @@
 
 or, where segments may end long before the next audio (text that arrives as a language model writes it):
 
-    stream.on_spoken(lambda s: timer.segment(s.text, s.start, s.end))
+    stream.on_spoken(lambda s: timer.segment(s.text, s.start, s.end, s.said))
     async for words in timer.results():    # on a task of its own, until timer.finish() and the last one
         send(words)
 
@@ -35,6 +35,7 @@ from lyre.stt.align import AlignedWord, Alignment
 from lyre.stt.audio import SAMPLE_RATE, PcmResampler
 from lyre.stt.transcriber import MAX_ALIGN_SECONDS
 from lyre.stt.words import written_words
+from lyre.text.said import Said
 
 __all__ = ["WordAligner", "WordTimer"]
 
@@ -75,14 +76,17 @@ class WordTimer:
         if len(pcm):
             self._chunks.append(np.asarray(pcm, dtype=np.int16))
 
-    def segment(self, text: str, start: int, end: int) -> None:
+    def segment(self, text: str, start: int, end: int, said: Said | None = None) -> None:
         """Samples [start, end) of the stream speak ``text``: align them (in the background). Segments
-        come in order; audio before ``end`` is dropped once it has been cut out."""
+        come in order; audio before ``end`` is dropped once it has been cut out. ``said``: what the text's
+        words say, where that is not what is written ("$5.20": "five dollars and twenty cents"): the spoken
+        words are aligned, and each written word's time spans the words that say it."""
         audio = self._cut(start, end)
-        words = written_words(text)
+        timed = said.timed() if said is not None and said.changed else None
+        words = [w for _, spoken in timed for w in spoken] if timed is not None else written_words(text)
         if not words or not audio.size:
             return  # nothing to say when: a segment of tags only, or one trimmed to nothing
-        self._pending.append(asyncio.create_task(self._align(audio, words, start / self._rate)))
+        self._pending.append(asyncio.create_task(self._align(audio, words, start / self._rate, timed)))
         self._more.set()
 
     def finish(self) -> None:
@@ -107,7 +111,7 @@ class WordTimer:
         """Align the segments of ``spoken`` (a stream's list of ended segments, each with ``text``,
         ``start`` and ``end``) that were not there at the last call."""
         for ended in spoken[self._seen:]:
-            self.segment(ended.text, ended.start, ended.end)
+            self.segment(ended.text, ended.start, ended.end, getattr(ended, "said", None))
         self._seen = len(spoken)
 
     def ready(self) -> list[list[AlignedWord]]:
@@ -143,7 +147,8 @@ class WordTimer:
         self._base = max(self._base, end)
         return audio
 
-    async def _align(self, pcm: np.ndarray, words: list[str], offset_s: float) -> list[AlignedWord]:
+    async def _align(self, pcm: np.ndarray, words: list[str], offset_s: float,
+                     timed: list[tuple[str, tuple[str, ...]]] | None = None) -> list[AlignedWord]:
         try:
             resampler = PcmResampler(self._rate)
             audio = np.concatenate([resampler.push(pcm.astype("<i2").tobytes()), resampler.flush()])
@@ -158,4 +163,16 @@ class WordTimer:
             log.warning("word times for %r: a segment could not be aligned: %s", self._session, exc)
             return []
         self.aligned_s += audio.size / SAMPLE_RATE
-        return [AlignedWord(w.text, round(w.start + offset_s, 3), round(w.end + offset_s, 3)) for w in found.words]
+        placed = found.words if timed is None else _written(found.words, timed)
+        return [AlignedWord(w.text, round(w.start + offset_s, 3), round(w.end + offset_s, 3)) for w in placed]
+
+
+def _written(spoken: Sequence[AlignedWord], timed: list[tuple[str, tuple[str, ...]]]) -> list[AlignedWord]:
+    """The written words' times from their spoken words': each from its first spoken word's start to its last's
+    end."""
+    out, k = [], 0
+    for written, says in timed:
+        first, last = spoken[k], spoken[k + len(says) - 1]
+        out.append(AlignedWord(written, first.start, last.end))
+        k += len(says)
+    return out

@@ -8,14 +8,17 @@
 
 A speech model reads a number the way people do, and where there is more than
 one way ("1999" as a year or a count, "Dr." as doctor or drive) every reading
-is given, the likeliest first: the forced aligner lets the audio choose. This
-is the minimum the aligner needs; a text front end that verbalises the text
-before it is spoken can take this over.
+is given, the likeliest first: the forced aligner lets the audio choose. Number
+words are the text front end's (`lyre.text.en.numbers`), so the aligner expects
+what the model was given to say; text the front end has read reaches the aligner
+as its spoken words already (`lyre.text.said.Said.timed`).
 """
 
 from __future__ import annotations
 
 import re
+
+import lyre.text.en.numbers as numbers
 
 __all__ = ["readings"]
 
@@ -35,20 +38,9 @@ _ORDINAL = re.compile(r"(\d+)(st|nd|rd|th)")
 _EDGE_PUNCTUATION = "\"'()[]{},;:!?.…"
 
 
-def _num2words(number: int, to: str = "cardinal") -> str:
-    from num2words import num2words as say  # on first use: the server imports without it (the GPU machine)
-
-    return say(number, to=to)
-
-
-def _words(text: str) -> tuple[str, ...]:
-    """num2words' text as plain lower-case words: hyphens and commas gone."""
-    return tuple(re.sub(r"[^a-z' ]", " ", text.lower()).split())
-
-
 def _cardinal(digits: str) -> tuple[str, ...]:
-    """A count as said in American English: "one hundred twenty", no "and"."""
-    return tuple(w for w in _words(_num2words(int(digits))) if w != "and")
+    """A count as said in American English: "one hundred twenty", no "and" (the front end's words)."""
+    return tuple(numbers.cardinal(digits).split())
 
 
 def _number(match: re.Match[str]) -> list[tuple[str, ...]]:
@@ -60,7 +52,7 @@ def _number(match: re.Match[str]) -> list[tuple[str, ...]]:
         return [(*sign, *point)]
     out = [(*sign, *_cardinal(whole))]
     if not sign and "," not in match["int"] and len(whole) == 4 and 1100 <= int(whole) <= 2099:
-        out.insert(0, _words(_num2words(int(whole), to="year")))
+        out.insert(0, tuple(numbers.year(whole).split()))
     if len(whole) > 1 and whole.startswith("0"):  # a code or a phone number: digit by digit
         out.insert(0, tuple(w for d in whole for w in (("oh",) if d == "0" else _cardinal(d))))
     return out
@@ -97,7 +89,7 @@ def readings(word: str) -> list[tuple[str, ...]]:
     if stripped.endswith("%") and (number := _NUMBER.fullmatch(stripped[:-1])) is not None:
         return [(*r, "percent") for r in _number(number)]
     if (ordinal := _ORDINAL.fullmatch(stripped)) is not None:
-        return [_words(_num2words(int(ordinal[1]), to="ordinal"))]
+        return [tuple(numbers.ordinal(ordinal[1]).split())]
     if (number := _NUMBER.fullmatch(stripped)) is not None:
         return _number(number)
     if re.search(r"\d", stripped):  # digits among letters ("4pm", "mp3", "covid-19"): each part as said

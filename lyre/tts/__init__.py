@@ -14,6 +14,7 @@ from lyre.tts.clock import PlaybackClock
 from lyre.tts.facts import TTSFacts
 from lyre.tts.intake import IdleStream
 from lyre.tts.options import PipelineBusy, ServingConfig, SpeechOptions
+from lyre.tts.reading import TextFront, TextOptions
 from lyre.tts.sampling import AUDIO_CONSTRAINT, speech_sampling
 from lyre.tts.spoken import SpokenSegment
 from lyre.tts.stream import SpeechStream
@@ -45,6 +46,8 @@ __all__ = [
     "TTSConfig",
     "TTSFacts",
     "TextError",
+    "TextFront",
+    "TextOptions",
     "TrimConfig",
     "VoiceNameTaken",
     "Voices",

@@ -13,7 +13,9 @@ from pathlib import Path
 from lyre.codec import CodecService
 from lyre.engine import Engine, SamplingParams
 from lyre.orpheus import TextTokenizer
+from lyre.text.front_end import TextFront
 from lyre.tts.adapter_voices import AdapterVoices
+from lyre.tts.cuts import CutCounts
 from lyre.tts.text import DEFAULT_SEGMENT_CHARS, MAX_INPUT_CHARS
 from lyre.tts.trim import TrimConfig
 from lyre.tts.windows import WindowPolicy
@@ -42,6 +44,8 @@ class TTSConfig:
     voices_dir: Path | None = None
     # Speak reference voices whatever the model says of itself (a finetune not trained to continue a voice).
     allow_reference_voices: bool = False
+    # Read numbers, amounts, dates, abbreviations... as words before the model sees them (--no-normalize: off).
+    normalize: bool = True
 
     def __post_init__(self) -> None:
         if not self.flush_after_s > 0:
@@ -58,11 +62,17 @@ class PipelineContext:
     config: TTSConfig
     playback_rate: float = 1.0  # listeners play at this times real time
     adapters: AdapterVoices | None = None  # cloned voices, when the engine has adapter slots
+    front: TextFront = field(default_factory=TextFront)  # reads each segment's text (lyre.text)
+    cuts: CutCounts = field(default_factory=CutCounts)  # segments ended on their budget, every stream's
 
     @property
     def max_tokens_limit(self) -> int:
         """The most tokens one segment may ask for."""
         return max(1, self.engine.config.max_seq_len - PROMPT_ROOM)
+
+    def positions_after(self, prompt_tokens: int) -> int:
+        """The positions a request whose prompt takes ``prompt_tokens`` has left for speech."""
+        return max(0, self.engine.config.max_seq_len - prompt_tokens)
 
     @property
     def on_deadlines(self) -> bool:

@@ -4,7 +4,9 @@ A speech stream's text comes all at once (an HTTP request) or in pieces as a
 language model writes it (a WebSocket context). `TextIntake` joins the pieces
 verbatim, cuts complete segments as soon as they are complete (the rules of
 `lyre.tts.segments`), speaks pending text that has no sentence end after a
-pause in the text, and gives up on a stream whose text stops coming.
+pause in the text (holding back a last word that more text may join: "$" before "3.50", for at most
+``unit_wait_s`` more), and gives up on a stream whose text stops coming. Text already read (SSML's blocks) and
+pauses go in whole, between segments (`add`).
 """
 
 from __future__ import annotations
@@ -13,10 +15,16 @@ import asyncio
 import time
 from collections import deque
 
+from lyre.text.said import Pause, Said
 from lyre.tts.segments import IncrementalSplitter
 from lyre.tts.text import TextError
 
-__all__ = ["IdleStream", "TextIntake"]
+__all__ = ["IdleStream", "Item", "TextIntake"]
+
+# Segments come out as written text (read when it is spoken), text already read, or silence.
+Item = str | Said | Pause
+# After a pause in the text, a last word that may join what comes next waits this much longer for it.
+UNIT_WAIT_S = 2.0
 
 
 class IdleStream(TextError):
@@ -38,7 +46,10 @@ class TextIntake:
         self.first_text_at: float | None = None  # perf_counter() of the first push
         self.ended = False
         self._splitter = IncrementalSplitter(max_chars=segment_chars, min_chars=min_chars)
-        self._ready: deque[str] = deque()
+        self._ready: deque[Item] = deque()
+        self._holding = False  # a pause in the text flushed all but a last word waiting for more
+        self.warnings: list[str] = []  # what of an SSML document was not understood (read as its text)
+        self.pause_ms = 0  # SSML's breaks passed by `ready_words` and `next_words`, silence not yet played
         self._unflushed = False  # text went into the splitter since its last flush
         self._last_text = time.monotonic()
         self._wake = asyncio.Event()
@@ -54,7 +65,19 @@ class TextIntake:
             self.first_text_at = time.perf_counter()
         self._ready.extend(self._splitter.push(text))
         self._unflushed = True
+        self._holding = False
         self._last_text = time.monotonic()
+        self._wake.set()
+
+    def add(self, item: Said | Pause) -> None:
+        """Text already read, or a pause: after every segment of the text pushed so far."""
+        if self.ended:
+            raise TextError("this stream's text has ended; start a new one")
+        self._flush()
+        self.chars += len(item.written) if isinstance(item, Said) else 0
+        if self.first_text_at is None:
+            self.first_text_at = time.perf_counter()
+        self._ready.append(item)
         self._wake.set()
 
     def end(self) -> None:
@@ -62,13 +85,29 @@ class TextIntake:
         self.ended = True
         self._wake.set()
 
-    def ready(self) -> str | None:
+    def pending(self) -> list[Item]:
+        """The segments and pauses complete and not yet taken, in order."""
+        return list(self._ready)
+
+    def ready(self) -> Item | None:
         """The next complete segment, without waiting (None: none yet)."""
         if self.ended and self._unflushed:
             self._flush()
         return self._ready.popleft() if self._ready else None
 
-    async def next(self, idle_since: float) -> str | None:
+    def ready_words(self) -> str | Said | None:
+        """`ready`, the pauses before the words added to ``pause_ms``."""
+        while isinstance(item := self.ready(), Pause):
+            self.pause_ms += item.ms
+        return item
+
+    async def next_words(self, idle_since: float) -> str | Said | None:
+        """`next`, the pauses before the words added to ``pause_ms``."""
+        while isinstance(item := await self.next(idle_since), Pause):
+            self.pause_ms += item.ms
+        return item
+
+    async def next(self, idle_since: float) -> Item | None:
         """The next segment once there is one; None once the text has ended and all is taken.
 
         ``idle_since`` (time.monotonic()) is when the stream last had something
@@ -79,7 +118,7 @@ class TextIntake:
                 return None
             if self._unflushed:
                 # Pending text with no sentence end: the writer may have stalled mid-sentence.
-                deadline = self._last_text + self.flush_after_s
+                deadline = self._last_text + self.flush_after_s + (UNIT_WAIT_S if self._holding else 0.0)
             elif self.idle_timeout_s is not None:
                 deadline = max(self._last_text, idle_since) + self.idle_timeout_s
             else:
@@ -91,9 +130,13 @@ class TextIntake:
             except TimeoutError:
                 if not self._unflushed:
                     raise IdleStream(f"idle for {self.idle_timeout_s:g} s") from None
-                self._flush()
+                if self._holding:
+                    self._flush()
+                else:
+                    self._ready.extend(self._splitter.settle())
+                    self._holding = self._unflushed = self._splitter.held
         return segment
 
     def _flush(self) -> None:
         self._ready.extend(self._splitter.flush())
-        self._unflushed = False
+        self._unflushed = self._holding = False

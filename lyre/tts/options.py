@@ -23,7 +23,8 @@ class PipelineBusy(RuntimeError):
 @dataclass(frozen=True)
 class SpeechOptions:
     """Sampling for one utterance; None: Orpheus's defaults (temperature 0.6, top_p 0.8,
-    repetition_penalty 1.3, max_tokens 1200 or the server's limit)."""
+    repetition_penalty 1.3). ``max_tokens`` caps each segment (a sentence or a few) of the utterance, not the
+    whole; unset, each segment gets the budget its words need (lyre.tts.budget), up to the server's limit."""
 
     temperature: float | None = None
     top_p: float | None = None
@@ -36,9 +37,10 @@ class SpeechOptions:
         self.sampling(max_tokens_limit=2**31)  # ValueError naming the field at fault
 
     def sampling(self, max_tokens_limit: int) -> SamplingParams:
-        """The engine's sampling: Orpheus's stop token, whole frames, an unset max_tokens capped at the limit."""
+        """The engine's sampling: Orpheus's stop token, whole frames, an unset max_tokens the limit (each segment
+        then gets its own budget within it)."""
         given = {name: value for name, value in vars(self).items() if value is not None}
-        given.setdefault("max_tokens", min(SamplingParams.max_tokens, max_tokens_limit))
+        given.setdefault("max_tokens", max_tokens_limit)
         return speech_sampling(SamplingParams(**given))
 
 

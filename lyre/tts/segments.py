@@ -11,6 +11,7 @@ import re
 import unicodedata
 
 from lyre.orpheus import EMOTIVE_TAGS
+from lyre.text.front_end import TextFront
 from lyre.tts.text import _MIN_SEGMENT_CHARS, DEFAULT_SEGMENT_CHARS, clean
 
 __all__ = ["IncrementalSplitter", "split_segments"]
@@ -79,8 +80,16 @@ def _clause_end(text: str, p: int) -> bool:
     return mark == "-" and after.isspace() and p >= 2 and text[p - 2].isspace()
 
 
-def _word_end(text: str, p: int) -> bool:
+def _any_word_end(text: str, p: int) -> bool:
     return text[p].isspace() and not text[p - 1].isspace()
+
+
+def _word_end(text: str, p: int) -> bool:
+    """A word ends before ``p``, and the word after it is not read with it ("5 km", "10:30 am", "Dr. Smith")."""
+    if not _any_word_end(text, p):
+        return False
+    left, right = text[:p].rsplit(None, 1)[-1], text[p:].split(None, 1)
+    return not (right and TextFront.joins(left, right[0]))
 
 
 def _hard_cut(text: str, p: int) -> int:
@@ -97,13 +106,14 @@ def _best_cut(text: str, max_chars: int) -> int:
     """Where to end the first segment of ``text`` (longer than ``max_chars``, no leading space).
 
     The last sentence end that keeps the segment within ``max_chars``, else
-    the last clause end, else the last word end, else inside a word.
+    the last clause end, else the last word end not inside a unit ("5 km"), else any word end, else inside
+    a word.
     """
     window = range(max_chars, 0, -1)
     for p in window:
         if _sentence_end(text, p, final=True):
             return p
-    for fits in (_clause_end, _word_end):
+    for fits in (_clause_end, _word_end, _any_word_end):
         for p in window:
             if fits(text, p):
                 return p
@@ -196,6 +206,25 @@ class IncrementalSplitter:
             self._append(clean(self._raw[:b]))
             self._raw = self._raw[b:]
         return self._drain(final=False)
+
+    def settle(self) -> list[str]:
+        """A pause in the text: the remaining segments, as `flush`, but for the last word when words still to
+        come may change how it is read ("$" before "3.50", "5" before "km"): it stays, to join what comes next.
+        `held` says whether one did."""
+        whole = (self._text + clean(self._raw)).rstrip()
+        start = max(whole.rfind(" ") + 1, 0)
+        growing = bool(self._raw) and not self._raw[-1].isspace()  # the last word's end has not come
+        if not whole or not (growing or TextFront.may_continue(whole[start:])):
+            return self.flush()
+        self._text, self._raw = whole[:start], ""
+        segments = self.flush()
+        self._raw = whole[start:] + ("" if growing else " ")
+        return segments
+
+    @property
+    def held(self) -> bool:
+        """Whether text is waiting for more (after `settle`, or pushed since)."""
+        return bool(self._raw.strip() or self._text.strip())
 
     def flush(self) -> list[str]:
         """End of text: return every remaining segment and start afresh."""

@@ -6,17 +6,21 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from lyre.text.said import Said
+
 __all__ = ["SpokenSegment", "SpokenSegments"]
 
 
 @dataclass(frozen=True)
 class SpokenSegment:
     """One segment once all its audio is out: output samples [start, end) of the stream speak ``text``
-    (the segment's text as the pipeline cleaned it)."""
+    (the segment's text as the pipeline cleaned it, as written); ``said``: what its words say, as the model was
+    given them (None: said as written)."""
 
     text: str
     start: int
     end: int
+    said: Said | None = None
 
 
 class SpokenSegments:
@@ -25,13 +29,13 @@ class SpokenSegments:
 
     def __init__(self) -> None:
         self.spoken: list[SpokenSegment] = []
-        self._texts: list[str] = []  # each started segment's text
+        self._texts: list[Said] = []  # each started segment's text
         self._speaking: tuple[int, int] | None = None  # (index, first sample) of the segment coming out now
         self._on_spoken: list[Callable[[SpokenSegment], None]] = []
 
-    def started(self, text: str) -> None:
-        """The next segment, ``text``, has been submitted."""
-        self._texts.append(text)
+    def started(self, said: Said) -> None:
+        """The next segment, ``said``, has been submitted."""
+        self._texts.append(said)
 
     def speaking(self, index: int, first: int) -> None:
         """Segment ``index``'s audio comes out from output sample ``first`` on."""
@@ -41,7 +45,7 @@ class SpokenSegments:
         """The segment coming out is all out at ``samples``: it is spoken, and the callbacks hear of it."""
         assert self._speaking is not None
         index, first = self._speaking
-        self.spoken.append(ended := SpokenSegment(self._texts[index], first, samples))
+        self.spoken.append(ended := self._segment(index, first, samples))
         self._speaking = None
         for callback in self._on_spoken:
             callback(ended)
@@ -55,4 +59,8 @@ class SpokenSegments:
         if self._speaking is None or samples <= self._speaking[1]:
             return list(self.spoken)
         index, first = self._speaking
-        return [*self.spoken, SpokenSegment(self._texts[index], first, samples)]
+        return [*self.spoken, self._segment(index, first, samples)]
+
+    def _segment(self, index: int, first: int, end: int) -> SpokenSegment:
+        said = self._texts[index]
+        return SpokenSegment(said.written, first, end, said if said.changed else None)

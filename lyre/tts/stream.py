@@ -26,9 +26,12 @@ from lyre.engine import EngineFull, FinishReason, RequestStream, SamplingParams
 from lyre.orpheus import FRAME_TOKENS, FrameAssembler
 from lyre.tts.clock import PlaybackClock
 from lyre.tts.context import PipelineContext
+from lyre.tts.cuts import SegmentBudgets, SegmentCut
 from lyre.tts.deadlines import ListenerDeadlines
+from lyre.text.said import Said
 from lyre.tts.intake import TextIntake
 from lyre.tts.options import PipelineBusy
+from lyre.tts.reading import TextOptions
 from lyre.tts.sampling import AUDIO_CONSTRAINT
 from lyre.tts.spoken import SpokenSegment, SpokenSegments
 from lyre.tts.trim import LeadingSilenceTrimmer
@@ -61,10 +64,13 @@ class SpeechStream:
 
     def __init__(self, context: PipelineContext, request_id: str, voice: str | None, sampling: SamplingParams,
                  trim: bool, streamed: bool, intake: TextIntake, adapter: str | None = None,
-                 prefix: tuple[int, ...] = (), named: str | None = None) -> None:
+                 prefix: tuple[int, ...] = (), named: str | None = None, text: TextOptions | None = None,
+                 capped: bool = False) -> None:
         """``voice``: the speaker name the prompts use; ``adapter``: the LoRA adapter that speaks it, if any;
         ``prefix``: ids every prompt opens with (a reference voice's turn); ``named``: the voice as it was
-        asked for (an adapter's or a reference voice's name, a model voice; default: the adapter or the voice)."""
+        asked for (an adapter's or a reference voice's name, a model voice; default: the adapter or the voice);
+        ``text``: how its segments' text is read; ``capped``: ``sampling.max_tokens`` is the client's cap for
+        every segment, else each segment gets the budget its spoken words need (lyre.tts.budget)."""
         self.request_id = request_id
         self.voice = voice
         self.adapter = adapter
@@ -79,11 +85,14 @@ class SpeechStream:
         self.trimmed_samples = 0
         self.prompt_tokens = 0
         self.finish_reasons: list[FinishReason] = []  # one per segment
+        self.budgets = SegmentBudgets(sampling.max_tokens, capped, context.cuts, request_id)
+        self.cuts: list[SegmentCut] = self.budgets.cuts  # segments that ran out before end-of-speech, so far
         self.created_at = time.perf_counter()
         self.first_chunk_at: float | None = None
         self.segment_started: list[float] = []  # when each segment's generation was submitted
         self.segment_done: list[float] = []  # when each segment's last chunk was handed out
         self.sampling = sampling  # the stream's; each segment's seed follows from its seed
+        self.text = text or TextOptions()
         self._said = SpokenSegments()
         self._deadlines = ListenerDeadlines(context, self.clock, streamed)
         self._ctx = context
@@ -99,8 +108,13 @@ class SpeechStream:
         self.intake.push(text)
 
     def end(self) -> None:
-        """No more text: pending text is spoken as it is, then the stream ends."""
+        """No more text: pending text is spoken, then the stream ends (SSML is read now: TextError if bad)."""
         self.intake.end()
+
+    @property
+    def warnings(self) -> list[str]:
+        """What of its SSML was not understood (and was read as its text)."""
+        return self.intake.warnings
 
     # -- figures ------------------------------------------------------------------
     @property
@@ -156,12 +170,14 @@ class SpeechStream:
             self._lease.release()
             self._lease = None
 
-    def _start(self, text: str, deadline: float | None) -> RequestStream:
+    def _start(self, text: str | Said, deadline: float | None) -> RequestStream:
         """Submit the next segment (the prompt is built here: a bad segment fails the stream)."""
         index = self.segments
-        prompt = [*self.prefix, *orpheus.prompt_ids(self._ctx.tokenizer, text, self.voice)]
-        self._ctx.check_room(len(prompt), self.sampling)
-        params = replace(self.sampling, seed=self._segment_seed(index))
+        said = text if isinstance(text, Said) else self._ctx.front.read(text, self.text.language, self.text.normalize)
+        prompt = [*self.prefix, *orpheus.prompt_ids(self._ctx.tokenizer, said.spoken, self.voice)]
+        tokens = self.budgets.tokens(said.spoken, self._ctx.positions_after(len(prompt)))
+        params = replace(self.sampling, seed=self._segment_seed(index), max_tokens=tokens)
+        self._ctx.check_room(len(prompt), params)
         try:
             stream = self._ctx.engine.generate(prompt, params, request_id=f"{self.request_id}/{index}",
                                                constraint=AUDIO_CONSTRAINT, adapter=self.adapter,
@@ -170,7 +186,8 @@ class SpeechStream:
             raise PipelineBusy(str(exc)) from None
         self._live.append(stream)
         self.segments += 1
-        self._said.started(text)
+        self.budgets.started(said.written, tokens)
+        self._said.started(said)
         self.prompt_tokens += len(prompt)
         self.segment_started.append(time.perf_counter())
         return stream
@@ -182,7 +199,9 @@ class SpeechStream:
         cfg = self._ctx.config
         try:
             await self.hold_voice()
-            text = await self.intake.next(idle_since=time.monotonic())
+            text = await self.intake.next_words(idle_since=time.monotonic())
+            if (silence := self._silent()) is not None:  # a break before the first words
+                yield silence
             current = None if text is None else self._start(text, deadline=None)
             while current is not None:
                 index = self.segments - 1
@@ -205,10 +224,10 @@ class SpeechStream:
                     while (window := planner.next_window(self._deadlines.ahead())) is not None:
                         if (chunk := self._out(await self._decode(window), trimmer)) is not None:
                             yield chunk
-                self._finished(current, planner.frames)
+                self._finished(current, planner.frames, index)
                 # A next segment whose text is complete generates while this one's tail decodes and plays.
                 following = None
-                if (text := self.intake.ready()) is not None:
+                if (text := self.intake.ready_words()) is not None:
                     following = self._start(text, deadline=current.request.deadline)
                 for window in planner.finish():
                     if (chunk := self._out(await self._decode(window), trimmer)) is not None:
@@ -219,8 +238,10 @@ class SpeechStream:
                 self._live.remove(current)
                 self.segment_done.append(time.perf_counter())
                 self._said.ended(self.samples)
-                if following is None and (text := await self.intake.next(idle_since=time.monotonic())) is not None:
+                if following is None and (text := await self.intake.next_words(idle_since=time.monotonic())) is not None:
                     following = self._start(text, deadline=self.clock.runs_dry_at())
+                if (silence := self._silent()) is not None:  # a break between this segment and the next
+                    yield silence
                 current = following
         finally:
             for stream in self._live:
@@ -229,6 +250,11 @@ class SpeechStream:
             if self._lease is not None:
                 self._lease.release()
                 self._lease = None
+
+    def _silent(self) -> np.ndarray | None:
+        """The silence SSML's breaks ask for before the next words, if any."""
+        ms, self.intake.pause_ms = self.intake.pause_ms, 0
+        return self._out(np.zeros(ms * orpheus.SAMPLE_RATE // 1000, np.float32), None) if ms else None
 
     async def hold_voice(self) -> None:
         """Make the stream's adapter resident (loading it on a miss) and hold it until the stream ends;
@@ -243,11 +269,13 @@ class SpeechStream:
             return
         self._lease = lease
 
-    def _finished(self, stream: RequestStream, frames: int) -> None:
+    def _finished(self, stream: RequestStream, frames: int, index: int) -> None:
         self.frames += frames
         reason = stream.finish_reason
         if reason is not None:
             self.finish_reasons.append(reason)
+        if reason is FinishReason.LENGTH:  # ran out of tokens before end-of-speech: words may be missing
+            self.budgets.ran_out(index)
         if reason is FinishReason.ERROR:
             raise RuntimeError(f"request {self.request_id}: generation failed")
 

@@ -21,24 +21,27 @@ from lyre.models.choice import ModelChoice, choose_weights
 from lyre.models.folder import load_tokenizer
 from lyre.orpheus import TextTokenizer
 from lyre.tts.adapter_voices import AdapterVoices
+from lyre.tts.budget import chars_within
 from lyre.tts.clips import TrimmedClip
 from lyre.tts.context import PipelineContext, TTSConfig
 from lyre.tts.facts import TTSFacts, pipeline_facts
 from lyre.tts.intake import TextIntake
 from lyre.tts.options import ServingConfig, SpeechOptions, checked
+from lyre.tts.reading import SsmlIntake, TextOptions
 from lyre.tts.reference_maker import ReferenceMaker
 from lyre.tts.reference_store import ReferenceVoices
 from lyre.tts.reference_voices import ReferenceVoice, default_voices_dir
 from lyre.tts.sampling import AUDIO_CONSTRAINT, request_sampling
 from lyre.tts.segments import split_segments
 from lyre.tts.stream import SpeechStream
+from lyre.text.front_end import TextFront
+from lyre.text.said import Said
 from lyre.tts.text import normalize
 from lyre.tts.voices import Voices, load_voices
 
 __all__ = ["TTS", "Synthesizer"]
 
-# A steady speaking rate, for sizing a segment to the tokens a request has room for; and the least size.
-_CHARS_PER_SECOND = 14
+# The least segment size: below it, a segment is too short to sound like a sentence.
 _MIN_SEGMENT_CHARS = 60
 
 class Synthesizer(Protocol):
@@ -48,6 +51,7 @@ class Synthesizer(Protocol):
     config: TTSConfig
     adapters: AdapterVoices | None  # cloned voices, where the pipeline serves them
     references: ReferenceVoices | None  # voices from a reference clip, where the pipeline speaks them
+    front: TextFront  # reads text before the model speaks it
 
     def references_refused(self) -> str | None:
         """None when the pipeline speaks reference voices, else why not (naming the model)."""
@@ -62,16 +66,22 @@ class Synthesizer(Protocol):
     def max_tokens_limit(self) -> int:
         """The most tokens one segment may ask for."""
 
+    def segments_cut(self) -> dict[str, int]:
+        """Segments ended on their token budget, not end-of-speech, since start, by reason (budget,
+        max_tokens)."""
+
     def open(self, voice: str | None = None, options: SpeechOptions | None = None, trim: bool = True,
              streamed: bool = True, idle_timeout_s: float | None = None, reference: ReferenceVoice | None = None,
-             ) -> Any:
+             text: TextOptions | None = None) -> Any:
         """A stream fed with `push`/`end`, iterated for int16 PCM; ValueError for a bad voice or options.
-        ``reference`` (a voice made for this request alone) speaks instead of ``voice``.
+        ``reference`` (a voice made for this request alone) speaks instead of ``voice``; ``text``: how the
+        text is read (normalised, its language, SSML).
         Its ``hold_voice()`` readies a cloned voice first (AdapterBusy, AdapterError), before any audio."""
 
     def stream(self, text: str, voice: str | None = None, options: SpeechOptions | None = None, trim: bool = True,
-               streamed: bool = True, reference: ReferenceVoice | None = None) -> Any:
-        """`open` with ``text`` pushed and ended; ValueError for bad text before any work."""
+               streamed: bool = True, reference: ReferenceVoice | None = None, reading: TextOptions | None = None,
+               ) -> Any:
+        """`open` with ``text`` pushed and ended (read by ``reading``); ValueError for bad text before any work."""
 
     def overloaded(self) -> bool:
         """Whether streams are falling behind their listeners now (new ones should be refused)."""
@@ -106,7 +116,9 @@ class TTS:
         # may take a name another voice holds.
         self.adapters = (AdapterVoices(engine.adapters, voices, self._reference_holder)
                          if engine.adapters is not None else None)
-        self.context = PipelineContext(engine, tokenizer, codec, self.config, playback_rate, self.adapters)
+        self.context = PipelineContext(engine, tokenizer, codec, self.config, playback_rate, self.adapters,
+                                       TextFront(self.config.normalize))
+        self.front = self.context.front
         self._maker = ReferenceMaker(self.context, voices, source)
         self.references = ReferenceVoices(self.config.voices_dir, self._holder, self._maker.check_prompt)
         self._ids = itertools.count()
@@ -139,6 +151,9 @@ class TTS:
     def max_tokens_limit(self) -> int:
         return self.context.max_tokens_limit
 
+    def segments_cut(self) -> dict[str, int]:
+        return self.context.cuts.counts()
+
     @property
     def on_deadlines(self) -> bool:
         """Whether the engine and the codec schedule on listeners' playback deadlines (else first come)."""
@@ -146,16 +161,17 @@ class TTS:
 
     def open(self, voice: str | None = None, options: SpeechOptions | None = None, trim: bool = True,
              streamed: bool = True, idle_timeout_s: float | None = None, request_id: str | None = None,
-             reference: ReferenceVoice | None = None) -> SpeechStream:
+             reference: ReferenceVoice | None = None, text: TextOptions | None = None) -> SpeechStream:
         """A stream whose text comes later, in pieces (`push`, then `end`); iterate it for int16 PCM.
 
         ``voice`` is one of the model's voices, an alias of one, or the name of
         a LoRA adapter (a cloned voice), or a reference voice's (None: no voice in the prompt); ``reference``, a
         voice made for this request alone, speaks instead. ``streamed``: someone plays the audio as it comes,
         so it is scheduled on their playback deadline; otherwise it uses spare
-        capacity. Raises ValueError for an unknown voice or bad options.
+        capacity. ``text``: how the text is read (default: normalised English, not SSML). Raises ValueError
+        for an unknown voice or bad options.
         """
-        return self._open(voice, options, trim, streamed, idle_timeout_s, request_id, False, reference)
+        return self._open(voice, options, trim, streamed, idle_timeout_s, request_id, False, reference, text)
 
     def check_voice(self, voice: str | None) -> None:
         """Nothing if this pipeline can speak in ``voice`` (a model voice, an alias, a cloned voice, a
@@ -194,7 +210,7 @@ class TTS:
 
     def _open(self, voice: str | None, options: SpeechOptions | None, trim: bool, streamed: bool,
               idle_timeout_s: float | None, request_id: str | None, whole: bool,
-              reference: ReferenceVoice | None = None) -> SpeechStream:
+              reference: ReferenceVoice | None = None, text: TextOptions | None = None) -> SpeechStream:
         """``whole``: the text comes at once (segments merge sentences up to the segment size, exactly as
         `split_segments` cuts them); else in pieces."""
         adapter, prefix, named = None, (), None
@@ -207,33 +223,44 @@ class TTS:
             adapter, voice = voice, self.adapters.speaker(voice)
         else:
             voice = self._model_voice(voice)
-        # The reference's turn takes positions a request could otherwise fill with speech, and segments get
-        # shorter to match, so one still fits in what is left.
+        # A segment is at most as long as the words whose budget fits the tokens a request has room for (a
+        # reference's turn takes positions a request could otherwise fill with speech), so none is cut short.
         room = max(1, self.max_tokens_limit - len(prefix))
         sampling = request_sampling(checked(options, room))
         cfg = self.config
-        segment = cfg.segment_chars if not prefix else min(
-            cfg.segment_chars, max(_MIN_SEGMENT_CHARS, int(room / orpheus.TOKENS_PER_SECOND * _CHARS_PER_SECOND)))
-        intake = TextIntake(cfg.max_input_chars, segment, cfg.flush_after_s, idle_timeout_s, segment if whole else 0)
+        segment = min(cfg.segment_chars, max(_MIN_SEGMENT_CHARS, chars_within(room)))
+        text = text or TextOptions()
+        intake = (SsmlIntake(self.context.front, text, cfg.max_input_chars, segment, cfg.flush_after_s,
+                             idle_timeout_s) if text.ssml else
+                  TextIntake(cfg.max_input_chars, segment, cfg.flush_after_s, idle_timeout_s, segment if whole else 0))
+        capped = options is not None and options.max_tokens is not None
         return SpeechStream(self.context, request_id or f"tts-{next(self._ids)}", voice, sampling, trim, streamed,
-                            intake, adapter, tuple(prefix), named)
+                            intake, adapter, tuple(prefix), named, text, capped)
 
     def stream(self, text: str, voice: str | None = None, options: SpeechOptions | None = None, trim: bool = True,
                streamed: bool = True, request_id: str | None = None, reference: ReferenceVoice | None = None,
-               ) -> SpeechStream:
+               reading: TextOptions | None = None) -> SpeechStream:
         """Speak ``text``; iterate the result for int16 PCM chunks as they are made.
 
         Raises ValueError (naming what was wrong) for empty or over-long text,
         an unknown voice, bad options, or a segment too long for the engine,
-        before any work starts.
+        before any work starts. ``reading``: how the text is read (normalised or not, its language, SSML:
+        malformed SSML is a ValueError naming the problem).
         """
-        stream = self._open(voice, options, trim, streamed, None, request_id, True, reference)
-        clean = normalize(text, self.config.max_input_chars)
-        prompts = [[*stream.prefix, *orpheus.prompt_ids(self.tokenizer, s, stream.voice)]
-                   for s in split_segments(clean, stream.intake.segment_chars)]
-        self.context.check_room(max(map(len, prompts)), stream.sampling)
-        stream.push(clean)
-        stream.end()
+        stream = self._open(voice, options, trim, streamed, None, request_id, True, reference, reading)
+        if stream.text.ssml:
+            stream.push(text)
+            stream.end()  # reads the document, segments and pauses
+        else:  # each segment read once, here, so a segment too long for the engine is refused before any work
+            front, how = self.context.front, stream.text
+            for segment in split_segments(normalize(text, self.config.max_input_chars), stream.intake.segment_chars):
+                stream.intake.add(front.read(segment, how.language, how.normalize))
+            stream.end()
+        for said in stream.intake.pending():
+            if isinstance(said, Said):
+                prompt = len(stream.prefix) + len(orpheus.prompt_ids(self.tokenizer, said.spoken, stream.voice))
+                self.context.check_room(prompt, dataclasses.replace(
+                    stream.sampling, max_tokens=stream.budgets.tokens(said.spoken, self.context.positions_after(prompt))))
         return stream
 
     async def synthesize(self, text: str, voice: str | None = None, options: SpeechOptions | None = None,

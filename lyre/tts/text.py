@@ -31,6 +31,8 @@ _TYPOGRAPHIC = str.maketrans(
         "\u2044": "/",  # NFKC writes "½" as "1⁄2"; dropping the slash would read "12"
     }
 )
+# NFKC writes "1½" as "11⁄2": a vulgar fraction after a digit gets a space first ("1 1/2").
+_FRACTION_AFTER_DIGIT = re.compile(r"(?<=\d)(?=[\u00bc-\u00be\u2150-\u215e])")
 # A tag holds no whitespace, so "a < b and c > d" is prose, not a tag.
 _TAG = re.compile(r"(<[^\s<>]+>)")
 _ASCII_KEPT = frozenset(".,!?;:'\"-()[]/$%&@#+=")
@@ -76,7 +78,7 @@ def clean(text: str) -> str:
     Cleaning two pieces cut just after whitespace gives the same text as
     cleaning them joined, which lets `IncrementalSplitter` clean as it goes.
     """
-    text = unicodedata.normalize("NFKC", text)
+    text = unicodedata.normalize("NFKC", _FRACTION_AFTER_DIGIT.sub(" ", text))
     text = _RANGE_DASH.sub("-", text).translate(_TYPOGRAPHIC)
     out: list[str] = []
     last = " "  # the last character kept

@@ -149,6 +149,11 @@ def test_a_typed_turn_with_manual_commits_in_the_beta_shape(server: Server) -> N
     assert done["status"] == "completed" and done["lyre"]["speculative"] is False
     said = talk.of("response.audio_transcript.done")[0]["transcript"]
     assert said == "".join(e["delta"] for e in talk.of("response.audio_transcript.delta"))
+    # The demo speaks noise to every segment's max_tokens: each cut is told, on the reply's message item.
+    cuts = talk.of("lyre.response.segment_cut")
+    assert cuts and all(c["reason"] == "max_tokens" and c["max_tokens"] == SHORT // 7 * 7 for c in cuts)
+    assert {c["item_id"] for c in cuts} == {done["output"][0]["id"]} and " ".join(c["text"] for c in cuts) in said
+    assert talk.kinds().index("lyre.response.segment_cut") < talk.kinds().index("response.done")
 
 
 def test_speech_that_resumes_within_the_snooze_cancels_the_speculative_reply(server: Server) -> None:

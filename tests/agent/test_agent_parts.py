@@ -77,6 +77,7 @@ class _Speech:
     def __init__(self) -> None:
         self._texts: asyncio.Queue[str | None] = asyncio.Queue()
         self.closed = False
+        self.cuts: list[object] = []  # never runs out of tokens
 
     def push(self, text: str) -> None:
         self._texts.put_nowait(text)

@@ -22,6 +22,7 @@ from lyre.engine.runner import ModelRunner
 from lyre.engine.sequence import Request
 from lyre.models.folder import load_tokenizer
 from lyre.tts import TTS, ServingConfig, SpeechOptions, TTSConfig
+from lyre.tts.budget import chars_within
 from lyre.tts.reference_store import ReferenceVoices, new_claim
 from lyre.tts.reference_voices import MAX_SECONDS, ReferenceRejected, ReferenceVoice, read_reference_clip
 from lyre.tts.voices import VoiceNameTaken
@@ -198,16 +199,16 @@ def test_a_clip_becomes_a_voice_whose_prompt_changes_what_is_said(demo: DemoPath
         # The request's room shrinks by the reference's turn: max_tokens past it is refused, naming the limit.
         with pytest.raises(ValueError, match="over this server's limit"):
             tts.stream("Hi.", "fox", SpeechOptions(max_tokens=tts.max_tokens_limit))
-        # A long turn (150 frames, about 13 s of speech) leaves room for about 7 s a request: segments shrink to
-        # what that says, so none is cut off at max_tokens; a model voice keeps the usual segment size.
+        # A long turn (150 frames, about 13 s of speech) leaves room for about 9 s a request: segments shrink to
+        # the words whose budget fits (lyre.tts.budget), so none is cut short; a model voice keeps a bigger size.
         tts.references.put(ReferenceVoice("long", SAID, FRAMES * 12 + FRAMES[:6], 13.0))
         room = tts.max_tokens_limit - len(orpheus.reference_ids(tts.tokenizer, SAID, FRAMES * 12 + FRAMES[:6]))
         long_stream = tts.open("long")
-        assert long_stream.intake.segment_chars == int(room / orpheus.TOKENS_PER_SECOND * 14) < 150
-        assert tts.open("tara").intake.segment_chars == tts.config.segment_chars == 300
+        assert long_stream.intake.segment_chars == max(60, chars_within(room)) < 150
+        assert tts.open("tara").intake.segment_chars == min(300, chars_within(tts.max_tokens_limit))
         text = " ".join(["This sentence is about forty characters."] * 8)
         segments = list(tts.stream(text, "long", SpeechOptions(max_tokens=7)).intake._ready)  # queued, none run yet
-        assert len(segments) >= 2 and all(len(s) <= long_stream.intake.segment_chars for s in segments), segments
+        assert len(segments) >= 2 and all(len(s.written) <= long_stream.intake.segment_chars for s in segments), segments
     finally:
         tts.close()
 

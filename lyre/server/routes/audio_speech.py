@@ -22,7 +22,7 @@ from lyre.server.state import ServerState
 from lyre.server.stream_encoder import StreamEncoder
 from lyre.server.routes.voices_api import inline_reference
 from lyre.stt import AlignedWord, WordTimer
-from lyre.tts import AdapterBusy, AdapterError, SpeechOptions
+from lyre.tts import AdapterBusy, AdapterError, SpeechOptions, TextOptions
 from lyre.tts.reference_voices import MAX_SECONDS, MIN_SECONDS
 
 __all__ = ["SpeechRequest", "router"]
@@ -52,7 +52,9 @@ class SpeechRequest(BaseModel):
     top_p: float | None = Field(None, gt=0, le=1.0)
     top_k: int | None = Field(None, ge=0, le=100_000)
     repetition_penalty: float | None = Field(None, gt=0, le=10.0)
-    max_tokens: int | None = Field(None, ge=1, le=100_000)
+    max_tokens: int | None = Field(None, ge=1, le=100_000, description="lyre's extra: the most tokens each segment "
+                                   "(a sentence or a few; 7 tokens are 85 ms of audio) may generate. Unset, each "
+                                   "segment gets what its words need at 9 characters a second, plus 1 s")
     seed: int | None = Field(None, ge=0, lt=2**63)
     trim_silence: bool = True
     timestamps: bool = Field(False, description="lyre's extra: word times. With stream_format sse, "
@@ -64,12 +66,28 @@ class SpeechRequest(BaseModel):
                           "limit). It speaks instead of voice; a clip sent again is not made again")
     reference_text: str | None = Field(None, max_length=2000, description="What reference_audio says; default: the "
                                        "server's Whisper transcribes it")
+    normalize: bool = Field(True, description="lyre's extra: read numbers, amounts, dates, times, units, "
+                            "abbreviations, acronyms, web addresses and symbols as words before speaking (false: "
+                            "the text as written; the server's --no-normalize turns it off for all)")
+    language: str | None = Field(None, max_length=35, description="lyre's extra: the text's language (a tag such "
+                                 "as 'en' or 'en-US'), choosing how it is read; default English. A language "
+                                 "without rules in lyre is spoken as written")
+    ssml: bool = Field(False, description="lyre's extra: input is SSML (also when it starts with <speak>): "
+                       "<break>, <say-as>, <sub>, <p>, <s>; anything else is read as its text, named in the "
+                       "X-Lyre-SSML-Warnings header. Malformed SSML is a 400 naming the problem")
     priority: Literal["realtime", "batch"] = Field(
         "realtime", description="realtime: played as it streams, scheduled on the listener's playback deadline; "
                                 "batch: a file nobody plays live, made with spare capacity")
 
     def options(self) -> SpeechOptions:
         return SpeechOptions(**{name: getattr(self, name) for name in _SAMPLING_FIELDS})
+
+    def reading(self) -> TextOptions:
+        """How the input is read (InvalidParam naming a malformed language)."""
+        try:
+            return TextOptions.of(self.input, self.normalize, self.language, self.ssml)
+        except ValueError as exc:
+            raise InvalidParam(str(exc), "language") from None
 
 
 def _sse(event: dict[str, object]) -> bytes:
@@ -105,7 +123,8 @@ async def create_speech(body: SpeechRequest, request: Request) -> StreamingRespo
     reference = (await inline_reference(state, tts, body.reference_audio, body.reference_text)
                  if body.reference_audio is not None else None)
     stream = tts.stream(body.input, body.voice or tts.voices.default, body.options(), trim=body.trim_silence,
-                        streamed=body.priority == "realtime", reference=reference)  # validates before any work
+                        streamed=body.priority == "realtime", reference=reference,
+                        reading=body.reading())  # validates before any work
     encoder = make_encoder(body.response_format)
     exits = AsyncExitStack()
     try:
@@ -127,7 +146,9 @@ async def create_speech(body: SpeechRequest, request: Request) -> StreamingRespo
     api = "sse" if body.stream_format == "sse" else "json" if body.timestamps else "http"
     timer = state.word_timer(("speech", id(stream))) if body.timestamps else None
     media = {"sse": "text/event-stream", "json": "application/json"}.get(api, encoder.content_type)
-    return StreamingResponse(_body(state, stream, encoder, api, received, exits, timer), media_type=media)
+    headers = {"X-Lyre-SSML-Warnings": "; ".join(stream.warnings)[:2000]} if stream.warnings else None
+    return StreamingResponse(_body(state, stream, encoder, api, received, exits, timer), media_type=media,
+                             headers=headers)
 
 
 async def _body(state: ServerState, stream: Any, encoder: StreamEncoder, api: str, received: float,
@@ -138,6 +159,7 @@ async def _body(state: ServerState, stream: Any, encoder: StreamEncoder, api: st
     outcome = "cancelled"
     encoded: list[bytes] = []  # the "json" answer's audio
     words: list[AlignedWord] = []
+    told = 0  # the stream's cut segments told the client so far (sse)
     try:
         async for chunk in stream:
             if stream.samples == len(chunk):  # the first audio of this request
@@ -149,6 +171,10 @@ async def _body(state: ServerState, stream: Any, encoder: StreamEncoder, api: st
                     encoded.append(data)
                 else:
                     yield data
+            if api == "sse" and len(stream.cuts) > told:  # words may be missing: said as soon as it is known
+                for cut in stream.cuts[told:]:
+                    yield _sse({"type": "speech.segment_cut", **cut.event()})
+                told = len(stream.cuts)
             if timer is not None:  # after the audio: word times never hold it back
                 timer.add(chunk)
                 timer.follow(stream.spoken)
@@ -160,6 +186,8 @@ async def _body(state: ServerState, stream: Any, encoder: StreamEncoder, api: st
         if api == "sse":
             if tail:
                 yield _sse({"type": "speech.audio.delta", "audio": base64.b64encode(tail).decode()})
+            for cut in stream.cuts[told:]:
+                yield _sse({"type": "speech.segment_cut", **cut.event()})
             if timer is not None:
                 for event in _word_events(await timer.rest(), api, words):
                     yield event
@@ -167,14 +195,19 @@ async def _body(state: ServerState, stream: Any, encoder: StreamEncoder, api: st
             output_tokens = 7 * stream.frames
             usage = {"input_tokens": prompt_tokens, "output_tokens": output_tokens,
                      "total_tokens": prompt_tokens + output_tokens}
-            yield _sse({"type": "speech.audio.done", "usage": usage})
+            done: dict[str, object] = {"type": "speech.audio.done", "usage": usage}
+            if timer is not None:
+                done["spoken_text"] = _spoken_text(stream)
+            yield _sse(done)
         elif api == "json":
             if timer is not None:
                 words.extend(w for found in await timer.rest() for w in found)
             audio = base64.b64encode(encoder.whole(b"".join(encoded) + tail)).decode()
             yield json.dumps({"audio": audio, "content_type": encoder.content_type,
                               "duration": round(stream.audio_seconds, 3),
-                              "words": [{"text": w.text, "start": w.start, "end": w.end} for w in words]}).encode()
+                              "words": [{"text": w.text, "start": w.start, "end": w.end} for w in words],
+                              "cut_segments": [cut.event() for cut in stream.cuts],
+                              "spoken_text": _spoken_text(stream), "warnings": stream.warnings}).encode()
         elif tail:
             yield tail
         outcome = "ok"
@@ -191,6 +224,11 @@ async def _body(state: ServerState, stream: Any, encoder: StreamEncoder, api: st
             metrics.count_word_times(api, timer)
         await stream.aclose()
         await exits.aclose()
+
+
+def _spoken_text(stream: Any) -> str:
+    """What the model was given to say, segment by segment (the written text where it is said as written)."""
+    return " ".join(s.said.spoken if s.said is not None else s.text for s in stream.segments_so_far())
 
 
 def _word_events(aligned: list[list[AlignedWord]], api: str, words: list[AlignedWord]) -> Iterator[bytes]:

@@ -7,6 +7,8 @@ Shaped like Cartesia's protocol, so agent-framework plugins can point at lyre:
     <- {"type": "chunk", "context_id": "c1", "data": "<base64 pcm_s16le>", "done": false}
     <- {"type": "timestamps", "context_id": "c1", "done": false,               (with "add_timestamps": true)
         "word_timestamps": {"words": ["Hello,"], "start": [0.08], "end": [0.41]}}
+    <- {"type": "segment_cut", "context_id": "c1", "done": false,       (a segment ended on its token budget:
+        "segment": 0, "reason": "budget", "max_tokens": 1554, "text": "..."}   its last words may be missing)
     <- {"type": "done", "context_id": "c1", "done": true}     (or "type": "error" with "error": "...")
 
 This module is the protocol only: each context is one `lyre.tts` speech
@@ -66,6 +68,7 @@ class _Context:
         self.closed = False  # `continue: false` has arrived: no more text
         self.outcome = "cancelled"  # for the requests metric, unless it ends otherwise
         self._session = session
+        self._cuts_told = 0
         self.task = asyncio.create_task(self._run(), name=f"lyre-ws-{context_id}")
 
     def add(self, text: str, last: bool) -> None:
@@ -87,7 +90,10 @@ class _Context:
                 self.outcome = "error"
                 await session.send_error(self.id, *msg.describe(exc, self.id))
                 return
-            await session.send({"type": "done", "context_id": self.id, "done": True})
+            done = {"type": "done", "context_id": self.id, "done": True}
+            if self.stream.warnings:  # what of its SSML was read as plain text
+                done["warnings"] = self.stream.warnings
+            await session.send(done)
             self.outcome = "ok"
         except _Gone:
             pass  # the client left; the session is cancelling everything
@@ -100,7 +106,7 @@ class _Context:
         metrics = state.metrics
         words = None
         if timer is not None:  # each segment aligned as soon as its audio is out; sent as soon as aligned
-            stream.on_spoken(lambda ended: timer.segment(ended.text, ended.start, ended.end))
+            stream.on_spoken(lambda ended: timer.segment(ended.text, ended.start, ended.end, ended.said))
             words = asyncio.create_task(self._send_words(timer), name=f"lyre-ws-words-{self.id}")
         try:
             async with state.admission.slot(state.tts.overloaded) as wait:
@@ -112,6 +118,8 @@ class _Context:
                         timer.add(chunk)
                     data = base64.b64encode(chunk.astype("<i2", copy=False).tobytes()).decode("ascii")
                     await self._session.send({"type": "chunk", "context_id": self.id, "data": data, "done": False})
+                    await self._tell_cuts()
+                await self._tell_cuts()
             if timer is not None and words is not None:  # the last words go out before `done`
                 timer.finish()
                 await words
@@ -123,6 +131,12 @@ class _Context:
             await stream.aclose()  # aborts the engine requests and drops codec work if we stopped early
         metrics.audio.labels(_API).inc(stream.audio_seconds)
         metrics.trimmed.observe(stream.trimmed_ms / 1000)
+
+    async def _tell_cuts(self) -> None:
+        """The segments that ended on their token budget since the last call: their words may be missing."""
+        for cut in self.stream.cuts[self._cuts_told:]:
+            await self._session.send({"type": "segment_cut", "context_id": self.id, "done": False, **cut.event()})
+        self._cuts_told = len(self.stream.cuts)
 
     async def _send_words(self, timer: WordTimer) -> None:
         """Each segment's words as a Cartesia timestamps message, as soon as it is aligned (the segment's
@@ -245,7 +259,7 @@ class _Session:
             tts = self.state.tts
             try:
                 stream = tts.open(settings.voice, settings.options, settings.trim, streamed=True,
-                                  idle_timeout_s=config.ws_idle_timeout_s)
+                                  idle_timeout_s=config.ws_idle_timeout_s, text=settings.reading)
             except ValueError as exc:  # options the pipeline refuses, e.g. max_tokens over its limit
                 raise msg.ContextError(str(exc)) from None
             context = self.contexts[context_id] = _Context(self, context_id, stream, settings.timestamps)

@@ -8,7 +8,7 @@ from typing import Any
 
 from lyre import orpheus
 from lyre.server.admission import Overloaded
-from lyre.tts import IdleStream, PipelineBusy, SpeechOptions, Synthesizer
+from lyre.tts import IdleStream, PipelineBusy, SpeechOptions, Synthesizer, TextOptions
 
 __all__ = ["OUTPUT_FORMAT", "ContextError", "Settings", "check_output_format", "describe", "settings", "voice_of"]
 
@@ -33,6 +33,7 @@ class Settings:
     options: SpeechOptions
     trim: bool
     timestamps: bool  # add_timestamps: word times, as `timestamps` messages before the context's done
+    reading: TextOptions  # normalize, language, ssml: how the context's text is read
 
 
 def voice_of(message: dict[str, Any], tts: Synthesizer) -> str:
@@ -78,7 +79,24 @@ def settings(message: dict[str, Any], tts: Synthesizer) -> Settings:
         raise ContextError(f"add_timestamps must be true or false, got {timestamps!r}")
     if message.get("add_phoneme_timestamps") is True:
         raise ContextError("add_phoneme_timestamps is not supported; lyre sends word timestamps (add_timestamps)")
-    return Settings(voice_of(message, tts), options, trim, timestamps)
+    return Settings(voice_of(message, tts), options, trim, timestamps, reading(message))
+
+
+def reading(message: dict[str, Any]) -> TextOptions:
+    """How a context's text is read, from its first message: ``normalize`` (default true), ``language``
+    (default English), ``ssml`` (or a first transcript starting with ``<speak``: the text is then read whole
+    at the context's end)."""
+    normalize, ssml, language = message.get("normalize", True), message.get("ssml", False), message.get("language")
+    for name, value in (("normalize", normalize), ("ssml", ssml)):
+        if not isinstance(value, bool):
+            raise ContextError(f"{name} must be true or false, got {value!r}")
+    if language is not None and not isinstance(language, str):
+        raise ContextError(f"language must be a string such as 'en', got {language!r}")
+    transcript = message.get("transcript", "")
+    try:
+        return TextOptions.of(transcript if isinstance(transcript, str) else "", normalize, language, ssml)
+    except ValueError as exc:
+        raise ContextError(str(exc)) from None
 
 
 def describe(exc: Exception, context_id: str) -> tuple[str, str]:

@@ -1,0 +1,98 @@
+"""A segment cut on its token budget is never silent, on every transport: a real server on the demo model (whose
+segments run to their budgets), real HTTP and WebSocket clients. The agent's replies: tests/agent/test_agent.py."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from websockets.asyncio.client import connect
+
+from serving import Server, running_server
+
+CAP = 14  # max_tokens: two frames a segment, so the demo always runs out
+# Over one segment's 187 characters (the default 2,048 positions): two segments, each cut.
+TEXT = ("When you arrive at the station, take the north exit past the flower stall and cross the avenue at the "
+        "second set of lights. Walk along the canal for five minutes until you reach the old brick bridge, then "
+        "turn left.")
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[Server]:
+    with running_server("--max-streams", "4") as running:
+        yield running
+
+
+def _cuts_metric(server: Server) -> dict[str, float]:
+    text = httpx.get(f"{server.url}/metrics", timeout=10).text
+    return {m[1]: float(m[2]) for m in re.finditer(r'^lyre_segments_cut_total\{reason="(\w+)"\} (\S+)$', text, re.M)}
+
+
+def _sse(server: Server, body: dict[str, Any]) -> list[dict[str, Any]]:
+    with httpx.stream("POST", f"{server.url}/v1/audio/speech", json={"voice": "tara", "response_format": "pcm",
+                      "stream_format": "sse", **body}, timeout=120) as response:
+        assert response.status_code == 200
+        return [json.loads(line[6:]) for line in response.iter_lines() if line.startswith("data: ")]
+
+
+def _check(cuts: list[dict[str, Any]], reason: str, tokens: int | None) -> None:
+    assert cuts and [c["segment"] for c in cuts] == sorted({c["segment"] for c in cuts})
+    for cut in cuts:
+        assert cut["reason"] == reason and cut["text"] and cut["text"] in TEXT + " Hi there."
+        assert tokens is None or cut["max_tokens"] == tokens
+
+
+def test_sse_tells_each_cut_segment_before_the_audio_is_done(server: Server) -> None:
+    before = _cuts_metric(server)
+    events = _sse(server, {"input": TEXT, "max_tokens": CAP, "seed": 1})
+    kinds = [e["type"] for e in events]
+    cuts = [e for e in events if e["type"] == "speech.segment_cut"]
+    _check(cuts, "max_tokens", CAP)
+    assert {c["segment"] for c in cuts} <= {0, 1} and kinds[-1] == "speech.audio.done"
+    assert _cuts_metric(server)["max_tokens"] - before.get("max_tokens", 0) == len(cuts)
+
+
+def test_without_max_tokens_a_segment_runs_to_its_words_budget_and_the_cut_says_so(server: Server) -> None:
+    events = _sse(server, {"input": "Hi there.", "seed": 2})
+    cuts = [e for e in events if e["type"] == "speech.segment_cut"]
+    _check(cuts, "budget", None)
+    assert cuts[0]["max_tokens"] == 168  # a 1 s lead-in and 9 characters at 9 a second: 2 s, 24 frames
+    assert _cuts_metric(server)["budget"] >= 1
+
+
+def test_the_json_answer_lists_the_cut_segments(server: Server) -> None:
+    response = httpx.post(f"{server.url}/v1/audio/speech", json={
+        "input": TEXT, "voice": "tara", "response_format": "wav", "timestamps": True, "max_tokens": CAP,
+        "seed": 3}, timeout=120)
+    assert response.status_code == 200
+    _check(response.json()["cut_segments"], "max_tokens", CAP)
+
+
+def test_plain_audio_is_counted_and_the_websocket_tells_its_context(server: Server) -> None:
+    before = _cuts_metric(server).get("max_tokens", 0)
+    plain = httpx.post(f"{server.url}/v1/audio/speech", json={"input": TEXT, "voice": "tara", "max_tokens": CAP,
+                                                               "response_format": "pcm", "seed": 4}, timeout=120)
+    assert plain.status_code == 200 and plain.content
+
+    async def talk() -> list[dict[str, Any]]:
+        async with connect(f"{server.ws_url}/v1/tts/websocket") as ws:
+            await ws.send(json.dumps({"context_id": "c1", "voice": {"mode": "id", "id": "tara"}, "transcript": TEXT,
+                                      "continue": False, "max_tokens": CAP, "seed": 5}))
+            messages = []
+            while not (message := json.loads(await asyncio.wait_for(ws.recv(), 120)))["done"]:
+                messages.append(message)
+            assert message["type"] == "done"
+            return messages
+
+    messages = asyncio.run(talk())
+    cuts = [m for m in messages if m["type"] == "segment_cut"]
+    _check(cuts, "max_tokens", CAP)
+    assert all(c["context_id"] == "c1" and c["done"] is False for c in cuts)
+    # The plain answer has no place for them, so they are counted (and logged) only.
+    assert _cuts_metric(server)["max_tokens"] - before >= 1 + len(cuts)
+    assert "before end-of-speech" in server.output()
