@@ -35,6 +35,7 @@ from lyre.server.summary import build_summary, kv_cache_json, summary_json, summ
 from lyre.stt import DEFAULT_MODEL as STT_DEFAULT_MODEL
 from lyre.stt import SAMPLE_RATE, STTConfig, TranscribeOptions, Transcriber
 from lyre.tts import TTS, SpeechOptions, Synthesizer, TTSConfig
+from lyre.tts.cuts import WARM_UP
 
 __all__ = ["create_app"]
 
@@ -102,7 +103,7 @@ async def _load_adapters(tts: Synthesizer, config: ServerConfig) -> None:
 async def _warm_up(tts: Synthesizer) -> None:
     """One short utterance through engine and codec, so the first user does not pay for it."""
     options = SpeechOptions(max_tokens=min(21, tts.max_tokens_limit), seed=0)  # a tiny KV cache allows less
-    async for _ in tts.stream("Ready.", None, options, trim=False, streamed=False):
+    async for _ in tts.stream("Ready.", None, options, trim=False, streamed=False, request_id=WARM_UP):
         pass
 
 

@@ -9,12 +9,14 @@ from dataclasses import dataclass
 
 from lyre.tts.budget import speech_tokens
 
-__all__ = ["REASONS", "CutCounts", "SegmentBudgets", "SegmentCut"]
+__all__ = ["REASONS", "WARM_UP", "CutCounts", "SegmentBudgets", "SegmentCut"]
 
 log = logging.getLogger("lyre.tts")
 
 # budget: lyre's own, from the segment's words (lyre.tts.budget); max_tokens: the client's cap per segment.
 REASONS = ("budget", "max_tokens")
+# The request id of a server's own warm-up: a few tokens on purpose, its cut neither counted nor logged.
+WARM_UP = "warm-up"
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,8 @@ class CutCounts:
         self._counts = dict.fromkeys(REASONS, 0)
 
     def add(self, cut: SegmentCut, request_id: str) -> None:
+        if request_id == WARM_UP:
+            return
         self._counts[cut.reason] += 1
         log.warning("request %s: segment %d ended on its %s of %d tokens before end-of-speech; its last words may "
                     "be missing: %r", request_id, cut.segment, "max_tokens" if cut.reason == "max_tokens"

@@ -79,8 +79,8 @@ class Synthesizer(Protocol):
         Its ``hold_voice()`` readies a cloned voice first (AdapterBusy, AdapterError), before any audio."""
 
     def stream(self, text: str, voice: str | None = None, options: SpeechOptions | None = None, trim: bool = True,
-               streamed: bool = True, reference: ReferenceVoice | None = None, reading: TextOptions | None = None,
-               ) -> Any:
+               streamed: bool = True, request_id: str | None = None, reference: ReferenceVoice | None = None,
+               reading: TextOptions | None = None) -> Any:
         """`open` with ``text`` pushed and ended (read by ``reading``); ValueError for bad text before any work."""
 
     def overloaded(self) -> bool:
