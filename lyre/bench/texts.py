@@ -21,37 +21,34 @@ __all__ = ["BUILTIN_TEXTS", "PROMPT_SETS", "build_prompt_set", "load_texts", "na
 PROMPT_SETS = ("seed-tts-en",)
 
 # Short, medium and long, interleaved so every few requests mix the three
-# (a voice agent's turns vary the same way). Long ones stay under 300
-# characters: the server speaks that as one segment, so each request is one
-# generation and the figures compare across servers that split differently.
+# (a voice agent's turns vary the same way). Long ones stay under 187
+# characters: at the default --max-seq-len the server speaks that as one
+# segment (lyre.tts.budget), so each request is one generation and the figures
+# compare across servers that split differently.
 BUILTIN_TEXTS: tuple[str, ...] = (
     "Sure, I can help with that.",
     "Your table for four is booked for seven thirty tonight, and I've added a note about the birthday cake.",
     (
         "Before we start, let me check one thing. The parcel left our warehouse on Tuesday morning, went through "
-        "the regional hub overnight, and should reach your door by Friday afternoon. If nobody is home, the driver "
-        "will leave it with a neighbour and put a card through your letterbox."
+        "the regional hub overnight, and should reach your door by Friday afternoon."
     ),
     "Got it, thanks!",
     "The next train to the airport leaves from platform two in about eleven minutes.",
     (
         "Here is a quick summary of your account. You have two open invoices, one due next week and one overdue "
-        "by three days. Paying the overdue one today avoids the late fee, and I can set up automatic payments so "
-        "this does not happen again, if you would like that."
+        "by three days. Paying the overdue one today avoids the late fee."
     ),
     "Hmm, let me think about that for a second.",
     "I moved your dentist appointment to Thursday at ten, and the reminder will come the evening before.",
     (
         "Welcome back to the story. When we left our travellers, the storm had just broken over the mountain pass, "
-        "and the old guide insisted they wait in the shepherd's hut until morning. Nobody slept. Somewhere above "
-        "them, a door that should not have existed kept knocking in the wind."
+        "and the old guide insisted they wait in the shepherd's hut until morning."
     ),
     "No problem at all, take your time.",
     "The weather today is mild and cloudy, with a light breeze from the west and a small chance of rain later.",
     (
         "To reset the router, hold the small button on the back for ten seconds until the lights blink orange. "
-        "Then wait two minutes while it restarts, connect to the network printed on the label, and open the setup "
-        "page in your browser. I will stay on the line while you do it."
+        "Then wait two minutes while it restarts, and open the setup page."
     ),
 )
 
