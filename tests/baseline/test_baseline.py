@@ -262,17 +262,15 @@ def test_lyre_serve_engine_naive(audio_llama: Path, demo: DemoPaths) -> None:
             message = {"context_id": "c1", "model_id": "orpheus", "voice": {"mode": "id", "id": "tara"},
                        "output_format": {"container": "raw", "encoding": "pcm_s16le", "sample_rate": 24000},
                        "transcript": "Hello there.", "continue": False, "max_tokens": 35, "seed": 2}
-            audio, cuts = b"", []
+            audio = b""
             async with connect(f"{server.ws_url}/v1/tts/websocket") as ws:
                 await ws.send(json.dumps(message))
                 while not (reply := json.loads(await asyncio.wait_for(ws.recv(), 30)))["done"]:
-                    if reply["type"] == "segment_cut":
-                        cuts.append(reply)
-                    else:
-                        audio += base64.b64decode(reply["data"])
+                    audio += base64.b64decode(reply["data"])
             assert reply["type"] == "done"
             # The naive pipeline reports its one generation cut at max_tokens too (the demo never stops).
-            assert [(c["segment"], c["reason"], c["max_tokens"]) for c in cuts] == [(0, "max_tokens", 35)]
+            cuts = [(c["segment"], c["reason"], c["max_tokens"]) for c in reply["cut_segments"]]
+            assert cuts == [(0, "max_tokens", 35)]
             return audio
 
         assert len(asyncio.run(websocket())) == (5 - 3) * orpheus.SAMPLES_PER_FRAME * 2

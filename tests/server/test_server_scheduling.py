@@ -17,6 +17,10 @@ from serving import running_server
 
 pytestmark = pytest.mark.slow
 
+def _uncut(done: dict[str, Any]) -> dict[str, Any]:
+    """A context's done without the segments it names as cut (the demo model runs each to its max_tokens)."""
+    return {k: v for k, v in done.items() if k != "cut_segments"}
+
 
 def _context(transcript: str, more: bool, **extra: Any) -> str:
     return json.dumps({"context_id": "reply", "voice": {"mode": "id", "id": "tara"}, "transcript": transcript,
@@ -49,7 +53,7 @@ def test_a_context_holds_its_stream_for_its_whole_reply_and_http_meanwhile_gets_
         messages, statuses = asyncio.run(main())
     assert statuses == [429, 429, 429]
     assert [m["type"] for m in messages[:-1]] == ["chunk"] * (len(messages) - 1)
-    assert messages[-1] == {"type": "done", "context_id": "reply", "done": True}
+    assert _uncut(messages[-1]) == {"type": "done", "context_id": "reply", "done": True}
     pcm = b"".join(base64.b64decode(m["data"]) for m in messages[:-1])
     assert len(pcm) >= 3 * 2 * 2048  # every sentence was spoken (at least a frame each)
 

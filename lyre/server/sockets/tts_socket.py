@@ -7,9 +7,10 @@ Shaped like Cartesia's protocol, so agent-framework plugins can point at lyre:
     <- {"type": "chunk", "context_id": "c1", "data": "<base64 pcm_s16le>", "done": false}
     <- {"type": "timestamps", "context_id": "c1", "done": false,               (with "add_timestamps": true)
         "word_timestamps": {"words": ["Hello,"], "start": [0.08], "end": [0.41]}}
-    <- {"type": "segment_cut", "context_id": "c1", "done": false,       (a segment ended on its token budget:
-        "segment": 0, "reason": "budget", "max_tokens": 1554, "text": "..."}   its last words may be missing)
     <- {"type": "done", "context_id": "c1", "done": true}     (or "type": "error" with "error": "...")
+       (with "cut_segments": [{"segment": 0, "reason": "budget", "max_tokens": 1554, "text": "..."}] when a
+        segment ended on its token budget, its last words perhaps missing: a field of ``done``, not a message of
+        its own, which Cartesia's clients would take for an error)
 
 This module is the protocol only: each context is one `lyre.tts` speech
 stream (the same pipeline HTTP requests use) fed with the context's text as
@@ -68,7 +69,6 @@ class _Context:
         self.closed = False  # `continue: false` has arrived: no more text
         self.outcome = "cancelled"  # for the requests metric, unless it ends otherwise
         self._session = session
-        self._cuts_told = 0
         self.task = asyncio.create_task(self._run(), name=f"lyre-ws-{context_id}")
 
     def add(self, text: str, last: bool) -> None:
@@ -93,6 +93,8 @@ class _Context:
             done = {"type": "done", "context_id": self.id, "done": True}
             if self.stream.warnings:  # what of its SSML was read as plain text
                 done["warnings"] = self.stream.warnings
+            if self.stream.cuts:  # segments that ran out of tokens: their last words may be missing
+                done["cut_segments"] = [cut.event() for cut in self.stream.cuts]
             await session.send(done)
             self.outcome = "ok"
         except _Gone:
@@ -118,8 +120,6 @@ class _Context:
                         timer.add(chunk)
                     data = base64.b64encode(chunk.astype("<i2", copy=False).tobytes()).decode("ascii")
                     await self._session.send({"type": "chunk", "context_id": self.id, "data": data, "done": False})
-                    await self._tell_cuts()
-                await self._tell_cuts()
             if timer is not None and words is not None:  # the last words go out before `done`
                 timer.finish()
                 await words
@@ -131,12 +131,6 @@ class _Context:
             await stream.aclose()  # aborts the engine requests and drops codec work if we stopped early
         metrics.audio.labels(_API).inc(stream.audio_seconds)
         metrics.trimmed.observe(stream.trimmed_ms / 1000)
-
-    async def _tell_cuts(self) -> None:
-        """The segments that ended on their token budget since the last call: their words may be missing."""
-        for cut in self.stream.cuts[self._cuts_told:]:
-            await self._session.send({"type": "segment_cut", "context_id": self.id, "done": False, **cut.event()})
-        self._cuts_told = len(self.stream.cuts)
 
     async def _send_words(self, timer: WordTimer) -> None:
         """Each segment's words as a Cartesia timestamps message, as soon as it is aligned (the segment's
