@@ -17,6 +17,12 @@ from lyre.models.demo import DemoPaths, demo_model
 os.environ["LYRE_VOICES_DIR"] = _VOICES = tempfile.mkdtemp(prefix="lyre-test-voices-")
 atexit.register(shutil.rmtree, _VOICES, True)
 
+# TorchInductor's compile cache (the FlexAttention test compiles) does not key its kernels by the kernels ATen
+# was pinned to: a run with ATEN_CPU_CAPABILITY=avx2 that found a native run's kernels got logits off by up to
+# 1.6. Each pin keeps a cache of its own.
+os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(
+    tempfile.gettempdir(), f"torchinductor-lyre-tests-{os.environ.get('ATEN_CPU_CAPABILITY', 'native')}"))
+
 # The files that take longest on 2 CPU cores (`pytest --durations`), longest first. They run before the
 # rest, which keep their usual order: scripts/test.sh hands whole files to two workers in this order
 # (--no-loadscope-reorder), so neither worker is left running one long file alone at the end. A file
