@@ -41,7 +41,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     bench.add_argument("--duration", type=float, default=30.0,
                        help="seconds of measured requests per level at most, warm-up excluded (default: 30)")
     bench.add_argument("--requests", type=int, default=64, help="measured requests per level at most (default: 64)")
-    bench.add_argument("--max-tokens", type=int, default=280, help="per request (default: 280, about 3.4 s of audio)")
+    bench.add_argument("--max-tokens", type=int, default=280,
+                       help="per segment: the built-in texts are one each (default: 280, about 3.4 s of audio)")
     bench.add_argument("--seed", type=int, default=None, help="request k gets seed + k (default: unseeded)")
     bench.add_argument("--voice", default="tara")
     bench.add_argument("--texts", metavar="FILE_OR_SET",
