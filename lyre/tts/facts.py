@@ -69,6 +69,11 @@ class TTSFacts:
                 per_step = f" (~{HOST_MS_PER_LAYER * self.layers:.0f} ms a step)" if self.layers else ""
                 out.append(f"CUDA graphs off: eager decoding is host-bound, about {HOST_MS_PER_LAYER} ms of host "
                            f"time per layer per step{per_step}, whatever the batch; --cuda-graphs replays steps")
+        if self.on_cuda and self.pipeline == "lyre" and self.attention == "sdpa":
+            what = (f"each row's whole block table ({self.kv_positions} positions, whatever its context)"
+                    if self.cuda_graphs else "each row's blocks up to its context")
+            out.append(f"attention sdpa copies {what} of K and V, every layer, every step, before attending; "
+                       "--attention flex reads the blocks in place (opt-in until a GPU run confirms its tokens)")
         if self.on_cuda and self.dtype == "float32":
             out.append("the model runs in float32 on CUDA: twice the memory and bandwidth of bfloat16")
         return tuple(out)

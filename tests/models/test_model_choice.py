@@ -226,12 +226,16 @@ def _facts(**changes: object) -> TTSFacts:
 
 
 def test_settings_that_cost_a_gpu_user_dearly_are_warned_of() -> None:
-    assert _facts().warnings == ()
+    assert _facts(attention="flex").warnings == ()
+    # The gathered path copies K/V every step: all of each row's table under CUDA graphs, its context eagerly.
+    assert "copies each row's whole block table (2048 positions" in " ".join(_facts().warnings)
+    assert "copies each row's blocks up to its context" in " ".join(_facts(cuda_graphs=False).warnings)
+    assert not any("copies" in w for w in _facts(device="cpu", cuda_graphs=False, cuda_available=False).warnings)
     assert "eager decoding is host-bound" in " ".join(_facts(cuda_graphs=False).warnings)
     assert "~14 ms a step" in " ".join(_facts(cuda_graphs=False).warnings)  # 28 layers x 0.5 ms
     assert "float32 on CUDA" in " ".join(_facts(dtype="float32").warnings)
     assert "although torch sees a CUDA device" in " ".join(_facts(device="cpu", dtype="float32").warnings)
-    demo = _facts(model=Weights("demo", Path("/d"), "default", random=True))
+    demo = _facts(model=Weights("demo", Path("/d"), "default", random=True), attention="flex")
     assert demo.warnings == ("random weights (model): the audio is noise, not speech; name a real model with --model",)
     json.dumps(demo.as_json())  # plain JSON values throughout
 
