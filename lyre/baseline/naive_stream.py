@@ -16,7 +16,7 @@ from lyre import orpheus
 from lyre.engine import FinishReason, SamplingParams
 from lyre.orpheus import FrameAssembler, InvalidAudioToken, TextTokenizer
 from lyre.tts.context import TTSConfig
-from lyre.tts.cuts import CutCounts, SegmentCut
+from lyre.tts.cuts import CutCounts, SegmentBudgets, SegmentCut
 from lyre.tts.reading import TextFront, TextOptions
 from lyre.tts.spoken import SpokenSegment
 from lyre.tts.stream import to_int16
@@ -60,8 +60,8 @@ class NaiveSpeechStream:
         self.dropped_tokens = 0  # not a valid audio token at its frame position
         self.trimmed_samples = 0  # never trims
         self.finish_reason: FinishReason | None = None
-        self.cuts: list[SegmentCut] = []  # the one segment, when it ended on max_tokens before end-of-speech
-        self.capped = capped
+        self.budgets = SegmentBudgets(sampling.max_tokens, capped, tts.cuts, request_id)
+        self.cuts: list[SegmentCut] = self.budgets.cuts  # the one segment, if it ran out before end-of-speech
         self.created_at = time.perf_counter()
         self.first_text_at: float | None = None
         self.first_chunk_at: float | None = None
@@ -152,6 +152,7 @@ class NaiveSpeechStream:
             self._prompt = orpheus.prompt_ids(self._tts.tokenizer, said.spoken, self.voice)
         queue: asyncio.Queue[int | None] = asyncio.Queue()
         self.segment_started.append(time.perf_counter())
+        self.budgets.started(clean, self._sampling.max_tokens)
         generation = self._generation = engine.start(self._prompt, self._sampling, queue, self._cancel)
         assembler = FrameAssembler()
         windows = ReferenceWindows(self._sampling.seed)
@@ -180,9 +181,7 @@ class NaiveSpeechStream:
                 self.finish_reason = FinishReason.STOP
             elif self.tokens >= self._sampling.max_tokens:
                 self.finish_reason = FinishReason.LENGTH
-                self.cuts.append(cut := SegmentCut(0, "max_tokens" if self.capped else "budget",
-                                                   self._sampling.max_tokens, clean))
-                self._tts.cuts.add(cut, self.request_id)
+                self.budgets.ran_out(0)
             else:  # the pipeline was shut down under it
                 self.finish_reason = FinishReason.ABORT
             self.segment_done.append(time.perf_counter())

@@ -220,6 +220,7 @@ class Metrics:
     def watch_cuts(self, counts: Callable[[], dict[str, int]]) -> None:
         """The speech pipeline's segments cut on their budget (``counts()``: by reason), every transport's."""
         self.registry.register(_CutsCollector(counts))
+
     def watch_text(self, front: Any) -> None:
         """The text front end (``front``: lyre.text.front_end.TextFront): texts read, and readings that failed
         and were said as written instead."""

@@ -54,15 +54,19 @@ class TextIntake:
         self._last_text = time.monotonic()
         self._wake = asyncio.Event()
 
-    def push(self, text: str) -> None:
-        """Add text, joined to what came before exactly as given. TextError once the total is too long."""
+    def accept(self, chars: int) -> None:
+        """``chars`` more characters of text come: TextError once the text has ended or the total is too long."""
         if self.ended:
             raise TextError("this stream's text has ended; start a new one")
-        if (chars := self.chars + len(text)) > self.max_chars:
-            raise TextError(f"text is {chars} characters, over the limit of {self.max_chars}")
-        self.chars = chars
+        if (total := self.chars + chars) > self.max_chars:
+            raise TextError(f"text is {total} characters, over the limit of {self.max_chars}")
+        self.chars = total
         if self.first_text_at is None:
             self.first_text_at = time.perf_counter()
+
+    def push(self, text: str) -> None:
+        """Add text, joined to what came before exactly as given. TextError once the total is too long."""
+        self.accept(len(text))
         self._ready.extend(self._splitter.push(text))
         self._unflushed = True
         self._holding = False
@@ -71,12 +75,8 @@ class TextIntake:
 
     def add(self, item: Said | Pause) -> None:
         """Text already read, or a pause: after every segment of the text pushed so far."""
-        if self.ended:
-            raise TextError("this stream's text has ended; start a new one")
+        self.accept(len(item.written) if isinstance(item, Said) else 0)
         self._flush()
-        self.chars += len(item.written) if isinstance(item, Said) else 0
-        if self.first_text_at is None:
-            self.first_text_at = time.perf_counter()
         self._ready.append(item)
         self._wake.set()
 

@@ -9,7 +9,6 @@ read whole, before any work, into blocks already read (say-as and sub fixed), cu
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 from lyre.text.front_end import TextFront, rules_for
@@ -114,14 +113,8 @@ class SsmlIntake(TextIntake):
         self._document: list[str] = []
 
     def push(self, text: str) -> None:
-        if self.ended:
-            raise TextError("this stream's text has ended; start a new one")
-        if (chars := self.chars + len(text)) > self.max_chars:
-            raise TextError(f"text is {chars} characters, over the limit of {self.max_chars}")
-        self.chars = chars
+        self.accept(len(text))
         self._document.append(text)
-        if self.first_text_at is None:
-            self.first_text_at = time.perf_counter()
 
     def end(self) -> None:
         """Read the document (TextError naming what is wrong with it), then end as a plain intake does."""
@@ -133,7 +126,7 @@ class SsmlIntake(TextIntake):
                 raise TextError(str(exc)) from None
             if not items:
                 raise TextError("input is empty (the SSML holds no speakable text)")
-            chars = self.chars
+            chars, self.chars = self.chars, 0  # the document's characters were counted as they came
             for item in items:
                 self.add(item)
             self.chars = chars

@@ -171,9 +171,9 @@ async def _body(state: ServerState, stream: Any, encoder: StreamEncoder, api: st
                     encoded.append(data)
                 else:
                     yield data
-            if api == "sse" and len(stream.cuts) > told:  # words may be missing: said as soon as it is known
-                for cut in stream.cuts[told:]:
-                    yield _sse({"type": "speech.segment_cut", **cut.event()})
+            if api == "sse":  # a segment cut on its budget (words may be missing): said as soon as it is known
+                for event in _cut_events(stream, told):
+                    yield event
                 told = len(stream.cuts)
             if timer is not None:  # after the audio: word times never hold it back
                 timer.add(chunk)
@@ -186,8 +186,8 @@ async def _body(state: ServerState, stream: Any, encoder: StreamEncoder, api: st
         if api == "sse":
             if tail:
                 yield _sse({"type": "speech.audio.delta", "audio": base64.b64encode(tail).decode()})
-            for cut in stream.cuts[told:]:
-                yield _sse({"type": "speech.segment_cut", **cut.event()})
+            for event in _cut_events(stream, told):
+                yield event
             if timer is not None:
                 for event in _word_events(await timer.rest(), api, words):
                     yield event
@@ -224,6 +224,12 @@ async def _body(state: ServerState, stream: Any, encoder: StreamEncoder, api: st
             metrics.count_word_times(api, timer)
         await stream.aclose()
         await exits.aclose()
+
+
+def _cut_events(stream: Any, told: int) -> Iterator[bytes]:
+    """An SSE event for each of the stream's cut segments after the first ``told``."""
+    for cut in stream.cuts[told:]:
+        yield _sse({"type": "speech.segment_cut", **cut.event()})
 
 
 def _spoken_text(stream: Any) -> str:
