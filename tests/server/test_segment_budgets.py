@@ -61,10 +61,12 @@ def test_sse_tells_each_cut_segment_before_the_audio_is_done(server: Server) -> 
 
 
 def test_without_max_tokens_a_segment_runs_to_its_words_budget_and_the_cut_says_so(server: Server) -> None:
-    events = _sse(server, {"input": "Hi there.", "seed": 2})
-    cuts = [e for e in events if e["type"] == "speech.segment_cut"]
-    _check(cuts, "budget", None)
-    assert cuts[0]["max_tokens"] == 168  # a 1 s lead-in and 9 characters at 9 a second: 2 s, 24 frames
+    # Three seeds: the demo's random weights may yet say end-of-speech within 24 frames (rarely), and that
+    # request is then not cut; the others are.
+    cuts = [e for seed in (2, 3, 4) for e in _sse(server, {"input": "Hi there.", "seed": seed})
+            if e["type"] == "speech.segment_cut"]
+    assert cuts and all(c["reason"] == "budget" and c["text"] == "Hi there." for c in cuts)
+    assert {c["max_tokens"] for c in cuts} == {168}  # a 1 s lead-in and 9 characters at 9 a second: 2 s, 24 frames
     assert _cuts_metric(server)["budget"] >= 1
 
 
