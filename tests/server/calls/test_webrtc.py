@@ -151,10 +151,12 @@ def test_a_barge_in_keeps_in_the_history_what_the_track_sent_not_the_time_since_
     peer, cleared_at, cut_ms = asyncio.run(run())
     assert peer.of("response.done")[0]["response"]["status"] == "cancelled"
     heard = [t for t in peer.loud_at if t <= cleared_at]
-    heard_ms, since_first_ms = 20 * len(heard), 1000 * (cleared_at - heard[0])
-    # The cut is what reached the caller, not the time since it began. Each run of sound may count a frame
-    # more than it held (the resampler's last 32 samples spill into the next) or one it only partly filled.
+    # The cut is what reached the caller, not the time since it began. Each run of sound (the demo's noise
+    # has quiet stretches, and the track underruns while the TTS falls behind) ends in a frame of tail over
+    # the loudness mark: the resampler's last 32 samples spill into it, and Opus's decoder rings on. So a
+    # run held one frame less than was heard loud, give or take one it only partly filled.
     runs = 1 + sum(b - a > 0.03 for a, b in zip(heard, heard[1:]))
+    heard_ms, since_first_ms = 20 * (len(heard) - runs), 1000 * (cleared_at - heard[0])
     assert abs(cut_ms - heard_ms) <= 20 * (runs + 2), (cut_ms, heard_ms, runs)
     assert cut_ms < since_first_ms - 1000, (cut_ms, since_first_ms)  # the gap was over a second
     assert _settles(server, "lyre_engine_running") and _settles(server, "lyre_realtime_sessions")
