@@ -18,6 +18,11 @@ worked out from each row's block table.
   query, its own max, sum and weighted values, then one combine per row.
   No key is copied; the eager decode path on a CPU, where a copy of every
   row's keys costs more than the attention itself.
+- `RunDecode`: a decode step over few rows that reads each row whose blocks
+  are one run of the pool in place, as a view (the block manager keeps
+  tables in runs where it can), and copies only a scattered row's blocks;
+  one SDPA per row. Cheaper than `BlockDecode`'s split softmax for a few
+  rows, dearer for many.
 - `FlexDecode`: a decode step that reads the pool in place and only each
   row's live blocks: FlexAttention with a block mask whose indices are the
   rows' physical blocks, kept in persistent buffers (`FlexBlocks`) so a CUDA
@@ -34,7 +39,7 @@ import torch.nn.functional as F
 from lyre.engine.kv_cache import KVCache
 
 __all__ = ["BlockDecode", "BlockOwners", "CachedAttention", "FLEX_BLOCK", "FlexBlocks", "FlexDecode", "FreshPrefill",
-           "StepRows"]
+           "RunDecode", "StepRows"]
 
 FLEX_BLOCK = 128  # keys per FlexAttention block: flex attention needs the cache's block_size to be a multiple of it
 
@@ -179,6 +184,42 @@ class BlockDecode:
         out = weighted.new_zeros(*best.shape, dim).index_add_(1, who, weighted * scale[..., None])
         out = out[:, :rows] / norm[:, :rows, :, None]  # (kv, B, g, hd)
         return out.transpose(0, 1).reshape(rows, heads, 1, dim)
+
+
+class RunDecode:
+    """One query per row, each over its own keys: a view of the pool where the row's blocks are one run, a copy
+    of them where they are not."""
+
+    def __init__(self, cache: KVCache, where: torch.Tensor, tables: list[list[int]], lengths: list[int]) -> None:
+        """``tables``: each row's blocks, ``lengths``: the keys each row reads (host figures)."""
+        self.cache, self.where, self.lengths = cache, where, lengths
+        size = cache.block_size
+        # Per row: its first flat position where its blocks are one run, else its blocks (to copy).
+        self.reads: list[int | torch.Tensor] = []
+        for blocks, length in zip(tables, lengths):
+            n = -(-length // size)
+            first = blocks[0]
+            if blocks[n - 1] - first == n - 1 and all(b == first + i for i, b in enumerate(blocks[:n])):
+                self.reads.append(first * size)
+            else:
+                self.reads.append(torch.tensor(blocks[:n]))
+        self.gathered = sum(1 for r in self.reads if isinstance(r, torch.Tensor))  # rows copied per layer
+
+    def __call__(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """q (B, 1, nh, hd), k and v (B, 1, n_kv, hd) -> (B, nh, 1, hd)."""
+        _write(self.cache, layer, self.where, k, v)
+        keys, values = self.cache.k[layer], self.cache.v[layer]  # (kv, blocks + 1, bs, hd)
+        flat = (keys.shape[0], -1, keys.shape[-1])
+        out = []
+        for row, (read, length) in enumerate(zip(self.reads, self.lengths)):
+            if isinstance(read, torch.Tensor):  # scattered: its blocks copied into one run
+                row_k, row_v = keys.index_select(1, read).view(flat), values.index_select(1, read).view(flat)
+                row_k, row_v = row_k[:, :length], row_v[:, :length]
+            else:  # one run: a view of the pool
+                row_k, row_v = keys.view(flat)[:, read : read + length], values.view(flat)[:, read : read + length]
+            out.append(F.scaled_dot_product_attention(q[row : row + 1].transpose(1, 2), row_k[None], row_v[None],
+                                                      enable_gqa=k.shape[2] != q.shape[2]))
+        return torch.cat(out)  # (B, nh, 1, hd)
 
 
 class FlexBlocks:

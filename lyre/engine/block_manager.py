@@ -11,11 +11,21 @@ whose leading tokens match sealed blocks reuses them and prefills only the
 rest (automatic prefix caching). Released blocks keep their contents: a
 sealed one stays findable until the pool needs it back, least recently used
 first; an unsealed one is reused at once.
+
+A table's blocks are kept in one run of the pool where it has room: a new
+table starts half way into the pool's longest run of unheld unsealed blocks
+(the half before it stays free for the table that ends there to grow into),
+and a table grows into the block right after its last one when that is
+unheld (a sealed one only when every unheld block is sealed: it is then
+evicted a little out of its least-recently-used turn). A decode step reads such a row's keys in place, as one view; only a
+row whose blocks are scattered (its neighbour was taken, or it reuses a
+shared prefix) is copied (`lyre.engine.attention.RunDecode`).
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 from array import array
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -24,6 +34,7 @@ from dataclasses import dataclass
 __all__ = ["BlockManager", "BlockTable", "CacheStats", "chain_keys"]
 
 _NO_PARENT = b""
+_UNSEALED_RUN = re.compile(rb"\x01+")  # over BlockManager._unheld: a run of blocks nobody holds and nothing finds
 
 
 def chain_keys(tokens: Sequence[int], block_size: int, salt: str, parent: bytes = _NO_PARENT,
@@ -95,6 +106,8 @@ class BlockManager:
         # Blocks no request holds, the next to be taken first: unsealed ones, then sealed ones least
         # recently used first.
         self._free: OrderedDict[int, None] = OrderedDict((b, None) for b in range(num_blocks))
+        # Per block: 0 held, 1 unheld and unsealed, 2 unheld and sealed (cached); runs of 1 are found in C.
+        self._unheld = bytearray(b"\x01") * num_blocks
         self._used = 0  # blocks held by a request
         self._cached = 0  # of the free blocks, the sealed ones
         self.queried = 0
@@ -141,7 +154,7 @@ class BlockManager:
             self.hits += len(matched)
         for block in matched:
             self._hold(block)
-        table = BlockTable(matched + [self._take() for _ in range(need)])
+        table = BlockTable(matched + self._take_run(need, matched[-1] if matched else None))
         table.computed = table.reused = len(matched) * self.block_size
         table.keys = [self._key[b] for b in matched]  # type: ignore[misc]
         return table
@@ -151,7 +164,7 @@ class BlockManager:
         need = self.blocks_for(positions) - len(table.blocks)
         if need > len(self._free):
             return False
-        table.blocks.extend(self._take() for _ in range(need))
+        table.blocks.extend(self._take_run(need, table.blocks[-1] if table.blocks else None))
         return True
 
     def seal(self, table: BlockTable, tokens: Sequence[int], salt: str) -> None:
@@ -178,6 +191,7 @@ class BlockManager:
             if self._refs[block] == 0:
                 self._used -= 1
                 self._free[block] = None
+                self._unheld[block] = 1 if self._key[block] is None else 2
                 if self._key[block] is None:
                     self._free.move_to_end(block, last=False)  # holds nothing findable: reuse first
                 else:
@@ -190,12 +204,36 @@ class BlockManager:
         """Hold a sealed block a prefix matched (free and cached, or already held)."""
         if self._refs[block] == 0:
             del self._free[block]
+            self._unheld[block] = 0
             self._used += 1
             self._cached -= 1
         self._refs[block] += 1
 
-    def _take(self) -> int:
-        block, _ = self._free.popitem(last=False)
+    def _take_run(self, need: int, after: int | None) -> list[int]:
+        """``need`` unheld blocks, as one run where the pool has one: right after block ``after`` when those are
+        unheld, else half way into the longest unsealed run; else the next ones in eviction order."""
+        if need <= 0:
+            return []
+        following = self._unheld[after + 1 : after + 1 + need] if after is not None else b""
+        # A sealed block is evicted out of its turn only when every unheld block is sealed (eviction is due anyway).
+        if len(following) == need and (following.count(1) == need
+                                       or (0 not in following and len(self._free) == self._cached)):
+            start = after + 1  # type: ignore[operator]
+        else:
+            longest = max(_UNSEALED_RUN.finditer(self._unheld), key=lambda m: m.end() - m.start(), default=None)
+            if longest is None or longest.end() - longest.start() < need:
+                return [self._take() for _ in range(need)]
+            first, length = longest.start(), longest.end() - longest.start()
+            start = first if first == 0 else first + min(length // 2, length - need)
+        return [self._take(block) for block in range(start, start + need)]
+
+    def _take(self, block: int | None = None) -> int:
+        """An unheld block: ``block``, or the next in eviction order."""
+        if block is None:
+            block, _ = self._free.popitem(last=False)
+        else:
+            del self._free[block]
+        self._unheld[block] = 0
         key = self._key[block]
         if key is not None:
             del self._by_key[key]

@@ -84,8 +84,9 @@ def test_the_pool_takes_back_unsealed_blocks_first_then_the_least_recently_used_
     old = _run(m, [1, 2, 3, 4, 5])  # one sealed block, one partial
     new = _run(m, [9, 9, 9, 9, 9])
     assert m.stats().cached == 2 and m.evictions == 0
-    table = m.admit([7] * 9, "")  # three blocks: the unsealed ones (one never used), then the older prefix
-    assert table is not None and table.blocks == [new[1], 3, old[0]]
+    table = m.admit([7] * 9, "")  # three blocks: the two unsealed ones, then the older prefix
+    assert table is not None and set(table.blocks[:2]) == set(range(4)) - {old[0], new[0]}
+    assert table.blocks[2] == old[0]
     assert m.evictions == 1
     m.release(table)
     assert m.admit([1, 2, 3, 4, 5], "").reused == 0  # type: ignore[union-attr]  # evicted
@@ -150,3 +151,27 @@ def test_no_block_leaks_whatever_runs_grow_finish_or_are_cancelled(ops: list[tup
         m.release(table)  # type: ignore[arg-type]
     s = m.stats()
     assert s.used == 0 and s.free == m.num_blocks and s.cached <= m.num_blocks
+
+
+def test_a_table_keeps_its_blocks_in_one_run_where_the_pool_has_room() -> None:
+    """Tables grow into the block after their last one, and a new table starts half way into the longest
+    free run, leaving room for the one before it to grow."""
+    m = BlockManager(64, 4)
+    first = m.admit([1] * 8, "")
+    second = m.admit([2] * 8, "")
+    assert first is not None and second is not None
+    for n in range(9, 60):  # both grow, a token at a time, in turn
+        assert m.grow(first, n) and m.grow(second, n)
+    for table in (first, second):
+        assert table.blocks == list(range(table.blocks[0], table.blocks[0] + len(table.blocks)))
+    assert not set(first.blocks) & set(second.blocks)
+
+
+def test_a_table_whose_neighbour_is_taken_continues_elsewhere() -> None:
+    m = BlockManager(8, 4)
+    table = m.admit([1] * 4, "")
+    assert table is not None and table.blocks == [0]
+    other = m.admit([2] * 4, "")  # half way into blocks 1..7
+    assert other is not None and other.blocks == [4]
+    assert m.grow(table, 16) and table.blocks == [0, 1, 2, 3]
+    assert m.grow(table, 20) and len(table.blocks) == 5 and table.blocks[4] != 4  # 4 is held: a gap
