@@ -51,7 +51,8 @@ __all__ = ["ModelRunner"]
 
 _KEY_ROUND = 64  # eager decode reads keys up to the longest row, rounded up to this (fewer distinct shapes)
 # A CPU step of at most this many rows attends row by row over views of the pool (RunDecode); more rows
-# attend block by block (BlockDecode), whose fixed cost is higher and per-row cost lower (measured on 2 cores).
+# attend block by block (BlockDecode), whose fixed cost is higher and per-row cost lower (measured on 2 cores),
+# unless the blocks between theirs would be most of its work.
 _ROWS_BY_RUN = 8
 
 
@@ -201,14 +202,19 @@ class ModelRunner:
         context: CachedAttention | FlexDecode | BlockDecode | RunDecode
         if self.flex is None and self.device.type == "cpu":  # read in place: row by row in runs, or block by block
             where = self.tables.where(self.tables.device[slots], self._rows[POSITION, :n])
-            if n <= _ROWS_BY_RUN:
+            owners = None
+            if n > _ROWS_BY_RUN:
+                owners = BlockOwners.of(self.tables.host[[r.slot for r in reqs]],  # type: ignore[misc]
+                                        torch.tensor([r.num_tokens for r in reqs]), self.cache.block_size)
+                read = sum(-(-r.num_tokens // self.cache.block_size) for r in reqs)
+                if owners.hi - owners.lo > 2 * read:  # the rows' runs lie far apart: most of the span is not theirs
+                    owners = None
+            if owners is None:
                 context = RunDecode(self.cache, where, [r.kv.blocks for r in reqs],  # type: ignore[union-attr]
                                     [r.num_tokens for r in reqs])
                 self.run_rows += n
                 self.gathered_rows += context.gathered
             else:
-                owners = BlockOwners.of(self.tables.host[[r.slot for r in reqs]],  # type: ignore[misc]
-                                        torch.tensor([r.num_tokens for r in reqs]), self.cache.block_size)
                 context = BlockDecode(self.cache, where, owners)
         else:
             key_len = -(-max(r.num_tokens for r in reqs) // _KEY_ROUND) * _KEY_ROUND
