@@ -43,16 +43,17 @@ def model(demo: DemoPaths) -> Llama:
     return load_llama(demo.model, max_seq_len=256, device="cpu", dtype="float32")
 
 
-def _run(runner: ModelRunner, steps: int, constrained: bool = True, temperature: float = 0.6) -> list[list[int]]:
-    """Prefill PROMPTS into slots 4, 0, 2, then decode them together for ``steps`` steps."""
+def _run(runner: ModelRunner, steps: int, constrained: bool = True, temperature: float = 0.6,
+         prompts: list[list[int]] = PROMPTS, slots: tuple[int, ...] = (4, 0, 2)) -> list[list[int]]:
+    """Prefill ``prompts`` into ``slots``, then decode them together for ``steps`` steps."""
     reqs = []
-    for i, (prompt, slot) in enumerate(zip(PROMPTS, (4, 0, 2))):
+    for i, prompt in enumerate(prompts):
         sampling = SamplingParams(seed=i, max_tokens=steps + 1, stop_ids=(orpheus.STOP_TOKEN,),
                                   temperature=temperature)
         req = Request(f"r{i}", prompt, sampling, seed=i, constraint=AUDIO_CONSTRAINT if constrained else None)
         reqs.append(req)
     hand = ByHand(runner)
-    for req, slot in zip(reqs, (4, 0, 2)):
+    for req, slot in zip(reqs, slots):
         hand.place(req, slot)
     for req, token in zip(reqs, hand.prefill(reqs)):
         req.output_ids.append(token)
@@ -85,17 +86,7 @@ def test_fixed_shape_decode_of_unconstrained_rows_samples_the_whole_vocabulary(m
 
 def _long_rows(runner: ModelRunner, steps: int) -> list[list[int]]:
     """Three rows of 128 keys, greedy: prefilled, then ``steps`` decode steps."""
-    hand = ByHand(runner)
-    reqs = [Request(f"r{slot}", PROMPTS[slot][:1] * 127, SamplingParams(temperature=0.0), seed=slot,
-                    constraint=AUDIO_CONSTRAINT) for slot in range(3)]
-    for slot, req in enumerate(reqs):
-        hand.place(req, slot)
-    for req, token in zip(reqs, hand.prefill(reqs)):
-        req.output_ids.append(token)
-    for _ in range(steps):
-        for req, token in zip(reqs, hand.decode(reqs)):
-            req.output_ids.append(token)
-    return [r.output_ids for r in reqs]
+    return _run(runner, steps, temperature=0.0, prompts=[p[:1] * 127 for p in PROMPTS], slots=(0, 1, 2))
 
 
 def test_a_fixed_shape_step_reads_its_context_bucket_whatever_max_seq_len(demo: DemoPaths) -> None:
