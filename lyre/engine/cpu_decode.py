@@ -146,15 +146,15 @@ class RunDecode:
     def __call__(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """q (B, 1, nh, hd), k and v (B, 1, n_kv, hd) -> (B, nh, 1, hd)."""
         write(self.cache, layer, self.where, k, v)
-        keys, values = self.cache.k[layer], self.cache.v[layer]  # (kv, blocks + 1, bs, hd)
-        flat = (keys.shape[0], -1, keys.shape[-1])
+        # Few operations a row: at a few rows, each small tensor operation's fixed cost is what a step pays.
+        keys, values = self.cache.pool(layer)  # (1, kv, positions, hd)
+        queries, gqa = q.transpose(1, 2), k.shape[2] != q.shape[2]  # (B, nh, 1, hd)
         out = []
         for row, (read, length) in enumerate(zip(self.reads, self.lengths)):
             if isinstance(read, torch.Tensor):  # scattered: its blocks copied into one run
-                row_k, row_v = keys.index_select(1, read).view(flat), values.index_select(1, read).view(flat)
-                row_k, row_v = row_k[:, :length], row_v[:, :length]
+                row_k, row_v = (self.cache.gather(layer, read[None]))
+                row_k, row_v = row_k[:, :, :length], row_v[:, :, :length]
             else:  # one run: a view of the pool
-                row_k, row_v = keys.view(flat)[:, read : read + length], values.view(flat)[:, read : read + length]
-            out.append(F.scaled_dot_product_attention(q[row : row + 1].transpose(1, 2), row_k[None], row_v[None],
-                                                      enable_gqa=k.shape[2] != q.shape[2]))
+                row_k, row_v = keys[:, :, read : read + length], values[:, :, read : read + length]
+            out.append(F.scaled_dot_product_attention(queries[row : row + 1], row_k, row_v, enable_gqa=gqa))
         return torch.cat(out)  # (B, nh, 1, hd)
