@@ -11,13 +11,18 @@ lyre runs twice: constrained to Orpheus's audio ids, the way TTS requests run
 (the output projection and sampling see 4,097 ids per step), and unconstrained
 over the full 156,940-id vocabulary, the like-for-like comparison.
 
-Then the decode step alone at batch 32 for contexts of 128 to 2048 tokens,
-with each attention path: ``sdpa`` (gathers each row's KV blocks into one run,
-then attends; the default) and, with ``--flex``, compiled FlexAttention (reads
-the blocks in place; about 20 s of compiling per context on a CPU).
+Then the decode step alone (at batch 32, or each of ``--context-batches``) for
+contexts of 128 to 2048 tokens, each path side by side (`PATHS`): ``runs``
+(row by row over a view of each row's blocks, as the old slot cache read them;
+the CPU's path at up to 8 rows), ``blocks`` (block by block over the spans the
+rows' blocks lie in; the CPU's path above 8 rows), ``gathered/2048`` and
+``gathered/8192`` (the fixed-shape step a CUDA graph replays, which copies each
+row's K/V up to the step's context bucket, at two ``max_seq_len``: the same cost
+at a given context), and with ``--flex`` compiled FlexAttention (reads the
+blocks in place; about 20 s of compiling per context on a CPU).
 
     .venv/bin/python benchmarks/engine.py
-    .venv/bin/python benchmarks/engine.py --batches 1 8 --tokens 64 --json out.json
+    .venv/bin/python benchmarks/engine.py --batches 1 8 --tokens 64 --context-batches 8 32 --json out.json
 """
 
 from __future__ import annotations
@@ -117,23 +122,42 @@ def bench_transformers(folder: Path, batches: list[int], tokens: int) -> dict[in
     return results
 
 
-def bench_context(folder: Path, contexts: list[int], batch: int, backends: list[str],
+# Decode-step paths timed side by side, each as (runner options, rows row by row at most): the CPU's in-place
+# paths forced one way, the fixed-shape path (what a CUDA graph replays: K/V gathered up to the step's context
+# bucket) at two max_seq_len, and compiled FlexAttention (reads blocks in place; ~20 s of compiling per context).
+PATHS = {
+    "runs": ({}, None),  # row by row over a view of each row's run of blocks: the old slot path's reading
+    "blocks": ({}, 0),  # block by block over the spans the rows' blocks lie in
+    "gathered/2048": ({"fixed_shape": True, "max_seq_len": 2048}, None),
+    "gathered/8192": ({"fixed_shape": True, "max_seq_len": 8192}, None),
+    "flex": ({"attention": "flex"}, None),
+}
+
+
+def bench_context(folder: Path, contexts: list[int], batch: int, paths: list[str],
                   steps: int = 20, block_sizes: tuple[int | None, ...] = (None,)) -> dict[str, dict[int, float]]:
-    """Mean decode-step milliseconds at ``batch`` rows of ``context`` keys each, per attention path.
+    """Mean decode-step milliseconds at ``batch`` rows of ``context`` keys each, per path of `PATHS`.
 
     The rows are placed straight at their context length, with blocks for
     every key (the cache's contents do not change the cost), so no prefill
     is timed.
     """
-    longest = max(contexts) + 64
+    from lyre.engine import runner as runner_module
+
+    longest = max(8192, max(contexts) + 64)
     model = load_llama(folder, longest, "cpu", "float32")
     results: dict[str, dict[int, float]] = {}
-    for backend, size in ((b, s) for b in backends for s in (block_sizes if b == "sdpa" else (None,))):
-        config = EngineConfig(max_batch=batch, max_seq_len=longest, attention=backend, block_size=size)
-        runner = ModelRunner(model, config, AUDIO_CONSTRAINT.family)
-        name = f"{backend}/{config.resolved_block_size}"
+    by_run = runner_module._ROWS_BY_RUN
+    for path, size in ((p, s) for p in paths for s in (block_sizes if p != "flex" else (None,))):
+        options, rows_by_run = PATHS[path]
+        runner_module._ROWS_BY_RUN = batch if rows_by_run is None else rows_by_run
+        fixed = options.get("fixed_shape", False)
+        config = EngineConfig(max_batch=batch, max_seq_len=options.get("max_seq_len", max(contexts) + 64),
+                              attention=options.get("attention"), block_size=size)
+        runner = ModelRunner(model, config, AUDIO_CONSTRAINT.family, fixed_shape=fixed)
+        name = f"{path}/{config.resolved_block_size}" if len(block_sizes) > 1 else path
         results[name] = {}
-        for context in contexts:
+        for context in (c for c in contexts if c < config.max_seq_len):
             hand = ByHand(runner)  # a fresh pool's blocks: the last context's rows are done with theirs
             reqs = []
             for slot in range(batch):
@@ -147,6 +171,7 @@ def bench_context(folder: Path, contexts: list[int], batch: int, backends: list[
             for _ in range(steps):
                 runner.step([], reqs)  # the rows stay at their length: no token is appended
             results[name][context] = 1000 * (time.perf_counter() - start) / steps
+    runner_module._ROWS_BY_RUN = by_run
     return results
 
 
@@ -157,13 +182,16 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=128, help="tokens generated per request")
     parser.add_argument("--contexts", type=int, nargs="+", default=[128, 512, 1024, 2048])
     parser.add_argument("--flex", action="store_true", help="also time compiled FlexAttention decode")
+    parser.add_argument("--context-batches", type=int, nargs="+", default=[32],
+                        help="batch sizes of the decode step timed by context (default: 32)")
     parser.add_argument("--block-sizes", type=int, nargs="+",
                         help="time the sdpa decode step with KV-cache blocks of each size (default: the engine's)")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
     folder = choose_model(args.model).local()  # None: the demo, said on stderr
-    backends = ["sdpa"] + (["flex"] if args.flex else [])
-    contexts = bench_context(folder, args.contexts, 32, backends, block_sizes=tuple(args.block_sizes or [None]))
+    paths = [p for p in PATHS if p != "flex"] + (["flex"] if args.flex else [])
+    contexts = {b: bench_context(folder, args.contexts, b, paths, block_sizes=tuple(args.block_sizes or [None]))
+                for b in args.context_batches}
 
     results = {
         "lyre (audio-constrained)": bench_lyre(folder, args.batches, args.tokens, constrained=True),
@@ -185,12 +213,14 @@ def main() -> None:
             for b in args.batches
         )
         print(f"{name} vs transformers: {ratios}")
-    print(f"decode step at batch 32, ms, by context (keys per row): {'  '.join(f'{c:>6}' for c in args.contexts)}")
-    for backend, row in contexts.items():
-        print(f"  {backend:<8}" + "".join(f"{row[c]:>8.2f}" for c in args.contexts))
+    for batch, by_path in contexts.items():
+        print(f"decode step at batch {batch}, ms, by context (keys per row): "
+              + "".join(f"{c:>8}" for c in args.contexts))
+        for path, row in by_path.items():
+            print(f"  {path:<16}" + "".join(f"{row[c]:>8.2f}" if c in row else f"{'-':>8}" for c in args.contexts))
     if args.json:
-        args.json.write_text(json.dumps({"tokens": args.tokens, "results": results, "decode_step_ms": contexts},
-                                        indent=2))
+        args.json.write_text(json.dumps({"tokens": args.tokens, "results": results,
+                                         "decode_step_ms": {str(b): c for b, c in contexts.items()}}, indent=2))
 
 
 if __name__ == "__main__":

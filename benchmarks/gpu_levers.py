@@ -1,7 +1,8 @@
 """The engine's and the codec's levers, each measured on and off: the first half of the GPU run.
 
 - decode step time at each batch and context, for every lever set
-  (attention: sdpa, which gathers each row's KV blocks, / flex, which reads
+  (attention: sdpa, which gathers each row's KV blocks (under graphs, up to
+  the step's context bucket), / flex, which reads
   them in place; CUDA graphs off / on; bf16 / fp8);
 - (in ``gpu_agreement``) whether each lever set draws the tokens the
   reference draws: sdpa's plain eager decoding in bf16;

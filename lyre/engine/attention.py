@@ -13,11 +13,8 @@ worked out from each row's block table.
   into one run (whole ``block_size x head_dim`` copies), then plain SDPA
   with a mask by position and length: runs anywhere, and is what a
   fixed-shape (CUDA graph) step captures.
-- `BlockDecode`: a decode step that reads the pool in place, block by block
-  (flash-decoding's split softmax): each block's scores against its row's
-  query, its own max, sum and weighted values, then one combine per row.
-  No key is copied; the eager decode path on a CPU, where a copy of every
-  row's keys costs more than the attention itself.
+- On a CPU, decode steps read the pool in place (`lyre.engine.cpu_decode`):
+  row by row over views for a few rows, block by block for many.
 - `FlexDecode`: a decode step that reads the pool in place and only each
   row's live blocks: FlexAttention with a block mask whose indices are the
   rows' physical blocks, kept in persistent buffers (`FlexBlocks`) so a CUDA
@@ -33,8 +30,7 @@ import torch.nn.functional as F
 
 from lyre.engine.kv_cache import KVCache
 
-__all__ = ["BlockDecode", "BlockOwners", "CachedAttention", "FLEX_BLOCK", "FlexBlocks", "FlexDecode", "FreshPrefill",
-           "StepRows"]
+__all__ = ["CachedAttention", "FLEX_BLOCK", "FlexBlocks", "FlexDecode", "FreshPrefill", "StepRows", "write"]
 
 FLEX_BLOCK = 128  # keys per FlexAttention block: flex attention needs the cache's block_size to be a multiple of it
 
@@ -56,7 +52,7 @@ class StepRows:
     lengths: torch.Tensor  # (B,) int64
 
 
-def _write(cache: KVCache, layer: int, where: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+def write(cache: KVCache, layer: int, where: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
     b, t, heads, dim = k.shape
     cache.write(layer, where, k.reshape(b * t, heads, dim), v.reshape(b * t, heads, dim))
 
@@ -69,7 +65,7 @@ class FreshPrefill:
 
     def __call__(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """q (B, T, nh, hd), k and v (B, T, n_kv, hd) -> (B, nh, T, hd)."""
-        _write(self.cache, layer, self.where, k, v)
+        write(self.cache, layer, self.where, k, v)
         # Causal over right-padded rows: a real token never sees the padding after it.
         return F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
                                               is_causal=True, enable_gqa=k.shape[2] != q.shape[2])
@@ -91,94 +87,10 @@ class CachedAttention:
         self.mask[..., 0] = True
 
     def __call__(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        _write(self.cache, layer, self.rows.where, k, v)
+        write(self.cache, layer, self.rows.where, k, v)
         keys, values = self.cache.gather(layer, self.rows.tables)  # (B, n_kv, L, hd): a copy of their blocks
         return F.scaled_dot_product_attention(q.transpose(1, 2), keys, values, attn_mask=self.mask,
                                               enable_gqa=keys.shape[1] != q.shape[2])
-
-
-@dataclass
-class BlockOwners:
-    """Which row reads each block of a decode step, for `BlockDecode`.
-
-    Blocks ``[lo, hi)`` of the pool are read in place: ``owner[i]`` is the
-    row that reads block ``lo + i`` (``rows``, one past the last row, for a
-    block no row reads) and ``count[i]`` how many of its positions it reads.
-    A block that several rows read (a shared prefix) has one owner there;
-    each other reader is a pair in ``extra`` (row, block, count), whose block
-    is copied for it.
-    """
-
-    lo: int
-    hi: int
-    owner: torch.Tensor  # (hi - lo,) int64
-    count: torch.Tensor  # (hi - lo,) int64
-    extra: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None  # rows (E,), blocks (E,), counts (E,)
-
-    @classmethod
-    def of(cls, tables: torch.Tensor, lengths: torch.Tensor, block_size: int) -> BlockOwners:
-        """From the step's ``tables`` (B, n) and ``lengths`` (B,) (keys each row reads), on the host."""
-        rows = tables.shape[0]
-        counts = (lengths[:, None] - torch.arange(tables.shape[1]) * block_size).clamp(0, block_size)  # (B, n)
-        read = counts > 0
-        blocks, counts = tables[read], counts[read]  # (P,) every (row, block) pair
-        readers = torch.arange(rows)[:, None].expand_as(tables)[read]
-        lo, hi = int(blocks.min()), int(blocks.max()) + 1
-        owner = torch.full((hi - lo,), rows, dtype=torch.long)
-        owner[blocks - lo] = readers  # one reader wins where several read a block
-        count = torch.zeros(hi - lo, dtype=torch.long)
-        count[blocks - lo] = counts
-        others = owner[blocks - lo] != readers
-        extra = (readers[others], blocks[others], counts[others]) if bool(others.any()) else None
-        return cls(lo, hi, owner, count, extra)
-
-
-def _partial(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, count: torch.Tensor,
-             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """One block's share of a query's attention: q (kv, N, g, hd) against keys and values (kv, N, bs, hd), the
-    first ``count`` (N,) positions of each -> its max score, its sum of weights (kv, N, g), and its weighted
-    values (kv, N, g, hd), all relative to that max."""
-    # One batched matmul per kv head: a head's (N, bs, hd) run of the pool is one strided block, where
-    # (kv, N) together is not, and matmul would copy the whole pool to fold them.
-    scores = torch.stack([torch.bmm(q[h], keys[h].transpose(1, 2)) for h in range(q.shape[0])])  # (kv, N, g, bs)
-    scores *= q.shape[-1] ** -0.5
-    unread = torch.arange(keys.shape[2]) >= count[:, None]  # (N, bs)
-    scores.masked_fill_(unread[None, :, None, :], float("-inf"))
-    top = scores.amax(-1, keepdim=True).clamp_min(-1e30)  # a block nobody reads: weights 0, not NaN
-    weights = (scores - top).exp_()
-    weighted = torch.stack([torch.bmm(weights[h], values[h]) for h in range(q.shape[0])])  # (kv, N, g, hd)
-    return top[..., 0], weights.sum(-1), weighted
-
-
-class BlockDecode:
-    """One query per row, attending over the pool in place, a block at a time, combined per row."""
-
-    def __init__(self, cache: KVCache, where: torch.Tensor, owners: BlockOwners) -> None:
-        self.cache, self.where, self.owners = cache, where, owners
-
-    def __call__(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        """q (B, 1, nh, hd), k and v (B, 1, n_kv, hd) -> (B, nh, 1, hd)."""
-        _write(self.cache, layer, self.where, k, v)
-        o, kv_heads = self.owners, k.shape[2]
-        rows, heads, dim = q.shape[0], q.shape[2], q.shape[3]
-        grouped = q.reshape(rows, kv_heads, heads // kv_heads, dim)  # query head h reads kv head h // g
-        keys, values = self.cache.k[layer], self.cache.v[layer]  # (kv, blocks + 1, bs, hd)
-        readers = o.owner.clamp(max=rows - 1)  # a block nobody reads gets any query: its count is 0
-        parts = [_partial(grouped[readers].transpose(0, 1), keys[:, o.lo:o.hi], values[:, o.lo:o.hi], o.count)]
-        index = [o.owner]
-        if o.extra is not None:  # other readers of shared blocks: those blocks copied, one per reader
-            extra_rows, blocks, counts = o.extra
-            parts.append(_partial(grouped[extra_rows].transpose(0, 1), keys[:, blocks], values[:, blocks], counts))
-            index.append(extra_rows)
-        top, total, weighted = (torch.cat(x, dim=1) for x in zip(*parts))  # (kv, N, g), (kv, N, g), (kv, N, g, hd)
-        who = torch.cat(index)  # (N,) the row of each part; ``rows`` for nobody's
-        best = top.new_full((kv_heads, rows + 1, top.shape[2]), float("-inf"))
-        best.scatter_reduce_(1, who[None, :, None].expand_as(top), top, "amax")  # (kv, B + 1, g) each row's max
-        scale = (top - best[:, who]).exp()  # (kv, N, g)
-        norm = total.new_zeros(best.shape).index_add_(1, who, total * scale)
-        out = weighted.new_zeros(*best.shape, dim).index_add_(1, who, weighted * scale[..., None])
-        out = out[:, :rows] / norm[:, :rows, :, None]  # (kv, B, g, hd)
-        return out.transpose(0, 1).reshape(rows, heads, 1, dim)
 
 
 class FlexBlocks:
@@ -246,7 +158,7 @@ class FlexDecode:
         blocks.update(tables, slot_lengths)
 
     def __call__(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        _write(self.cache, layer, self.where, k, v)
+        write(self.cache, layer, self.where, k, v)
         keys, values = self.cache.pool(layer)  # (1, n_kv, P, hd), in place
         slots = self.blocks.full.shape[0]
         by_slot = q.new_zeros(slots, q.shape[2], 1, q.shape[3])  # (slots, nh, 1, hd)

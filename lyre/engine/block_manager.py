@@ -11,11 +11,27 @@ whose leading tokens match sealed blocks reuses them and prefills only the
 rest (automatic prefix caching). Released blocks keep their contents: a
 sealed one stays findable until the pool needs it back, least recently used
 first; an unsealed one is reused at once.
+
+A table's blocks are kept in one run of the pool where it has room. A new
+table is placed at the start of the smallest run of free unsealed blocks
+that holds the positions it expects to reach (its prompt and max_tokens),
+and the blocks it will grow into are reserved: others are placed elsewhere,
+and take them only when nothing else is free. A table grows into the block
+right after its last one when that is free. No cached block is evicted out
+of its least-recently-used turn for this (but the one next to a growing
+table when every free block is cached): when no run is free, a table takes
+the blocks next in eviction order, sorted. Requests whose output no later
+prompt repeats (speech) seal only their prompt's blocks, so their output's
+blocks come back unsealed, in runs. A CPU decode step reads a row whose
+blocks are one run in place, as a view; only a scattered row (its neighbour
+was taken, or it reuses a shared prefix) is copied
+(`lyre.engine.cpu_decode.RunDecode`).
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 from array import array
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -24,6 +40,11 @@ from dataclasses import dataclass
 __all__ = ["BlockManager", "BlockTable", "CacheStats", "chain_keys"]
 
 _NO_PARENT = b""
+# BlockManager._unheld, per block: held, free and unsealed, free and cached (sealed); and the same two reserved
+# for the growth of the table before it.
+_HELD, _UNSEALED, _CACHED = 0, 1, 2
+_RESERVED = 2  # added to a free block's state
+_UNSEALED_RUN = re.compile(rb"\x01+")  # a run of free blocks that nothing finds and nobody expects to grow into
 
 
 def chain_keys(tokens: Sequence[int], block_size: int, salt: str, parent: bytes = _NO_PARENT,
@@ -55,6 +76,7 @@ class BlockTable:
     computed: int = 0
     reused: int = 0
     keys: list[bytes] | None = None
+    reserved: range = range(0)  # free blocks after its last that it expects to grow into
 
     def __post_init__(self) -> None:
         if self.keys is None:
@@ -95,6 +117,7 @@ class BlockManager:
         # Blocks no request holds, the next to be taken first: unsealed ones, then sealed ones least
         # recently used first.
         self._free: OrderedDict[int, None] = OrderedDict((b, None) for b in range(num_blocks))
+        self._unheld = bytearray([_UNSEALED]) * num_blocks  # per block, its state: runs are found in C
         self._used = 0  # blocks held by a request
         self._cached = 0  # of the free blocks, the sealed ones
         self.queried = 0
@@ -128,9 +151,9 @@ class BlockManager:
             matched.append(block)
         return matched
 
-    def admit(self, tokens: Sequence[int], salt: str, spare: int = 0) -> BlockTable | None:
+    def admit(self, tokens: Sequence[int], salt: str, spare: int = 0, expect: int = 0) -> BlockTable | None:
         """Blocks for ``tokens``, reusing a cached prefix; None when taking them would leave fewer than
-        ``spare`` blocks free."""
+        ``spare`` blocks free. ``expect``: the positions the table may grow to (a hint for where to put it)."""
         matched = self.match(tokens, salt)
         need = self.blocks_for(len(tokens)) - len(matched)
         unheld_matches = sum(1 for b in matched if not self._refs[b])
@@ -141,7 +164,8 @@ class BlockManager:
             self.hits += len(matched)
         for block in matched:
             self._hold(block)
-        table = BlockTable(matched + [self._take() for _ in range(need)])
+        table = BlockTable(list(matched))
+        self._place(table, need, self.blocks_for(max(expect, len(tokens))) - len(matched))
         table.computed = table.reused = len(matched) * self.block_size
         table.keys = [self._key[b] for b in matched]  # type: ignore[misc]
         return table
@@ -151,7 +175,14 @@ class BlockManager:
         need = self.blocks_for(positions) - len(table.blocks)
         if need > len(self._free):
             return False
-        table.blocks.extend(self._take() for _ in range(need))
+        following = self._unheld[table.blocks[-1] + 1 : table.blocks[-1] + 1 + need] if table.blocks else b""
+        # A cached block next to it is evicted out of its turn only when every free block is cached (an eviction
+        # is due anyway).
+        if len(following) == need and _HELD not in following and (
+                _CACHED not in following or self._cached == len(self._free)):
+            table.blocks.extend(self._take(b) for b in range(table.blocks[-1] + 1, table.blocks[-1] + 1 + need))
+        else:
+            table.blocks.extend(self._take_any(need))
         return True
 
     def seal(self, table: BlockTable, tokens: Sequence[int], salt: str) -> None:
@@ -173,11 +204,16 @@ class BlockManager:
     def release(self, table: BlockTable) -> None:
         """Give back every block of ``table``. Its tail goes first into the eviction order, so a shared
         prefix outlives the tails that hang off it."""
+        for block in table.reserved:
+            if self._unheld[block] > _CACHED:
+                self._unheld[block] -= _RESERVED
+        table.reserved = range(0)
         for block in reversed(table.blocks):
             self._refs[block] -= 1
             if self._refs[block] == 0:
                 self._used -= 1
                 self._free[block] = None
+                self._unheld[block] = _UNSEALED if self._key[block] is None else _CACHED
                 if self._key[block] is None:
                     self._free.move_to_end(block, last=False)  # holds nothing findable: reuse first
                 else:
@@ -190,12 +226,50 @@ class BlockManager:
         """Hold a sealed block a prefix matched (free and cached, or already held)."""
         if self._refs[block] == 0:
             del self._free[block]
+            self._unheld[block] = _HELD
             self._used += 1
             self._cached -= 1
         self._refs[block] += 1
 
-    def _take(self) -> int:
-        block, _ = self._free.popitem(last=False)
+    def _place(self, table: BlockTable, need: int, expect: int) -> None:
+        """Give a new ``table`` ``need`` blocks: at the start of the smallest free unsealed run that holds
+        ``expect``, else of the longest that holds ``need``, reserving the rest of ``expect`` after them; right
+        after its matched prefix where those are free. Else the next in eviction order: no cached block is
+        evicted out of its least-recently-used turn to keep a table in one run."""
+        if need <= 0:
+            return
+        after = table.blocks[-1] + 1 if table.blocks else None
+        runs = [(m.start(), m.end() - m.start()) for m in _UNSEALED_RUN.finditer(self._unheld)]
+        if after is not None:  # a reused prefix: continue it if its next blocks are free
+            runs = [(after, n - (after - first)) for first, n in runs if first <= after < first + n]
+        fits = [run for run in runs if run[1] >= expect]
+        start, length = (min(fits, key=lambda run: run[1]) if fits
+                         else max(runs, key=lambda run: run[1], default=(0, 0)))
+        if length < need:
+            table.blocks.extend(self._take_any(need))
+            return
+        table.blocks.extend(self._take(b) for b in range(start, start + need))
+        table.reserved = range(start + need, start + min(expect, length))
+        for block in table.reserved:
+            self._unheld[block] += _RESERVED
+
+    def _take_any(self, need: int) -> list[int]:
+        """``need`` blocks in eviction order, blocks reserved for others' growth last; sorted (a released table's
+        blocks leave the eviction order together, so they come back as a run)."""
+        taken: list[int] = []
+        for block in self._free:
+            if self._unheld[block] <= _CACHED:
+                taken.append(block)
+                if len(taken) == need:
+                    break
+        if len(taken) < need:
+            taken += [b for b in self._free if self._unheld[b] > _CACHED][: need - len(taken)]
+        return sorted(self._take(b) for b in taken)
+
+    def _take(self, block: int) -> int:
+        """Hold ``block``, unheld until now (evicting what it cached)."""
+        del self._free[block]
+        self._unheld[block] = _HELD
         key = self._key[block]
         if key is not None:
             del self._by_key[key]

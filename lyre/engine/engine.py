@@ -100,8 +100,13 @@ class Engine:
     # -- public API (call from the event loop) -------------------------------
     def generate(self, prompt_ids: list[int], sampling: SamplingParams, request_id: str | None = None,
                  constraint: Constraint | None = None, adapter: str | None = None,
-                 playback: Playback | None = None) -> RequestStream:
+                 playback: Playback | None = None, cache_output: bool = True) -> RequestStream:
         """Submit a request; iterate the result for its token ids as they are made.
+
+        ``cache_output``: seal the blocks of what it generates for later
+        prompts to reuse, as a conversation's next turn does (off: only its
+        prompt's; for output no prompt ever repeats, which would only crowd
+        the cache and scatter the pool's free blocks).
 
         ``playback``: how a listener plays it as it streams (None: nobody
         does); scheduled on that listener's deadline, which `start_playback`
@@ -124,7 +129,7 @@ class Engine:
         req = Request(request_id=request_id, prompt_ids=list(prompt_ids), sampling=sampling,
                       seed=self._seed_for(sampling), constraint=constraint, adapter=adapter,
                       pace=playback.pace if playback else None, lag_s=playback.lag_s if playback else 0.0,
-                      deadline=playback.deadline if playback else None)
+                      deadline=playback.deadline if playback else None, cache_output=cache_output)
         with self._wake:
             self._check_serving()  # the loop may have failed since
             req.submit_step = self.recorder.steps

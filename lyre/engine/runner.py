@@ -13,14 +13,16 @@ the engine can do host work while the device runs (`lyre.engine.launch`).
 
 Two decode paths share that layout:
 
-- eager: exactly the step's rows; attention bounded by the highest slot and
-  the longest row (host figures the scheduler already knows); rows sampled in
-  groups of equal slices. The default, and the CPU's.
-- fixed-shape (``cuda_graphs``): rows padded to a bucket, attention over every
-  slot, each row's slice cut from one projection of its constraint's whole
-  `SliceFamily` (`lyre.engine.slice_projection`); no host figure inside, so
-  it is captured in a CUDA graph per bucket (`lyre.engine.graphs`) and
-  replayed.
+- eager: exactly the step's rows; attention over each row's own blocks (on
+  a CPU in place, `lyre.engine.cpu_decode`; elsewhere gathered up to the
+  longest row); rows sampled in groups of equal slices. The default, and the
+  CPU's.
+- fixed-shape (``cuda_graphs``): rows padded to a batch bucket, each reading
+  its blocks up to a context bucket (twice its longest row at most, not the
+  whole table), each row's slice cut from one projection of its constraint's
+  whole `SliceFamily` (`lyre.engine.slice_projection`); no host figure
+  inside, so it is captured in a CUDA graph per (batch, context) bucket
+  (`lyre.engine.graphs`) and replayed.
 """
 
 from __future__ import annotations
@@ -31,13 +33,13 @@ from collections import defaultdict
 import torch
 
 from lyre.common.batching import bucket_for
-from lyre.engine.attention import (BlockDecode, BlockOwners, CachedAttention, FlexBlocks, FlexDecode, FreshPrefill,
-                                   StepRows)
+from lyre.engine.attention import CachedAttention, FlexBlocks, FlexDecode, FreshPrefill, StepRows
 from lyre.engine.batch import PrefillChunk
 from lyre.engine.block_tables import BlockTables
 from lyre.engine.config import EngineConfig
+from lyre.engine.cpu_decode import BlockDecode, BlockOwners, RunDecode
 from lyre.engine.constraint import SliceFamily, TokenSlice
-from lyre.engine.graphs import DecodeGraphs, batch_buckets
+from lyre.engine.graphs import DecodeGraphs, batch_buckets, context_buckets
 from lyre.engine.kv_cache import KVCache
 from lyre.engine.launch import PendingTokens
 from lyre.engine.sampler import SamplingTensors, row_keys, sample
@@ -50,6 +52,10 @@ from lyre.models.lora import LoraBank
 __all__ = ["ModelRunner"]
 
 _KEY_ROUND = 64  # eager decode reads keys up to the longest row, rounded up to this (fewer distinct shapes)
+# A CPU step of at most this many rows attends row by row over views of the pool (RunDecode); more rows
+# attend block by block over the spans their blocks lie in (BlockDecode), whose fixed cost is higher and
+# per-row cost lower (measured on 2 cores).
+_ROWS_BY_RUN = 8
 
 
 class ModelRunner:
@@ -103,11 +109,16 @@ class ModelRunner:
         self._host_out = torch.zeros(2 * slots, dtype=torch.long, pin_memory=cuda)
         self.flex = FlexBlocks(n, self.cache) if self.attention == "flex" else None
         self.buckets = batch_buckets(config.compute_batch or slots)
+        # Flex reads each row's live blocks whatever the shape: one context bucket, the whole table.
+        self.contexts = (self.max_blocks,) if self.flex is not None else context_buckets(self.max_blocks,
+                                                                                          self.cache.block_size)
+        self.shapes = tuple((rows, blocks) for rows in self.buckets for blocks in self.contexts)
         self.fixed_shape = config.cuda_graphs if fixed_shape is None else fixed_shape
         # Captured here, at start-up, with autograd off (DecodeGraphs warms up and captures in inference mode).
-        self.graphs = (DecodeGraphs(self._decode_fixed, self.buckets, device)
+        self.graphs = (DecodeGraphs(self._decode_fixed, self.shapes, device)
                        if config.cuda_graphs else None)
         self.forward_seconds = 0.0  # time in prefill and decode (forward, projection, sampling), cumulative
+        self.run_rows = self.gathered_rows = 0  # RunDecode rows, and of those the scattered ones copied
 
     # -- admission ---------------------------------------------------------
     def _claim(self, req: Request) -> None:
@@ -187,18 +198,27 @@ class ModelRunner:
         self._write_rows(reqs, rows, with_slices=fixed)
         self.tables.sync(reqs)
         if fixed:
+            blocks = bucket_for(-(-max(r.num_tokens for r in reqs) // self.cache.block_size), self.contexts)
+            assert blocks is not None  # no row is longer than max_seq_len, the largest bucket
             if self.graphs is not None:
-                self.graphs.run(rows)
+                self.graphs.run(rows, blocks)
             else:
-                self._decode_fixed(rows)
+                self._decode_fixed(rows, blocks)
             return self._out[:n]
         slots = self._rows[SLOT, :n]
         self._use_adapters(reqs)
-        if self.flex is None and self.device.type == "cpu":  # read in place, block by block
-            owners = BlockOwners.of(self.tables.host[[r.slot for r in reqs]],  # type: ignore[misc]
-                                    torch.tensor([r.num_tokens for r in reqs]), self.cache.block_size)
-            context: CachedAttention | FlexDecode | BlockDecode = BlockDecode(
-                self.cache, self.tables.where(self.tables.device[slots], self._rows[POSITION, :n]), owners)
+        context: CachedAttention | FlexDecode | BlockDecode | RunDecode
+        if self.flex is None and self.device.type == "cpu":  # read in place: row by row in runs, or block by block
+            where = self.tables.where(self.tables.device[slots], self._rows[POSITION, :n])
+            if n <= _ROWS_BY_RUN:
+                context = RunDecode(self.cache, where, [r.kv.blocks for r in reqs],  # type: ignore[union-attr]
+                                    [r.num_tokens for r in reqs])
+                self.run_rows += n
+                self.gathered_rows += context.gathered
+            else:
+                context = BlockDecode(self.cache, where, BlockOwners.of(
+                    self.tables.host[[r.slot for r in reqs]],  # type: ignore[misc]
+                    torch.tensor([r.num_tokens for r in reqs]), self.cache.block_size))
         else:
             key_len = -(-max(r.num_tokens for r in reqs) // _KEY_ROUND) * _KEY_ROUND
             context = self._decode_context(n, min(-(-key_len // self.cache.block_size), self.max_blocks))
@@ -230,12 +250,13 @@ class ModelRunner:
             return FlexDecode(self.cache, where, slots, self.flex, self.tables.device, self._slot_lengths)
         return CachedAttention(self.cache, StepRows(where, tables, positions, positions + 1), 1)
 
-    def _decode_fixed(self, rows: int) -> None:
-        """Rows [0, rows) of the persistent inputs -> ids in ``_out[:rows]``. No host figure: capturable."""
+    def _decode_fixed(self, rows: int, blocks: int) -> None:
+        """Rows [0, rows) of the persistent inputs, each reading ``blocks`` blocks -> ids in ``_out[:rows]``. No
+        host figure: capturable."""
         slots = self._rows[SLOT, :rows]
         if self.bank is not None:  # always on in a fixed-shape step: a base row's mask is all zeros
             self.bank.use(self.bank.row_mask(self._rows[ADAPTER, :rows]))
-        context = self._decode_context(rows, self.max_blocks)
+        context = self._decode_context(rows, blocks)
         hidden = self.model(self._rows[TOKEN, :rows, None], self._rows[POSITION, :rows, None], context)[:, 0]
         offsets = self._rows[OFFSET, :rows]
         logits, seen = self.slices.family_logits(hidden, self.seen, slots, offsets, self._rows[OFFSET + 1 :, :rows])

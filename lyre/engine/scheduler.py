@@ -112,7 +112,8 @@ class Scheduler:
             budget = self._chunk(batch, req, budget)
         while self.waiting and self._free_slots and (budget is None or budget > 0):
             req = self.waiting[0]
-            table = self.blocks.admit(req.tokens, req.salt, spare=self.watermark if self.running else 0)
+            table = self.blocks.admit(req.tokens, req.salt, spare=self.watermark if self.running else 0,
+                                      expect=req.num_tokens + req.sampling.max_tokens - len(req.output_ids))
             if table is None:  # the queue's head waits for blocks; nothing jumps it
                 break
             self.waiting.popleft()
@@ -138,11 +139,11 @@ class Scheduler:
             if chunk.req.kv is not None and not chunk.req.finished:
                 chunk.req.kv.computed = chunk.end
                 chunk.req.prefilling = not chunk.final
-                self.blocks.seal(chunk.req.kv, chunk.req.tokens, chunk.req.salt)
+                self.blocks.seal(chunk.req.kv, chunk.req.cacheable, chunk.req.salt)
         for req in batch.decode:
             if req.kv is not None and not req.finished:
                 req.kv.computed = req.num_tokens
-                if req.kv.computed % self.blocks.block_size == 0:
+                if req.kv.computed % self.blocks.block_size == 0 and req.cache_output:
                     self.blocks.seal(req.kv, req.tokens, req.salt)
 
     def _make_room(self, decode: list[Request], now: float) -> list[Request]:

@@ -66,6 +66,7 @@ class Request:
     adapter: str | None = None
     adapter_slot: int | None = None  # its adapter's slot in the LoRA bank, bound at submission
     salt: str = ""  # what its keys and values depend on besides its tokens: which weights (a LoRA voice's)
+    cache_output: bool = True  # its output's blocks are sealed for later prefixes (off: only its prompt's)
     pace: float | None = None
     lag_s: float = 0.0
     deadline: float | None = None
@@ -93,6 +94,11 @@ class Request:
     def tokens(self) -> list[int]:
         """Every token so far, prompt then output: what a resumed request prefills."""
         return self.prompt_ids + self.output_ids
+
+    @property
+    def cacheable(self) -> list[int]:
+        """The tokens whose whole blocks are sealed for later prefixes."""
+        return self.tokens if self.cache_output else self.prompt_ids
 
     @property
     def finished(self) -> bool:

@@ -70,7 +70,7 @@ class TTSFacts:
                 out.append(f"CUDA graphs off: eager decoding is host-bound, about {HOST_MS_PER_LAYER} ms of host "
                            f"time per layer per step{per_step}, whatever the batch; --cuda-graphs replays steps")
         if self.on_cuda and self.pipeline == "lyre" and self.attention == "sdpa":
-            what = (f"each row's whole block table ({self.kv_positions} positions, whatever its context)"
+            what = ("each row's blocks up to its step's context bucket (up to twice the longest row's context)"
                     if self.cuda_graphs else "each row's blocks up to its context")
             out.append(f"attention sdpa copies {what} of K and V, every layer, every step, before attending; "
                        "--attention flex reads the blocks in place (opt-in until a GPU run confirms its tokens)")

@@ -36,9 +36,9 @@ def test_the_agreement_check_passes_the_fixed_shape_path_and_fails_a_broken_one(
     assert good["agree"] and good["equal"] and good["kv_error"] < 1e-4 and good["tokens"] == 27, good
     decode_fixed = ModelRunner._decode_fixed
 
-    def positions_off_by_one(self: ModelRunner, rows: int) -> None:  # a misplaced input buffer
+    def positions_off_by_one(self: ModelRunner, rows: int, blocks: int) -> None:  # a misplaced input buffer
         self._rows[_POSITION, :rows] += 1
-        decode_fixed(self, rows)
+        decode_fixed(self, rows, blocks)
 
     monkeypatch.setattr(ModelRunner, "_decode_fixed", positions_off_by_one)
     (bad,) = token_agreement(model, pair, "cpu", 8, lambda line: None)

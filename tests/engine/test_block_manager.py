@@ -84,8 +84,10 @@ def test_the_pool_takes_back_unsealed_blocks_first_then_the_least_recently_used_
     old = _run(m, [1, 2, 3, 4, 5])  # one sealed block, one partial
     new = _run(m, [9, 9, 9, 9, 9])
     assert m.stats().cached == 2 and m.evictions == 0
-    table = m.admit([7] * 9, "")  # three blocks: the unsealed ones (one never used), then the older prefix
-    assert table is not None and table.blocks == [new[1], 3, old[0]]
+    table = m.admit([7] * 9, "")  # three blocks: the two unsealed ones and the older prefix (in pool order)
+    assert table is not None and set(table.blocks) == set(range(4)) - {new[0]}  # new's prefix kept
+    assert old[0] in table.blocks
+    assert table.blocks == sorted(table.blocks)
     assert m.evictions == 1
     m.release(table)
     assert m.admit([1, 2, 3, 4, 5], "").reused == 0  # type: ignore[union-attr]  # evicted
@@ -127,7 +129,7 @@ def test_no_block_leaks_whatever_runs_grow_finish_or_are_cancelled(ops: list[tup
     for op, who, n, salt in ops:
         if op == "admit" and who not in live:
             tokens = [t % 3 for t in range(who, who + n)]
-            table = m.admit(tokens, salt)
+            table = m.admit(tokens, salt, expect=n * who % 40)
             if table is not None:
                 live[who] = (tokens, salt, table)
         elif who in live:
@@ -150,3 +152,39 @@ def test_no_block_leaks_whatever_runs_grow_finish_or_are_cancelled(ops: list[tup
         m.release(table)  # type: ignore[arg-type]
     s = m.stats()
     assert s.used == 0 and s.free == m.num_blocks and s.cached <= m.num_blocks
+    assert set(m._unheld) <= {1, 2}  # every block free, unsealed or cached: no reservation left behind
+
+
+def test_a_table_keeps_its_blocks_in_one_run_where_its_expected_length_fits() -> None:
+    """A new table starts where the positions it expects to reach fit, and the blocks it will grow into are
+    kept from the next table's placement: two tables growing a token at a time in turn stay one run each."""
+    m = BlockManager(64, 4)
+    first = m.admit([1] * 8, "", expect=60)
+    second = m.admit([2] * 8, "", expect=60)
+    assert first is not None and second is not None
+    for n in range(9, 61):
+        assert m.grow(first, n) and m.grow(second, n)
+    for table in (first, second):
+        assert table.blocks == list(range(table.blocks[0], table.blocks[0] + 15))
+    m.release(first)
+    m.release(second)
+    assert set(m._unheld) == {1}  # no reservation outlives its table
+
+
+def test_a_reservation_is_a_hint_that_gives_way_when_the_pool_is_short() -> None:
+    m = BlockManager(8, 4)
+    grower = m.admit([1] * 4, "", expect=32)  # one block, seven more expected: the whole pool
+    assert grower is not None and grower.blocks == [0] and grower.reserved == range(1, 8)
+    other = m.admit([2] * 8, "")  # nothing but reserved blocks free: it takes two of them
+    assert other is not None and len(other.blocks) == 2 and other.blocks == sorted(other.blocks)
+    assert m.grow(grower, 24) and len(grower.blocks) == 6 and not set(grower.blocks) & set(other.blocks)
+    assert m.free == 0
+
+
+def test_a_table_whose_neighbour_is_taken_continues_in_a_run_elsewhere() -> None:
+    m = BlockManager(8, 4)
+    table = m.admit([1] * 4, "")  # expects nothing more: nothing reserved
+    assert table is not None and table.blocks == [0]
+    other = m.admit([2] * 4, "")
+    assert other is not None and other.blocks == [1]
+    assert m.grow(table, 16) and table.blocks == [0, 2, 3, 4]  # one gap, then a run of its own

@@ -166,3 +166,24 @@ def test_a_conversation_reuses_its_history_turn_after_turn(model: Llama) -> None
     assert stats is not None
     # The first turn sealed two blocks (its prompt and the reply it made); the second found both.
     assert stats.hits == 2 and stats.queried == 1 + 2
+
+
+def test_a_request_that_caches_no_output_seals_only_its_prompt(model: Llama) -> None:
+    # What a speech request asks: no prompt ever repeats its audio, so its output's blocks come back to the
+    # pool unsealed (free in runs for the next table) rather than crowding the cache.
+    engine = Engine(model, EngineConfig(max_batch=2, max_seq_len=256, seed=1, block_size=16))
+    try:
+        async def turn(prompt: list[int], cache_output: bool) -> list[int]:
+            stream = engine.generate(prompt, SamplingParams(temperature=0.6, max_tokens=40), cache_output=cache_output)
+            return [t async for t in stream]
+
+        prompt = VOICE + TEXT_A + END  # 26 tokens: one whole block
+        said = asyncio.run(turn(prompt, cache_output=False))
+        cached_after_speech = engine.stats().kv_cache.cached  # type: ignore[union-attr]
+        asyncio.run(turn(prompt + said + TEXT_B + END, cache_output=True))
+        stats = engine.stats().kv_cache
+    finally:
+        engine.shutdown()
+    assert stats is not None
+    assert cached_after_speech == 1  # its prompt's block; 66 positions written, four whole blocks
+    assert stats.hits == 1  # the next prompt, which holds the whole first request, found its prompt only

@@ -43,16 +43,17 @@ def model(demo: DemoPaths) -> Llama:
     return load_llama(demo.model, max_seq_len=256, device="cpu", dtype="float32")
 
 
-def _run(runner: ModelRunner, steps: int, constrained: bool = True, temperature: float = 0.6) -> list[list[int]]:
-    """Prefill PROMPTS into slots 4, 0, 2, then decode them together for ``steps`` steps."""
+def _run(runner: ModelRunner, steps: int, constrained: bool = True, temperature: float = 0.6,
+         prompts: list[list[int]] = PROMPTS, slots: tuple[int, ...] = (4, 0, 2)) -> list[list[int]]:
+    """Prefill ``prompts`` into ``slots``, then decode them together for ``steps`` steps."""
     reqs = []
-    for i, (prompt, slot) in enumerate(zip(PROMPTS, (4, 0, 2))):
+    for i, prompt in enumerate(prompts):
         sampling = SamplingParams(seed=i, max_tokens=steps + 1, stop_ids=(orpheus.STOP_TOKEN,),
                                   temperature=temperature)
         req = Request(f"r{i}", prompt, sampling, seed=i, constraint=AUDIO_CONSTRAINT if constrained else None)
         reqs.append(req)
     hand = ByHand(runner)
-    for req, slot in zip(reqs, (4, 0, 2)):
+    for req, slot in zip(reqs, slots):
         hand.place(req, slot)
     for req, token in zip(reqs, hand.prefill(reqs)):
         req.output_ids.append(token)
@@ -83,6 +84,37 @@ def test_fixed_shape_decode_of_unconstrained_rows_samples_the_whole_vocabulary(m
     assert _run(ModelRunner(model, config, fixed_shape=True), steps=6, constrained=False, temperature=0.0) == eager
 
 
+def _long_rows(runner: ModelRunner, steps: int) -> list[list[int]]:
+    """Three rows of 128 keys, greedy: prefilled, then ``steps`` decode steps."""
+    return _run(runner, steps, temperature=0.0, prompts=[p[:1] * 127 for p in PROMPTS], slots=(0, 1, 2))
+
+
+def test_a_fixed_shape_step_reads_its_context_bucket_whatever_max_seq_len(demo: DemoPaths) -> None:
+    """At 128 keys a row the fixed-shape step copies the same K/V with --max-seq-len 2,048 or 8,192 (its context
+    bucket, 256 keys), not every block a table can hold: what a CUDA graph of the step would copy on every replay
+    (benchmarks/engine.py times it). And the bucketed step draws the eager step's tokens."""
+    read: dict[int, list[int]] = {}
+    for max_seq_len in (2048, 8192):
+        long_model = load_llama(demo.model, max_seq_len=max_seq_len, device="cpu", dtype="float32")
+        config = EngineConfig(max_batch=4, max_seq_len=max_seq_len)
+        runner = ModelRunner(long_model, config, AUDIO_CONSTRAINT.family, fixed_shape=True)
+        assert runner.contexts == tuple(4 * 2**i for i in range(runner.contexts.index(runner.max_blocks) + 1))
+        seen = read.setdefault(max_seq_len, [])
+        gather = runner.cache.gather
+
+        def spy(layer: int, tables: torch.Tensor, seen: list[int] = seen,
+                real=gather) -> tuple[torch.Tensor, torch.Tensor]:  # type: ignore[no-untyped-def]
+            seen.append(tables.shape[1] * runner.cache.block_size)
+            return real(layer, tables)
+
+        runner.cache.gather = spy  # type: ignore[method-assign]
+        fixed = _long_rows(runner, steps=3)
+        assert fixed == _long_rows(ModelRunner(long_model, config, AUDIO_CONSTRAINT.family), steps=3)
+    # Every layer of every decode step read 256 keys a row, against 2,048 and 8,192 for the whole table (the
+    # prompts' prefill gathers nothing).
+    assert set(read[2048]) == set(read[8192]) == {256} and len(read[2048]) == len(read[8192]) == 3 * 4
+
+
 def test_rows_outside_the_family_fall_back_to_the_eager_path(model: Llama) -> None:
     config = EngineConfig(max_batch=8, max_seq_len=256)
     runner = ModelRunner(model, config, AUDIO_CONSTRAINT.family, fixed_shape=True)
@@ -102,7 +134,7 @@ def test_warming_up_the_fixed_shape_path_leaves_no_autograd_state(demo: DemoPath
     model = load_llama(demo.model, max_seq_len=128, device="cpu", dtype="float32").requires_grad_(True)
     runner = ModelRunner(model, EngineConfig(max_batch=4, max_seq_len=128), AUDIO_CONSTRAINT.family, fixed_shape=True)
     assert not torch.is_inference_mode_enabled() and torch.is_grad_enabled()
-    warm_up(runner._decode_fixed, runner.buckets)
+    warm_up(runner._decode_fixed, runner.shapes)
     _run(runner, steps=3)
     state = {"cache.k": runner.cache.k, "cache.v": runner.cache.v, "seen": runner.seen, "drawn": runner.drawn,
              "out": runner._out, "rows": runner._rows, "slot_lengths": runner._slot_lengths}

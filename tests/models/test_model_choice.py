@@ -227,8 +227,8 @@ def _facts(**changes: object) -> TTSFacts:
 
 def test_settings_that_cost_a_gpu_user_dearly_are_warned_of() -> None:
     assert _facts(attention="flex").warnings == ()
-    # The gathered path copies K/V every step: all of each row's table under CUDA graphs, its context eagerly.
-    assert "copies each row's whole block table (2048 positions" in " ".join(_facts().warnings)
+    # The gathered path copies K/V every step: under CUDA graphs up to its step's context bucket, its context eagerly.
+    assert "copies each row's blocks up to its step's context bucket" in " ".join(_facts().warnings)
     assert "copies each row's blocks up to its context" in " ".join(_facts(cuda_graphs=False).warnings)
     assert not any("copies" in w for w in _facts(device="cpu", cuda_graphs=False, cuda_available=False).warnings)
     assert "eager decoding is host-bound" in " ".join(_facts(cuda_graphs=False).warnings)
