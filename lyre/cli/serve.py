@@ -77,6 +77,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     serve.add_argument("--no-normalize", action="store_true",
                        help="speak text as written: no reading of numbers, amounts, dates, units, abbreviations "
                             "and symbols as words (a request's \"normalize\": false does it for one request)")
+    serve.add_argument("--admit-on-rates", action="store_true",
+                       help="also refuse (429) a new stream while a live stream's listener ran dry in the last "
+                            "2 s, or when the measured engine and codec rates cannot serve one more without gaps")
     serve.add_argument("--engine", choices=("lyre", "naive"), default="lyre",
                        help="lyre's pipeline, or the naive baseline (transformers generate per request; "
                             "needs transformers) to compare against (default: lyre)")

@@ -51,7 +51,7 @@ STT_MODEL_ID = STT_DEFAULT_MODEL  # what OpenAI's clients ask for
 
 def _load(config: ServerConfig) -> Synthesizer:
     tts_config = TTSConfig(max_input_chars=config.max_input_chars, voice_aliases=config.voice_aliases,
-                           normalize=config.normalize,
+                           normalize=config.normalize, admit_on_rates=config.admit_on_rates,
                            flush_after_s=config.ws_flush_after_s,
                            voices_dir=Path(config.voices_dir).expanduser() if config.voices_dir else None,
                            allow_reference_voices=config.allow_reference_voices)
