@@ -10,12 +10,13 @@ A new stream is refused (`Listeners.refuse`) when
   widest window k (the codec's recent cost per frame, lyre.codec), and the engine must run
   ``TOKENS_PER_SECOND * rate`` steps a second (a step advances every stream by one token) at its measured
   step time; the engine and the codec share the device (on a CPU, its cores), so the two shares add, and
-  their sum must stay under one. A server with no live stream always admits one.
+  their sum must stay under one. A server with no other open stream always admits one.
 """
 
 from __future__ import annotations
 
 import time
+import weakref
 
 from lyre.orpheus import FRAME_SECONDS, TOKENS_PER_SECOND
 from lyre.tts.clock import PlaybackClock
@@ -27,17 +28,17 @@ RECENT_S = 2.0  # an underrun this recent means the streams running now do not k
 
 
 class Listeners:
-    """The playback clocks of the streamed (played as they come) streams live now."""
+    """The playback clocks of the streamed (played as they come) streams open now, the one being admitted
+    included. Held weakly: a stream refused before it ever ran (and never closed) leaves with its clock."""
 
     def __init__(self) -> None:
-        self._clocks: list[PlaybackClock] = []
+        self._clocks: weakref.WeakSet[PlaybackClock] = weakref.WeakSet()
 
     def add(self, clock: PlaybackClock) -> None:
-        self._clocks.append(clock)
+        self._clocks.add(clock)
 
     def discard(self, clock: PlaybackClock) -> None:
-        if clock in self._clocks:
-            self._clocks.remove(clock)
+        self._clocks.discard(clock)
 
     def __len__(self) -> int:
         return len(self._clocks)
@@ -56,12 +57,12 @@ class Listeners:
         return codec + engine
 
     def refuse(self, rate: float, step_s: float, decode_s: float, window: WindowPolicy) -> str | None:
-        """Why a new stream should be refused now, or None to admit it."""
-        if not self._clocks:
+        """Why the newest stream (already added) should be refused now, or None to admit it."""
+        if len(self) <= 1:
             return None
         if starving := self.starving():
-            return f"{starving} of its {len(self)} streams ran dry in the last {RECENT_S:g} s"
-        need = self.load(len(self) + 1, rate, step_s, decode_s, window)
+            return f"{starving} of its {len(self) - 1} streams ran dry in the last {RECENT_S:g} s"
+        need = self.load(len(self), rate, step_s, decode_s, window)
         if need > 1.0:
             return (f"one more stream would need {100 * need:.0f}% of the device at the measured rates "
                     f"(engine step {1000 * step_s:.1f} ms, codec {1000 * decode_s:.1f} ms a frame)")

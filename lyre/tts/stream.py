@@ -93,6 +93,8 @@ class SpeechStream:
         self.text = text or TextOptions()
         self._said = SpokenSegments()
         self._deadlines = ListenerDeadlines(context, self.clock, streamed)
+        if streamed:  # its listener counts for admission from now (lyre.tts.listeners) until it ends or closes
+            context.listeners.add(self.clock)
         self._ctx = context
         self._trim = trim
         self._live: list[RequestStream] = []  # engine requests not yet fully consumed, oldest first
@@ -163,6 +165,7 @@ class SpeechStream:
 
     async def aclose(self) -> None:
         self._closed = True
+        self._ctx.listeners.discard(self.clock)
         await self._agen.aclose()
         if self._lease is not None:  # held by `hold_voice` before the stream ever ran
             self._lease.release()
@@ -195,8 +198,6 @@ class SpeechStream:
 
     async def _run(self) -> AsyncIterator[np.ndarray]:
         cfg = self._ctx.config
-        if self.streamed:  # its listener counts for admission (lyre.tts.listeners)
-            self._ctx.listeners.add(self.clock)
         try:
             await self.hold_voice()
             text = await self.intake.next_words(idle_since=time.monotonic())

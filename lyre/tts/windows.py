@@ -33,7 +33,12 @@ next chunk is ready before the audio already sent has played*, with a margin:
 - after that a window waits for one more frame only while the listener's
   buffer still covers it and the wider decode: ahead - g - decode(r + 1) >=
   margin; so a stream ahead of its listener widens its windows (up to
-  max_new), and one near running dry decodes what it has at once.
+  max_new), and one near running dry decodes what it has at once;
+- a window decoded takes the most ready frames whose decode still fits in the
+  listener's buffer (at most max_new; at least one).
+
+(Tried on the 2-core CPU: holding later windows to at least k* frames made the
+second chunk wait for k* frames' generation and gave longer gaps, not fewer.)
 """
 
 from __future__ import annotations
@@ -115,10 +120,15 @@ class WindowPlanner:
         context ready goes out at once; once it is long, frames gather until a full
         ``max_new`` window. With ``rates``: the module's rule.
         """
-        ready = self._ready()
-        if ready < self._least(ahead_s, rates) or self._slack(ahead_s, rates, ready) is not None:
+        ready, least = self._ready(), self._least(ahead_s, rates)
+        if ready < least or self._slack(ahead_s, rates, ready) is not None:
             return None
-        return self._window(min(ready, self.policy.max_new), end=len(self._frames))
+        new = min(ready, self.policy.max_new)
+        if rates is not None:  # the widest that is decoded before the listener runs dry, but at least `least`
+            context = min(self.policy.left, self._emitted) + self.policy.right
+            while new > least and rates.decode(new + context) + self.policy.margin_s > ahead_s:
+                new -= 1
+        return self._window(new, end=len(self._frames))
 
     def frames_wanted(self, ahead_s: float, rates: Rates | None = None) -> int:
         """How many more frames `next_window` needs before it has a window to give (at least 1)."""
@@ -157,7 +167,8 @@ class WindowPlanner:
         return len(self._frames) - self.policy.right - self._emitted
 
     def _least(self, ahead_s: float, rates: Rates | None) -> int:
-        """The fewest ready frames a window may have now: the first chunk's while the listener has nothing."""
+        """The fewest ready frames a window may have now: the first chunk's while the listener has nothing
+        (without rates: ``first_new``), else 1."""
         if self._emitted > 0 or (rates is not None and ahead_s > 0):
             return 1
         return self.policy.first_new if rates is None else self.first_frames(rates)
