@@ -35,7 +35,10 @@ next chunk is ready before the audio already sent has played*, with a margin:
   margin; so a stream ahead of its listener widens its windows (up to
   max_new), and one near running dry decodes what it has at once;
 - a window decoded takes the most ready frames whose decode still fits in the
-  listener's buffer (at most max_new; at least one).
+  listener's buffer (at most max_new; at least one); when not even one frame's
+  window fits (the listener will run dry whatever it does), it takes every
+  ready frame: one-frame windows cost four frames' decode each, and taking
+  them one by one would make every later chunk late too.
 
 (Tried on the 2-core CPU: holding later windows to at least k* frames made the
 second chunk wait for k* frames' generation and gave longer gaps, not fewer.)
@@ -63,6 +66,9 @@ class WindowPolicy:
     max_new: int = 8  # emitted frames per window, at most
     ahead_s: float = 0.5  # audio buffered ahead of playback before windows widen (without measured rates)
     margin_s: float = 0.03  # with measured rates: buffer kept beyond a window's cost, for the clocks' jitter
+    # With measured rates: the first chunk's frames at most (None: as many as the rule asks). A cap trades
+    # gaps for time to first audio, where the device is too slow to have both.
+    first_most: int | None = None
 
     def __post_init__(self) -> None:
         if self.left < 0 or self.right < 0:
@@ -75,6 +81,8 @@ class WindowPolicy:
             raise ValueError(f"ahead_s must be >= 0, got {self.ahead_s}")
         if self.margin_s < 0:
             raise ValueError(f"margin_s must be >= 0, got {self.margin_s}")
+        if self.first_most is not None and not self.first_new <= self.first_most <= self.max_new:
+            raise ValueError(f"first_most must be in [first_new, max_new], got {self.first_most}")
 
 
 @dataclass(frozen=True)
@@ -124,8 +132,10 @@ class WindowPlanner:
         if ready < least or self._slack(ahead_s, rates, ready) is not None:
             return None
         new = min(ready, self.policy.max_new)
-        if rates is not None:  # the widest that is decoded before the listener runs dry, but at least `least`
-            context = min(self.policy.left, self._emitted) + self.policy.right
+        context = min(self.policy.left, self._emitted) + self.policy.right
+        # The widest that is decoded before the listener runs dry (at least `least`); if not even that is,
+        # a gap comes anyway: all that is ready, so that the codec catches up instead of falling further behind.
+        if rates is not None and rates.decode(least + context) + self.policy.margin_s <= ahead_s:
             while new > least and rates.decode(new + context) + self.policy.margin_s > ahead_s:
                 new -= 1
         return self._window(new, end=len(self._frames))
@@ -152,15 +162,15 @@ class WindowPlanner:
         return self.policy.max_new
 
     def first_frames(self, rates: Rates) -> int:
-        """The first chunk's frames: the fewest (at least ``first_new``) whose audio covers making the next
-        window of `steady_frames` frames after it leaves."""
-        steady = self.steady_frames(rates)
+        """The first chunk's frames: the fewest (at least ``first_new``, at most ``first_most``) whose audio
+        covers making the next window of `steady_frames` frames after it leaves."""
+        steady, most = self.steady_frames(rates), self.policy.first_most or self.policy.max_new
         after = rates.decode(steady + self.policy.left + self.policy.right)
-        for n in range(self.policy.first_new, self.policy.max_new + 1):
+        for n in range(self.policy.first_new, most):
             meanwhile = rates.decode(n + self.policy.right)  # frames keep coming while the first one decodes
             if max(0.0, steady * rates.generate_s - meanwhile) + after + self.policy.margin_s <= n * rates.play_s:
                 return n
-        return self.policy.max_new
+        return most
 
     def _ready(self) -> int:
         """Frames not emitted whose right context has come."""

@@ -74,3 +74,10 @@ def test_every_frame_goes_out_exactly_once_in_order_whatever_the_rates(
     for w in planner.finish():
         emitted += [w.start_frame + k for k in range(*w.keep)]
     assert emitted == list(range(n))
+
+
+def test_a_cap_on_the_first_chunk_trades_the_rule_for_time_to_first_audio() -> None:
+    planner = WindowPlanner(WindowPolicy(first_most=2))
+    assert planner.first_frames(CPU) == 2 and planner.first_frames(GPU) == 1
+    with pytest.raises(ValueError, match="first_most"):
+        WindowPolicy(first_most=9)
