@@ -38,9 +38,13 @@ class ListenerDeadlines:
         held_frames = window.max_new + window.right + 1
         return Playback(self.pace, lag_s=held_frames * FRAME_TOKENS * self.pace, deadline=deadline)
 
-    def rates(self, generation: GenerationPace) -> Rates:
+    def rates(self, generation: GenerationPace) -> Rates | None:
         """The rates the window planner sizes this stream's windows by: the codec's measured cost on this
-        device, and this segment's measured generation (the engine's mean step until it has made frames)."""
+        device, and this segment's measured generation (the engine's mean step until it has made frames).
+        None for a stream nobody plays as it comes: its windows do not depend on timing, so the same
+        request gives the same audio."""
+        if not self.streamed:
+            return None
         generate_s = generation.seconds_per_frame
         if generate_s is None:
             stats = self._ctx.engine.stats()

@@ -215,7 +215,7 @@ class SpeechStream:
                 # low enough for a narrower window (the engine may have parked this stream); every token
                 # made meanwhile comes at once, so a window covers all the new frames.
                 while not current.ended or current.ready:
-                    ahead, rates = self.clock.ahead(), self._deadlines.rates(pace)
+                    ahead, rates = self.clock.ahead(), self._deadlines.rates(pace)  # None: nobody plays it live
                     batch = await current.take(planner.frames_wanted(ahead, rates) * FRAME_TOKENS
                                                - assembler.pending, within=planner.patience(ahead, rates))
                     came = planner.frames
