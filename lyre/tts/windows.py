@@ -28,8 +28,9 @@ next chunk is ready before the audio already sent has played*, with a margin:
 - the first chunk (nothing playing yet): the smallest n whose audio covers
   making the next window of k* frames after it leaves, max(0, k* g -
   decode(n)) + decode(k*) + margin <= n p. Each frame more in the first
-  chunk delays first audio by g + one frame's decode; on this 2-core CPU the
-  rule asks for 2 frames instead of 1 (about 60 ms more), on a GPU for 1;
+  chunk delays first audio by g + one frame's decode; on the 2-core CPU of
+  docs/benchmarks.md (g 45-60 ms, 40 ms a decoded frame) the rule asks for 2-4
+  frames instead of 1 (time to first audio p50 80-140 ms later), on a GPU for 1;
 - after that a window waits for one more frame only while the listener's
   buffer still covers it and the wider decode: ahead - g - decode(r + 1) >=
   margin; so a stream ahead of its listener widens its windows (up to
