@@ -83,6 +83,8 @@ def server_deltas(before: Samples | None, after: Samples | None) -> dict[str, fl
     - ``admission_wait_s_mean``: seconds waited for a stream slot, per request (histogram sum/count);
     - ``server_ttfa_s_mean``: the server's own time to first audio, all APIs (histogram sum/count);
     - ``deadline_misses``: times a stream fell behind its listener (the deadline scheduler counts them);
+    - ``underruns``, ``underrun_s``: times the server's model of a listener ran dry, and their stalls summed
+      (``lyre_stream_underruns_total``, ``lyre_stream_underrun_seconds``), every API;
     - ``requests``, ``tokens``: the raw counter deltas.
     """
     def d(name: str) -> float | None:
@@ -100,6 +102,8 @@ def server_deltas(before: Samples | None, after: Samples | None) -> dict[str, fl
         "server_ttfa_s_mean": _ratio(d("lyre_time_to_first_audio_seconds_sum"),
                                      d("lyre_time_to_first_audio_seconds_count")),
         "deadline_misses": d("lyre_engine_deadline_misses_total"),
+        "underruns": d("lyre_stream_underruns_total"),
+        "underrun_s": d("lyre_stream_underrun_seconds_sum"),
         "requests": requests,
         "tokens": tokens,
     }

@@ -128,6 +128,18 @@ def _aligned(rows: list[list[str]]) -> list[str]:
     return ["  ".join(cell.rjust(width) for cell, width in zip(row, widths)) for row in rows]
 
 
+def _gaps(name: str, load: str, level: LevelResult, playback_rate: float) -> str:
+    """One level's gaps as the client heard them beside the server's count for the same requests."""
+    heard = [(r, r.measured().heard(playback_rate)) for r in level.records]
+    client = sum(h.underruns for r, h in heard if r.result.error is None)
+    server = level.server.get("underruns")
+    worst = [round(1000 * h.worst_underrun_s) for r, h in heard if not r.warmup and r.result.error is None]
+    refused = sum(r.result.error is not None and "429" in r.result.error for r, _ in heard)
+    return (f"gaps {name} at {load}: underruns client {client} / server {_num(server, 0)} (every request, warm-up "
+            f"included); worst gap per measured request (ms) {worst}: over 20 ms {sum(w > 20 for w in worst)}, "
+            f"over 50 ms {sum(w > 50 for w in worst)}; refused (429) {refused}")
+
+
 def format_table(result: BenchResult) -> str:
     """One row per level (and server, side by side), then errors and the SLO headline."""
     config = result.config
@@ -153,6 +165,9 @@ def format_table(result: BenchResult) -> str:
                  f"whose worst is within 50 / 100 / 200 ms (C50 / C100 / C200) or that had none; held: every "
                  f"request complete with no underrun")
     lines += _aligned(field)
+    for i, load in enumerate(config.levels):
+        lines += [_gaps(name, f"{load:g} {unit}", target.levels[i], config.playback_rate)
+                  for name, target in zip(names, result.targets) if i < len(target.levels)]
     for name, target in zip(names, result.targets):
         for level in target.levels:
             if level.summary.errors:

@@ -43,6 +43,9 @@ CPU_MAX_BATCH = 1
 CPU_MAX_WAIT_MS = 0.0
 # Queue waits kept for CodecStats.recent_waits_s.
 RECENT_WAITS = 256
+# Weight of the newest batch in the running (exponentially weighted) decode cost and queue wait: about the
+# last ten batches count, so the figures follow the device's load while serving.
+EWMA_WEIGHT = 0.1
 # A window due later than this from now belongs to a stream far ahead of its listener...
 FAR_S = 0.5
 # ...and may wait this many times max_wait_ms for more windows to batch with.
@@ -117,6 +120,8 @@ class _Tally:
     recent: deque[float] = field(default_factory=lambda: deque(maxlen=RECENT_WAITS))
     decode_seconds: float = 0.0
     dropped: int = 0
+    recent_per_frame: float | None = None  # EWMA of decode seconds per frame, batch by batch
+    recent_wait: float = 0.0  # EWMA of seconds a window waits in the queue
 
 
 class CodecService:
@@ -161,6 +166,17 @@ class CodecService:
         Read without the lock: a slightly stale figure serves an estimate."""
         t = self._tally
         return t.decode_seconds / t.frames if t.frames else 0.0
+
+    @property
+    def recent_seconds_per_frame(self) -> float:
+        """Decode seconds per frame (context frames included) as measured lately on this device: an EWMA over
+        the last batches (EWMA_WEIGHT), 0 before the first decode. Read without the lock."""
+        return self._tally.recent_per_frame or 0.0
+
+    @property
+    def recent_wait_s(self) -> float:
+        """Seconds a window waits in the queue before its decode starts, lately (an EWMA; 0 at first)."""
+        return self._tally.recent_wait
 
     def stats(self) -> CodecStats:
         """A snapshot of the counters."""
@@ -224,12 +240,16 @@ class CodecService:
                 t.last_batch = len(batch)
                 t.max_batch = max(t.max_batch, len(batch))
                 t.decode_seconds += elapsed
+                per_frame = elapsed / max(1, sum(job.window.n_frames for job in batch))
+                t.recent_per_frame = per_frame if t.recent_per_frame is None else (
+                    t.recent_per_frame + EWMA_WEIGHT * (per_frame - t.recent_per_frame))
                 for job in batch:
                     job.state = _State.DONE
                     wait = start - job.arrival
                     t.wait_total += wait
                     t.wait_max = max(t.wait_max, wait)
                     t.recent.append(wait)
+                    t.recent_wait += EWMA_WEIGHT * (wait - t.recent_wait)
             _deliver(batch, outcomes)
 
     def _next_batch(self) -> list[_Job] | None:

@@ -34,16 +34,16 @@ class Admission:
         return len(self._waiters)
 
     @asynccontextmanager
-    async def slot(self, overloaded: Callable[[], bool] | None = None) -> AsyncIterator[float]:
+    async def slot(self, overloaded: Callable[[], bool | str] | None = None) -> AsyncIterator[float]:
         """Hold one stream slot for the block; yields the seconds spent queued.
 
         ``overloaded()`` true (the streams already running are falling behind
-        their listeners) refuses at once: one more would only make them all late.
+        their listeners), or a reason, refuses at once: one more would only make them all late.
         """
         start = time.perf_counter()
-        if overloaded is not None and overloaded():
-            raise Overloaded("server is at capacity: its streams are falling behind their listeners; "
-                             "retry shortly", retry_after_s=1)
+        if overloaded is not None and (why := overloaded()):
+            reason = why if isinstance(why, str) else "its streams are falling behind their listeners"
+            raise Overloaded(f"server is at capacity: {reason}; retry shortly", retry_after_s=1)
         if self.active >= self.max_active or self._waiters:
             if len(self._waiters) >= self.max_queue:
                 raise Overloaded(

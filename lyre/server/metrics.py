@@ -232,6 +232,14 @@ class Metrics:
         Gauge("lyre_realtime_sessions", "Realtime sessions open: sockets, WebRTC calls and phone streams",
               registry=self.registry).set_function(count)
 
+    def count_underruns(self, api: str, gaps: list[float], counted: int) -> int:
+        """A stream's listener's stalls so far (``gaps``), of which ``counted`` were counted before: count the
+        new ones; the number counted now."""
+        for gap in gaps[counted:]:
+            self.underruns.labels(api).inc()
+            self.underrun_gaps.labels(api).observe(gap)
+        return len(gaps)
+
     def count_word_times(self, api: str, timer: Any) -> None:
         """A stream's word times are over: the audio they covered, and each segment that got none."""
         self.word_times.labels(api).inc(timer.aligned_s)
@@ -252,6 +260,10 @@ class Metrics:
         self.trimmed = Histogram("lyre_trimmed_silence_seconds", "Leading silence trimmed per request",
                                  buckets=(0.0, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.5), registry=r)
         self.audio = Counter("lyre_audio_seconds", "Audio seconds sent", ["api"], registry=r)
+        self.underruns = Counter("lyre_stream_underruns", "Times a stream's listener ran dry (modelled from when "
+                                 "each chunk left: playing from the first at --playback-rate)", ["api"], registry=r)
+        self.underrun_gaps = Histogram("lyre_stream_underrun_seconds", "Each underrun's stall, by API", ["api"],
+                                       buckets=(0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0), registry=r)
         self.requests = Counter("lyre_requests", "Requests by outcome", ["api", "outcome"], registry=r)
         self.errors = Counter("lyre_errors", "Errors by kind", ["kind"], registry=r)
         self.twilio_refused = Counter("lyre_twilio_streams_refused", "Twilio media streams refused for their "

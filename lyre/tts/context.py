@@ -16,6 +16,7 @@ from lyre.orpheus import TextTokenizer
 from lyre.text.front_end import TextFront
 from lyre.tts.adapter_voices import AdapterVoices
 from lyre.tts.cuts import CutCounts
+from lyre.tts.listeners import Listeners
 from lyre.tts.text import DEFAULT_SEGMENT_CHARS, MAX_INPUT_CHARS
 from lyre.tts.trim import TrimConfig
 from lyre.tts.windows import WindowPolicy
@@ -46,6 +47,9 @@ class TTSConfig:
     allow_reference_voices: bool = False
     # Read numbers, amounts, dates, abbreviations... as words before the model sees them (--no-normalize: off).
     normalize: bool = True
+    # Admission also refuses a new stream while a live listener ran dry lately, or when the measured rates
+    # cannot serve one more without gaps (lyre.tts.listeners; --admit-on-rates).
+    admit_on_rates: bool = False
 
     def __post_init__(self) -> None:
         if not self.flush_after_s > 0:
@@ -64,6 +68,7 @@ class PipelineContext:
     adapters: AdapterVoices | None = None  # cloned voices, when the engine has adapter slots
     front: TextFront = field(default_factory=TextFront)  # reads each segment's text (lyre.text)
     cuts: CutCounts = field(default_factory=CutCounts)  # segments ended on their budget, every stream's
+    listeners: Listeners = field(default_factory=Listeners)  # the live streamed streams' listeners
 
     @property
     def max_tokens_limit(self) -> int:

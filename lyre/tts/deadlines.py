@@ -7,11 +7,12 @@ import time
 
 from lyre import orpheus
 from lyre.engine import Playback, RequestStream
-from lyre.orpheus import FRAME_TOKENS
+from lyre.orpheus import FRAME_SECONDS, FRAME_TOKENS
 from lyre.tts.clock import PlaybackClock
 from lyre.tts.context import PipelineContext
+from lyre.tts.windows import Rates
 
-__all__ = ["BATCH_GRACE_S", "ListenerDeadlines"]
+__all__ = ["BATCH_GRACE_S", "GenerationPace", "ListenerDeadlines"]
 
 # A window of a request nobody plays as it streams (a whole file) is due this long after it is queued:
 # behind every stream about to run dry, never starved by them.
@@ -37,12 +38,20 @@ class ListenerDeadlines:
         held_frames = window.max_new + window.right + 1
         return Playback(self.pace, lag_s=held_frames * FRAME_TOKENS * self.pace, deadline=deadline)
 
-    def ahead(self) -> float:
-        """The listener's buffer, less what a wide window would take to decode now: waiting for one
-        must leave time to decode it (on a CPU that is most of a second; on a GPU, milliseconds)."""
-        window = self._ctx.config.window
-        wide = window.left + window.max_new + window.right
-        return self._clock.ahead() - wide * self._ctx.codec.seconds_per_frame
+    def rates(self, generation: GenerationPace) -> Rates | None:
+        """The rates the window planner sizes this stream's windows by: the codec's measured cost on this
+        device, and this segment's measured generation (the engine's mean step until it has made frames).
+        None for a stream nobody plays as it comes: its windows do not depend on timing, so the same
+        request gives the same audio."""
+        if not self.streamed:
+            return None
+        generate_s = generation.seconds_per_frame
+        if generate_s is None:
+            stats = self._ctx.engine.stats()
+            generate_s = FRAME_TOKENS * stats.step_seconds / stats.steps if stats.steps else 0.0
+        codec = self._ctx.codec
+        return Rates(play_s=FRAME_SECONDS / self._clock.rate, generate_s=generate_s,
+                     decode_s=codec.recent_seconds_per_frame, wait_s=codec.recent_wait_s)
 
     def decode_due(self) -> float | None:
         """When a window queued now must be decoded (None: first come, first decoded)."""
@@ -62,3 +71,31 @@ class ListenerDeadlines:
             self._ctx.engine.start_playback(stream.request_id, at, skipped)
             at += max(0, len(stream.request.output_ids) - skipped) * self.pace
             skipped = 0
+
+
+class GenerationPace:
+    """One segment's generation as its stream sees it: wall seconds per frame after the first frames came
+    (parked stretches included: a stream far ahead of its listener looks slower than its engine)."""
+
+    def __init__(self) -> None:
+        self._first_at: float | None = None
+        self._last_at = 0.0
+        self._frames = 0  # frames that came after the first batch of them
+
+    def came(self, frames: int, at: float | None = None) -> None:
+        """``frames`` more frames came at ``at`` (default now)."""
+        if frames <= 0:
+            return
+        at = time.monotonic() if at is None else at
+        if self._first_at is None:  # the clock starts at the first frames (after the prompt's prefill)
+            self._first_at = at
+            return
+        self._frames += frames
+        self._last_at = at
+
+    @property
+    def seconds_per_frame(self) -> float | None:
+        """None until frames came after the first ones."""
+        if self._first_at is None or self._frames == 0 or self._last_at <= self._first_at:
+            return None
+        return (self._last_at - self._first_at) / self._frames

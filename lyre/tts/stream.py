@@ -27,7 +27,7 @@ from lyre.orpheus import FRAME_TOKENS, FrameAssembler
 from lyre.tts.clock import PlaybackClock
 from lyre.tts.context import PipelineContext
 from lyre.tts.cuts import SegmentBudgets, SegmentCut
-from lyre.tts.deadlines import ListenerDeadlines
+from lyre.tts.deadlines import GenerationPace, ListenerDeadlines
 from lyre.text.said import Said
 from lyre.tts.intake import TextIntake
 from lyre.tts.options import PipelineBusy
@@ -80,9 +80,7 @@ class SpeechStream:
         self.clock = PlaybackClock(context.playback_rate)
         self.streamed = streamed
         self.segments = 0  # started so far
-        self.frames = 0
-        self.samples = 0
-        self.trimmed_samples = 0
+        self.frames = self.samples = self.trimmed_samples = 0
         self.prompt_tokens = 0
         self.finish_reasons: list[FinishReason] = []  # one per segment
         self.budgets = SegmentBudgets(sampling.max_tokens, capped, context.cuts, request_id)
@@ -95,6 +93,8 @@ class SpeechStream:
         self.text = text or TextOptions()
         self._said = SpokenSegments()
         self._deadlines = ListenerDeadlines(context, self.clock, streamed)
+        if streamed:  # its listener counts for admission from now (lyre.tts.listeners) until it ends or closes
+            context.listeners.add(self.clock)
         self._ctx = context
         self._trim = trim
         self._live: list[RequestStream] = []  # engine requests not yet fully consumed, oldest first
@@ -165,6 +165,7 @@ class SpeechStream:
 
     async def aclose(self) -> None:
         self._closed = True
+        self._ctx.listeners.discard(self.clock)
         await self._agen.aclose()
         if self._lease is not None:  # held by `hold_voice` before the stream ever ran
             self._lease.release()
@@ -209,20 +210,21 @@ class SpeechStream:
                 self._said.speaking(index, self.samples)
                 trimmer = LeadingSilenceTrimmer(cfg.trim if index == 0 else cfg.segment_trim) if self._trim else None
                 planner = WindowPlanner(cfg.window, seed=self._segment_seed(index))
-                assembler = FrameAssembler()
-                # Wake once the planner can use what has arrived (a frame, or a whole wide
-                # window while the listener is far ahead), not once per token, and at the
-                # latest when the listener's buffer runs low enough for a narrower window
-                # (the engine may have parked this stream); every token made meanwhile
-                # comes at once, so a window covers all the new frames.
+                assembler, pace = FrameAssembler(), GenerationPace()
+                # Wake once the planner can use what has arrived (windows sized by the measured rates,
+                # lyre.tts.windows), not once per token, and at the latest when the listener's buffer runs
+                # low enough for a narrower window (the engine may have parked this stream); every token
+                # made meanwhile comes at once, so a window covers all the new frames.
                 while not current.ended or current.ready:
-                    ahead = self._deadlines.ahead()
-                    batch = await current.take(planner.frames_wanted(ahead) * FRAME_TOKENS - assembler.pending,
-                                               within=planner.patience(ahead))
+                    ahead, rates = self.clock.ahead(), self._deadlines.rates(pace)  # None: nobody plays it live
+                    batch = await current.take(planner.frames_wanted(ahead, rates) * FRAME_TOKENS
+                                               - assembler.pending, within=planner.patience(ahead, rates))
+                    came = planner.frames
                     for token in batch:
                         if (frame := assembler.push(token)) is not None:
                             planner.push(frame)
-                    while (window := planner.next_window(self._deadlines.ahead())) is not None:
+                    pace.came(planner.frames - came)
+                    while (window := planner.next_window(self.clock.ahead(), self._deadlines.rates(pace))) is not None:
                         if (chunk := self._out(await self._decode(window), trimmer)) is not None:
                             yield chunk
                 self._finished(current, planner.frames, index)
@@ -245,6 +247,7 @@ class SpeechStream:
                     yield silence
                 current = following
         finally:
+            self._ctx.listeners.discard(self.clock)
             for stream in self._live:
                 await stream.aclose()
             self._live.clear()

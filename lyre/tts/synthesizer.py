@@ -83,8 +83,8 @@ class Synthesizer(Protocol):
                reading: TextOptions | None = None) -> Any:
         """`open` with ``text`` pushed and ended (read by ``reading``); ValueError for bad text before any work."""
 
-    def overloaded(self) -> bool:
-        """Whether streams are falling behind their listeners now (new ones should be refused)."""
+    def overloaded(self) -> bool | str:
+        """Whether streams are falling behind their listeners now (new ones should be refused), or why."""
 
     def engine_stats(self) -> EngineStats: ...
 
@@ -270,9 +270,18 @@ class TTS:
         chunks = [chunk async for chunk in stream]
         return (np.concatenate(chunks) if chunks else np.zeros(0, np.int16)), stream
 
-    def overloaded(self) -> bool:
-        # First-come scheduling keeps its old behaviour: it never refuses for being late.
-        return self.on_deadlines and self.engine.stats().behind > 0
+    def overloaded(self) -> bool | str:
+        """True, or why, when a new stream should be refused: streams behind their listeners' deadlines, and
+        with ``config.admit_on_rates`` a listener run dry lately or rates that cannot serve one more
+        (lyre.tts.listeners). First-come scheduling keeps its old behaviour: it never refuses for being late."""
+        if not self.on_deadlines:
+            return False
+        stats = self.engine.stats()
+        if stats.behind > 0 or not self.config.admit_on_rates:
+            return stats.behind > 0
+        step_s = stats.step_seconds / stats.steps if stats.steps else 0.0
+        return self.context.listeners.refuse(self.playback_rate, step_s, self.codec.recent_seconds_per_frame,
+                                             self.config.window) or False
 
     def engine_stats(self) -> EngineStats:
         return self.engine.stats()

@@ -15,6 +15,34 @@ frames), the planner
 - once the stream is ahead of playback, waits for several new frames and
   decodes them in one wider window, so a frame costs (k + 3) / k frame
   decodes instead of four.
+
+Given the measured rates (`Rates`: what a frame plays for, what it takes the
+engine to make one for this stream, what the codec costs per decoded frame on
+this device, kept up to date while serving), the sizes follow one rule: *each
+next chunk is ready before the audio already sent has played*, with a margin:
+
+- steady width k*: the narrowest window that keeps pace, the smallest n with
+  max(n g, decode(n)) <= n p (frames are made while the codec decodes the
+  window before; g: generation s per frame, p: playback s per frame at the
+  listener's rate, decode(n): the queue wait plus (n + context) frames' cost);
+- the first chunk (nothing playing yet): the smallest n whose audio covers
+  making the next window of k* frames after it leaves, max(0, k* g -
+  decode(n)) + decode(k*) + margin <= n p. Each frame more in the first
+  chunk delays first audio by g + one frame's decode; on the 2-core CPU of
+  docs/benchmarks.md (g 45-60 ms, 40 ms a decoded frame) the rule asks for 2-4
+  frames instead of 1 (time to first audio p50 80-140 ms later), on a GPU for 1;
+- after that a window waits for one more frame only while the listener's
+  buffer still covers it and the wider decode: ahead - g - decode(r + 1) >=
+  margin; so a stream ahead of its listener widens its windows (up to
+  max_new), and one near running dry decodes what it has at once;
+- a window decoded takes the most ready frames whose decode still fits in the
+  listener's buffer (at most max_new; at least one); when not even one frame's
+  window fits (the listener will run dry whatever it does), it takes every
+  ready frame: one-frame windows cost four frames' decode each, and taking
+  them one by one would make every later chunk late too.
+
+(Tried on the 2-core CPU: holding later windows to at least k* frames made the
+second chunk wait for k* frames' generation and gave longer gaps, not fewer.)
 """
 
 from __future__ import annotations
@@ -23,7 +51,7 @@ from dataclasses import dataclass
 
 from lyre.codec import CodecWindow
 
-__all__ = ["WindowPlanner", "WindowPolicy"]
+__all__ = ["Rates", "WindowPlanner", "WindowPolicy"]
 
 
 @dataclass(frozen=True)
@@ -37,7 +65,11 @@ class WindowPolicy:
     # time the second decode needs, so playback never runs dry.
     first_new: int = 1
     max_new: int = 8  # emitted frames per window, at most
-    ahead_s: float = 0.5  # audio buffered ahead of playback before windows widen
+    ahead_s: float = 0.5  # audio buffered ahead of playback before windows widen (without measured rates)
+    margin_s: float = 0.03  # with measured rates: buffer kept beyond a window's cost, for the clocks' jitter
+    # With measured rates: the first chunk's frames at most (None: as many as the rule asks). A cap trades
+    # gaps for time to first audio, where the device is too slow to have both.
+    first_most: int | None = None
 
     def __post_init__(self) -> None:
         if self.left < 0 or self.right < 0:
@@ -48,6 +80,24 @@ class WindowPolicy:
             raise ValueError(f"first_new must be in [1, max_new], got {self.first_new}")
         if self.ahead_s < 0:
             raise ValueError(f"ahead_s must be >= 0, got {self.ahead_s}")
+        if self.margin_s < 0:
+            raise ValueError(f"margin_s must be >= 0, got {self.margin_s}")
+        if self.first_most is not None and not self.first_new <= self.first_most <= self.max_new:
+            raise ValueError(f"first_most must be in [first_new, max_new], got {self.first_most}")
+
+
+@dataclass(frozen=True)
+class Rates:
+    """What the planner sizes windows by, measured while serving (all wall seconds)."""
+
+    play_s: float  # one frame's playback at the listener's rate
+    generate_s: float  # the engine's time to make one frame of this stream
+    decode_s: float  # the codec's cost per decoded frame (context frames included) on this device
+    wait_s: float = 0.0  # a window's wait in the codec's queue before its decode starts
+
+    def decode(self, frames: int) -> float:
+        """Seconds from handing a window of ``frames`` (context included) to the codec to its audio."""
+        return self.wait_s + frames * self.decode_s
 
 
 class WindowPlanner:
@@ -71,32 +121,78 @@ class WindowPlanner:
     def emitted(self) -> int:
         return self._emitted
 
-    def next_window(self, ahead_s: float) -> CodecWindow | None:
+    def next_window(self, ahead_s: float, rates: Rates | None = None) -> CodecWindow | None:
         """A window to decode now, or None to wait for more frames.
 
-        ``ahead_s`` is how much already-emitted audio has not played yet. While
-        it is short, any frame with its right context ready goes out at once;
-        once it is long, frames gather until a full ``max_new`` window.
+        ``ahead_s`` is how much already-emitted audio has not played yet. Without
+        ``rates``: while it is short (under ``policy.ahead_s``), any frame with its right
+        context ready goes out at once; once it is long, frames gather until a full
+        ``max_new`` window. With ``rates``: the module's rule.
         """
-        ready = len(self._frames) - self.policy.right - self._emitted
-        if ready < (self.policy.first_new if self._emitted == 0 else 1):
+        ready, least = self._ready(), self._least(ahead_s, rates)
+        if ready < least or self._slack(ahead_s, rates, ready) is not None:
             return None
-        if ready < self.policy.max_new and ahead_s >= self.policy.ahead_s:
-            return None
-        return self._window(min(ready, self.policy.max_new), end=len(self._frames))
+        new = min(ready, self.policy.max_new)
+        context = min(self.policy.left, self._emitted) + self.policy.right
+        # The widest that is decoded before the listener runs dry (at least `least`); if not even that is,
+        # a gap comes anyway: all that is ready, so that the codec catches up instead of falling further behind.
+        if rates is not None and rates.decode(least + context) + self.policy.margin_s <= ahead_s:
+            while new > least and rates.decode(new + context) + self.policy.margin_s > ahead_s:
+                new -= 1
+        return self._window(new, end=len(self._frames))
 
-    def frames_wanted(self, ahead_s: float) -> int:
+    def frames_wanted(self, ahead_s: float, rates: Rates | None = None) -> int:
         """How many more frames `next_window` needs before it has a window to give (at least 1)."""
-        ready = len(self._frames) - self.policy.right - self._emitted
-        need = self.policy.first_new if self._emitted == 0 else 1
-        if ahead_s >= self.policy.ahead_s:
-            need = max(need, self.policy.max_new)
+        ready = self._ready()
+        need = self._least(ahead_s, rates)
+        if self._slack(ahead_s, rates, max(ready, need)) is not None:
+            need = self.policy.max_new
         return max(1, need - ready)
 
-    def patience(self, ahead_s: float) -> float | None:
-        """Seconds until the listener's buffer falls to ``policy.ahead_s``, when `next_window` stops
-        waiting for a wide window and decodes what it has; None: it is not waiting for one."""
-        return ahead_s - self.policy.ahead_s if ahead_s >= self.policy.ahead_s else None
+    def patience(self, ahead_s: float, rates: Rates | None = None) -> float | None:
+        """Seconds `next_window` may go on waiting for a wider window before it must decode what it has
+        (the listener's buffer falls to what that window costs); None: it is not waiting for one."""
+        return self._slack(ahead_s, rates, max(self._ready(), self._least(ahead_s, rates)))
+
+    def steady_frames(self, rates: Rates) -> int:
+        """k*: the narrowest window that keeps pace with the listener at ``rates`` (max_new if none does)."""
+        context = self.policy.left + self.policy.right
+        for n in range(1, self.policy.max_new + 1):
+            if max(n * rates.generate_s, rates.decode(n + context)) <= n * rates.play_s:
+                return n
+        return self.policy.max_new
+
+    def first_frames(self, rates: Rates) -> int:
+        """The first chunk's frames: the fewest (at least ``first_new``, at most ``first_most``) whose audio
+        covers making the next window of `steady_frames` frames after it leaves."""
+        steady, most = self.steady_frames(rates), self.policy.first_most or self.policy.max_new
+        after = rates.decode(steady + self.policy.left + self.policy.right)
+        for n in range(self.policy.first_new, most):
+            meanwhile = rates.decode(n + self.policy.right)  # frames keep coming while the first one decodes
+            if max(0.0, steady * rates.generate_s - meanwhile) + after + self.policy.margin_s <= n * rates.play_s:
+                return n
+        return most
+
+    def _ready(self) -> int:
+        """Frames not emitted whose right context has come."""
+        return len(self._frames) - self.policy.right - self._emitted
+
+    def _least(self, ahead_s: float, rates: Rates | None) -> int:
+        """The fewest ready frames a window may have now: the first chunk's while the listener has nothing
+        (without rates: ``first_new``), else 1."""
+        if self._emitted > 0 or (rates is not None and ahead_s > 0):
+            return 1
+        return self.policy.first_new if rates is None else self.first_frames(rates)
+
+    def _slack(self, ahead_s: float, rates: Rates | None, ready: int) -> float | None:
+        """Seconds the planner may still wait for a window wider than ``ready`` frames; None: decode now."""
+        if ready >= self.policy.max_new:
+            return None
+        if rates is None:
+            return ahead_s - self.policy.ahead_s if ahead_s >= self.policy.ahead_s else None
+        context = min(self.policy.left, self._emitted) + self.policy.right
+        slack = ahead_s - rates.generate_s - rates.decode(ready + 1 + context) - self.policy.margin_s
+        return slack if slack >= 0 and ahead_s > 0 else None
 
     def finish(self) -> list[CodecWindow]:
         """Generation has stopped: windows for every frame not yet emitted."""

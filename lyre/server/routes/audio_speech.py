@@ -160,10 +160,13 @@ async def _body(state: ServerState, stream: Any, encoder: StreamEncoder, api: st
     encoded: list[bytes] = []  # the "json" answer's audio
     words: list[AlignedWord] = []
     told = 0  # the stream's cut segments told the client so far (sse)
+    heard = 0  # the listener's underruns counted so far (a stream someone plays as it comes)
     try:
         async for chunk in stream:
             if stream.samples == len(chunk):  # the first audio of this request
                 metrics.ttfa.labels(api).observe(time.perf_counter() - received)
+            if stream.streamed:
+                heard = metrics.count_underruns(api, stream.clock.gaps, heard)
             if data := encoder.feed(chunk):
                 if api == "sse":
                     yield _sse({"type": "speech.audio.delta", "audio": base64.b64encode(data).decode()})

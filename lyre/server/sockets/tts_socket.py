@@ -131,6 +131,7 @@ class _Context:
             await stream.aclose()  # aborts the engine requests and drops codec work if we stopped early
         metrics.audio.labels(_API).inc(stream.audio_seconds)
         metrics.trimmed.observe(stream.trimmed_ms / 1000)
+        metrics.count_underruns(_API, stream.clock.gaps, 0)
 
     async def _send_words(self, timer: WordTimer) -> None:
         """Each segment's words as a Cartesia timestamps message, as soon as it is aligned (the segment's
