@@ -23,13 +23,14 @@ from fastapi import FastAPI, Request
 from fastapi.responses import StreamingResponse
 from serving import serving_in_thread
 
-__all__ = ["IN_TWO_PARTS", "REPLY", "SECOND_PART", "scripted_thinker", "thinking_at"]
+__all__ = ["ASKED", "IN_TWO_PARTS", "REPLY", "SECOND_PART", "scripted_thinker", "thinking_at"]
 
 REPLY = "Sure, I can help with that."
 IN_TWO_PARTS = "Answer in two parts."
 SECOND_PART = threading.Event()  # set: the reply in two parts waiting says its second (and it is cleared)
 _PARTS = ("One moment.", " Here it is, all of it.")
 _LONGEST_PAUSE_S = 30.0  # a second part nobody asked for goes after this
+ASKED: list[list[dict]] = []  # each request's messages, in order (what the agent told the think step)
 
 
 def scripted_thinker() -> FastAPI:
@@ -38,6 +39,7 @@ def scripted_thinker() -> FastAPI:
     @app.post("/v1/chat/completions")
     async def completions(request: Request) -> StreamingResponse:
         messages = (await request.json())["messages"]
+        ASKED.append(messages)
         parts = _PARTS if messages[-1].get("content") == IN_TWO_PARTS else (REPLY,)
 
         async def answer() -> AsyncIterator[str]:

@@ -155,6 +155,15 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                             "this account's request signature (X-Twilio-Signature), and without the API key, "
                             "which Twilio cannot send; a stream only with the one-call credential the webhook "
                             "puts in its URL (default: $LYRE_TWILIO_AUTH_TOKEN; none: not checked)")
+    agent.add_argument("--sip", metavar="HOST:PORT", default=os.environ.get("LYRE_SIP"),
+                       help="answer SIP calls (UDP) at HOST:PORT, e.g. 0.0.0.0:5060: a trunk or PBX sends its INVITEs "
+                            "here and each call talks with the agent, G.711 (PCMU or PCMA) over RTP (default: $LYRE_SIP;"
+                            " none: no SIP)")
+    agent.add_argument("--sip-allow", dest="sip_allow", action="append", metavar="CIDR",
+                       help="take SIP messages only from this network (e.g. 203.0.113.0/24, your trunk's); repeatable; "
+                            "others are dropped unanswered (default: loopback only)")
+    agent.add_argument("--sip-ring", dest="sip_ring_s", type=float, default=0.0, metavar="SECONDS",
+                       help="let a SIP call ring this long (180 Ringing) before answering it (default: 0)")
     serve.set_defaults(run=run)
 
 
@@ -189,6 +198,7 @@ def run(args: argparse.Namespace) -> int:
         stt_max_file_bytes=round(args.stt_max_file_mb * 2**20),
         fleet_ttl_s=args.fleet_ttl,
         ice_servers=tuple(args.ice_servers),
+        sip_allow=tuple(args.sip_allow) if args.sip_allow else ServerConfig.sip_allow,
     )
     config = ServerConfig(**given)
     if config.tts:

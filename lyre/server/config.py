@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from dataclasses import dataclass, field
 
@@ -74,6 +75,9 @@ class ServerConfig:
     ice_servers: tuple[str, ...] = ()
     # Twilio's auth token: phone calls (/v1/twilio/*) must carry its request signature; None: not checked
     twilio_auth_token: str | None = None
+    sip: str | None = None  # HOST:PORT: answer SIP calls over UDP there (lyre.server.calls.sip_server); None: no SIP
+    sip_allow: tuple[str, ...] = ("127.0.0.0/8", "::1/128")  # networks SIP messages are taken from; others dropped
+    sip_ring_s: float = 0.0  # how long a SIP call rings (180) before lyre answers it
 
     def __post_init__(self) -> None:
         # Devices are resolved once (the pipeline's by ServingConfig): every check below and every model
@@ -117,8 +121,20 @@ class ServerConfig:
         if self.twilio_auth_token is not None and not self.twilio_auth_token:
             raise ValueError("twilio_auth_token must not be empty")
         self._check_fleet()
+        self._check_sip()
         for url in self.ice_servers:
             ice_server_parts(url)
+
+    def _check_sip(self) -> None:
+        if self.sip is not None:
+            sip_address(self.sip)
+        for cidr in self.sip_allow:
+            try:
+                ipaddress.ip_network(cidr, strict=False)
+            except ValueError:
+                raise ValueError(f"--sip-allow {cidr!r} is not a network (e.g. 10.0.0.0/8 or 192.0.2.7)") from None
+        if not 0 <= self.sip_ring_s <= 60:
+            raise ValueError(f"sip_ring_s must be in 0..60 seconds, got {self.sip_ring_s}")
 
     def _check_fleet(self) -> None:
         if self.register is None:
@@ -152,3 +168,12 @@ def ice_server_parts(url: str) -> tuple[str, str | None, str | None]:
     if scheme.startswith("stun"):
         raise ValueError(f"--ice-server {url!r}: a STUN server takes no credentials")
     return f"{scheme}:{host}", username, credential
+
+
+def sip_address(address: str) -> tuple[str, int]:
+    """``--sip HOST:PORT`` (an IPv6 host in brackets) as (host, port); ValueError saying what is wrong."""
+    host, colon, port = address.rpartition(":")
+    host = host.removeprefix("[").removesuffix("]")
+    if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"--sip must be HOST:PORT (e.g. 0.0.0.0:5060), got {address!r}")
+    return host, int(port)

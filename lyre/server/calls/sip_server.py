@@ -1,0 +1,292 @@
+"""``lyre serve --sip HOST:PORT``: a SIP user agent server over UDP that answers calls with the voice agent.
+
+    sip = SipServer(state, sessions)
+    await sip.start("127.0.0.1", 5060)   # listening
+    await sip.stop()                     # every call ended with a BYE, its conversation closed
+
+SIP messages, dialogs and transactions are aiosipua's (MIT): its parser has hard limits (header count, sizes,
+required headers; a message it cannot parse is dropped), and its UAS sends 100 Trying, retransmits a 200 on UDP
+until the ACK comes (RFC 3261's timers G and H), matches a CANCEL to its INVITE and answers it 487, keeps the
+dialog's tags and route set, and answers OPTIONS with 200. This module decides who may call and what a call
+is: an INVITE from outside ``--sip-allow`` is dropped unanswered; over the INVITE rate or while draining, 503
+with Retry-After; past ``--stt-max-sessions`` (shared with sockets, WebRTC calls and phone streams), 486 Busy
+Here; an offer with neither PCMU nor PCMA, 488. Otherwise 180 Ringing, then (after ``--sip-ring`` seconds) 200
+with the SDP answer, and the call's media runs in lyre.server.calls.sip_call. A re-INVITE whose offer is
+sendonly, inactive or at address 0.0.0.0 puts the call on hold; sendrecv again takes it off. The call ends at a
+BYE (200), a CANCEL, no ACK, no media (lyre sends BYE), or the server stopping (BYE); whatever the end, the
+conversation is closed and its engine slots and session freed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+import time
+from contextlib import AsyncExitStack
+from typing import Any
+
+from aiosipua import IncomingCall, SdpMessage, SdpNegotiationError, SipRequest, SipUAS, negotiate_sdp
+from aiosipua.transport import UdpSipTransport
+from prometheus_client import Counter, Gauge, Histogram
+
+from lyre.server.calls.sip_call import SipCall
+from lyre.server.calls.sip_media import CODECS
+from lyre.server.sessions import RealtimeSessions
+from lyre.server.state import ServerState
+
+__all__ = ["MAX_MESSAGE_BYTES", "SipServer", "allowed_networks"]
+
+log = logging.getLogger("lyre.server.sip")
+
+MAX_MESSAGE_BYTES = 8192  # a datagram longer than this is dropped unread (an INVITE with SDP is under 2 kB)
+_INVITES_PER_S = 20.0  # new calls a second, on average, before 503
+_INVITE_BURST = 40.0
+_RETRY_AFTER_S = 5
+_HOLD_DIRECTIONS = ("sendonly", "inactive")
+
+
+def allowed_networks(cidrs: tuple[str, ...]) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+    """``--sip-allow``'s networks; ValueError naming the one that is not a network."""
+    networks = []
+    for cidr in cidrs:
+        try:
+            networks.append(ipaddress.ip_network(cidr, strict=False))
+        except ValueError:
+            raise ValueError(f"--sip-allow {cidr!r} is not a network (e.g. 10.0.0.0/8 or 192.0.2.7)") from None
+    return tuple(networks)
+
+
+class _Metrics:
+    def __init__(self, state: ServerState) -> None:
+        r = state.metrics.registry
+        self.calls = Counter("lyre_sip_calls", "SIP calls by how they ended (or were refused)", ["outcome"], registry=r)
+        self.active = Gauge("lyre_sip_calls_active", "SIP calls answered and not yet ended", registry=r)
+        self.setup = Histogram("lyre_sip_call_setup_seconds", "INVITE received to 200 OK sent", registry=r)
+        self.media_errors = Counter("lyre_sip_media_errors", "RTP trouble: an unexpected payload type, packets "
+                                    "dropped for a slow conversation, media timeouts", ["kind"], registry=r)
+        self.dropped = Counter("lyre_sip_messages_dropped", "SIP datagrams dropped unanswered", ["reason"],
+                               registry=r)
+
+
+class _Transport(UdpSipTransport):
+    """UDP with lyre's gate before the parser: sources outside the allowed networks and oversized datagrams
+    are dropped unread; and Record-Route copied into the responses that set up a dialog (RFC 3261 12.1.1)."""
+
+    allowed: tuple[Any, ...] = ()
+    metrics: _Metrics | None = None
+    record_routes: dict[str, list[str]] = {}
+
+    async def start(self) -> None:  # aiosipua's own protocol asserts asyncio's transport class, which uvloop's is not
+        loop = asyncio.get_running_loop()
+        self._udp_transport, _ = await loop.create_datagram_endpoint(lambda: _Datagrams(self), local_addr=self.local_addr)
+
+    def _dispatch(self, data: bytes, addr: tuple[str, int]) -> None:
+        reason = None
+        if len(data) > MAX_MESSAGE_BYTES:
+            reason = "too_long"
+        elif not any(_address(addr[0]) in network for network in self.allowed):
+            reason = "source"
+        if reason is None:
+            super()._dispatch(data, addr)
+        elif self.metrics is not None:
+            self.metrics.dropped.labels(reason).inc()
+
+    def send(self, message: Any, addr: tuple[str, int]) -> None:
+        if getattr(message, "status_code", 0) in range(101, 300):
+            routes = self.record_routes.get(message.call_id or "")
+            if routes and message.cseq is not None and message.cseq.method == "INVITE":
+                message.headers.set_single("Record-Route", ", ".join(routes))
+        super().send(message, addr)
+
+
+class _Datagrams(asyncio.DatagramProtocol):
+    def __init__(self, transport: _Transport) -> None:
+        self.transport = transport
+
+    def datagram_received(self, data: bytes, addr: tuple[str, int] | Any) -> None:
+        self.transport._dispatch(data, (str(addr[0]), int(addr[1])))
+
+
+def _address(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    address = ipaddress.ip_address(host.split("%")[0])
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    return address
+
+
+class SipServer:
+    """The SIP endpoint and its calls; see the module docstring."""
+
+    def __init__(self, state: ServerState, sessions: RealtimeSessions) -> None:
+        self.state = state
+        self.sessions = sessions
+        self.calls: dict[str, tuple[IncomingCall, SipCall, AsyncExitStack]] = {}  # by Call-ID, answered or ringing
+        self.metrics = _Metrics(state)
+        self.metrics.active.set_function(lambda: sum(1 for c, _, _ in self.calls.values() if c._answered))
+        self._transport: _Transport | None = None
+        self._uas: SipUAS | None = None
+        self._tokens, self._refilled = _INVITE_BURST, time.monotonic()
+        self._host = "127.0.0.1"
+        self._closing: set[asyncio.Task[None]] = set()  # calls ended, their conversations closing
+
+    async def start(self, host: str, port: int) -> None:
+        self._host = host
+        transport = self._transport = _Transport(local_addr=(host, port))
+        transport.allowed = allowed_networks(self.state.config.sip_allow)
+        transport.metrics, transport.record_routes = self.metrics, {}
+        uas = self._uas = SipUAS(transport, user_agent="lyre")
+        uas.on_invite = self._invite
+        uas.on_reinvite = self._reinvite
+        uas.on_bye = lambda call, request: self._ended(call.call_id, "bye")
+        uas.on_cancel = lambda request, addr: self._ended(request.call_id or "", "cancel")
+        uas.on_ack_timeout = lambda call: self._ended(call.call_id, "no_ack")
+        await uas.start()
+        log.info("SIP on udp %s:%d", *transport.local_addr)
+
+    @property
+    def port(self) -> int:
+        assert self._transport is not None and self._transport._udp_transport is not None
+        return self._transport._udp_transport.get_extra_info("sockname")[1]
+
+    async def stop(self) -> None:
+        for call_id in list(self.calls):
+            self.hang_up(call_id, "the server is stopping")
+        await self.drained()
+        if self._uas is not None:
+            await self._uas.stop()
+
+    # -- the dialogs --
+
+    def _invite(self, call: IncomingCall) -> None:
+        if (ringing := self.calls.get(call.call_id)) is not None:  # the INVITE again, before the 200 came
+            assert self._uas is not None
+            self._uas._calls[call.call_id] = ringing[0]  # aiosipua took it for a new call: the call is the first
+            return
+        refusal = self._refusal(call)
+        if refusal is not None:
+            code, reason, headers = refusal
+            self.metrics.calls.labels(f"refused_{code}").inc()
+            log.info("SIP call %s refused: %d %s", call.call_id, code, reason)
+            call._send_response(code, reason, extra_headers=headers)
+            call.dialog.terminate()
+            return
+        assert self._transport is not None
+        self._transport.record_routes[call.call_id] = list(call.invite.headers.get("record-route"))
+        stack = AsyncExitStack()  # closed in reverse: the answer stopped, the media closed, the session freed
+        stack.enter_context(self.sessions.hold())
+        media = SipCall(self.state, CODECS[self._codec(call.sdp_offer)], _dtmf_type(call.sdp_offer),
+                        _rtp_address(call), lambda why: self.hang_up(call.call_id, why),
+                        lambda kind: self.metrics.media_errors.labels(kind).inc())
+        self.calls[call.call_id] = (call, media, stack)
+        stack.push_async_callback(media.close)
+        call.ringing()
+        task = asyncio.ensure_future(self._answer(call, media, time.perf_counter()))
+        stack.callback(task.cancel)
+
+    async def _answer(self, call: IncomingCall, media: SipCall, received: float) -> None:
+        port = await media.bind(self._host)
+        if self.state.config.sip_ring_s:
+            await asyncio.sleep(self.state.config.sip_ring_s)
+        if self.calls.get(call.call_id, (None,))[0] is not call:
+            return  # cancelled while ringing
+        assert call.sdp_offer is not None
+        answer, _ = negotiate_sdp(call.sdp_offer, self._host, port, supported_codecs=[0, 8],
+                                  dtmf_payload_type=media.dtmf_type or 0)
+        call.accept(answer)
+        media.start()
+        self.metrics.setup.observe(time.perf_counter() - received)
+        log.info("SIP call %s answered (%s) from %s", call.call_id, media.codec.name, call.caller)
+
+    def _refusal(self, call: IncomingCall) -> tuple[int, str, dict[str, str] | None] | None:
+        now = time.monotonic()
+        self._tokens = min(_INVITE_BURST, self._tokens + (now - self._refilled) * _INVITES_PER_S)
+        self._refilled = now
+        if self.state.draining:
+            return 503, "Service Unavailable", {"Retry-After": str(_RETRY_AFTER_S)}
+        if self._tokens < 1:
+            return 503, "Service Unavailable", {"Retry-After": str(_RETRY_AFTER_S)}
+        self._tokens -= 1
+        if self.sessions.open >= self.state.config.stt_max_sessions:
+            return 486, "Busy Here", None
+        if call.sdp_offer is None or call.sdp_offer.rtp_address is None:
+            return 488, "Not Acceptable Here", None  # no offer in the INVITE: lyre answers offers only
+        try:
+            self._codec(call.sdp_offer)
+        except SdpNegotiationError:
+            return 488, "Not Acceptable Here", None
+        return None
+
+    @staticmethod
+    def _codec(offer: SdpMessage | None) -> int:
+        audio = offer.audio if offer is not None else None
+        for codec in audio.codecs if audio is not None else ():
+            if codec.payload_type in CODECS:
+                return codec.payload_type
+        raise SdpNegotiationError("the offer has neither PCMU nor PCMA")
+
+    def _reinvite(self, call: IncomingCall) -> None:
+        held = self.calls.get(call.call_id)
+        offer = call.sdp_offer
+        if held is None or offer is None or offer.audio is None:
+            call._send_response(488, "Not Acceptable Here")
+            return
+        media = held[1]
+        try:
+            if self._codec(offer) != media.codec.payload_type:
+                raise SdpNegotiationError("a codec change mid-call")
+            answer, _ = negotiate_sdp(offer, self._host, media.port, supported_codecs=[media.codec.payload_type],
+                                      dtmf_payload_type=media.dtmf_type or 0)
+        except SdpNegotiationError:
+            call._send_response(488, "Not Acceptable Here")
+            return
+        address = offer.rtp_address
+        media.hold(offer.audio.direction in _HOLD_DIRECTIONS or address is None or address[0] == "0.0.0.0")
+        call.accept(answer)
+        log.info("SIP call %s %s", call.call_id, "on hold" if media.held else "resumed")
+
+    def hang_up(self, call_id: str, why: str) -> None:
+        """lyre ends the call: BYE (to an answered call), then the call is closed."""
+        if (held := self.calls.get(call_id)) is None:
+            return
+        log.info("SIP call %s: lyre hangs up: %s", call_id, why)
+        if held[0]._answered:
+            held[0].hangup()
+        elif held[0].dialog.state.name != "TERMINATED":
+            held[0]._send_response(503, "Service Unavailable")
+        if self._uas is not None:
+            self._uas._calls.pop(call_id, None)
+        self._ended(call_id, "hangup")
+
+    def _ended(self, call_id: str, outcome: str) -> None:
+        if (held := self.calls.pop(call_id, None)) is None:
+            return
+        if self._transport is not None:
+            self._transport.record_routes.pop(call_id, None)
+        self.metrics.calls.labels(outcome).inc()
+        task = asyncio.ensure_future(held[2].aclose())
+        self._closing.add(task)
+        task.add_done_callback(self._closed)
+
+    def _closed(self, task: asyncio.Task[None]) -> None:
+        self._closing.discard(task)
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            log.error("closing a SIP call failed", exc_info=exc)
+
+    async def drained(self) -> None:
+        """Every ended call closed."""
+        while self._closing:
+            await asyncio.wait(set(self._closing))
+
+
+def _rtp_address(call: IncomingCall) -> tuple[str, int]:
+    assert call.sdp_offer is not None and call.sdp_offer.rtp_address is not None
+    return call.sdp_offer.rtp_address
+
+
+def _dtmf_type(offer: SdpMessage | None) -> int | None:
+    audio = offer.audio if offer is not None else None
+    for codec in audio.codecs if audio is not None else ():
+        if codec.encoding_name.lower() == "telephone-event":
+            return codec.payload_type
+    return None

@@ -1,0 +1,253 @@
+"""SIP calls: a real ``lyre serve --stt --sip ...`` (demo TTS, Whisper base, thinking at a scripted endpoint,
+tests/scripted_thinker.py: the SIP path is under test, not the chat model) called by SIPp (Debian's
+``sip-tester``) with the scenarios in tests/server/calls/sip/. SIPp does the signalling; where a test needs
+the call's media, the SDP offer names a port of the test's own (``-key rtp_port``), which sends the
+caller's espeak-ng speech as G.711 RTP at real time and reads what lyre sends back (lyre answers RTP where
+the caller's packets come from). The demo TTS has random weights: its audio is noise, so the tests check
+packets and counts, never sound. The media parts alone (G.711, RTP, the jitter buffer, RFC 4733) come first.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import struct
+import subprocess
+import threading
+import time
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+from scripted_thinker import ASKED, thinking_at
+from serving import Server, running_server
+from speech import SENTENCES, speak
+
+from lyre.server.calls.sip_media import (DTMF_KEYS, JitterBuffer, TelephoneEvents, alaw_decode, alaw_encode,
+                                         read_rtp, rtp_packet)
+from lyre.server.calls.twilio_media import ulaw_encode
+from lyre.server.config import ServerConfig, sip_address
+
+SCENARIOS = Path(__file__).parent / "sip"
+IDLE_S = 3  # --stt-idle-timeout: a held call with no audio this long is ended
+RING_S = 0.3  # --sip-ring: long enough for a CANCEL to come before the answer
+SILENCE = bytes([0xFF]) * 160  # 20 ms of mu-law silence
+
+needs_sipp = pytest.mark.skipif(shutil.which("sipp") is None, reason="SIPp (apt-get install sip-tester) is missing")
+
+
+def _free_udp_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# -- the parts, alone --
+
+
+def test_a_law_is_g711_as_audioop_computed_it() -> None:
+    pcm = np.arange(-32768, 32768, dtype="<i2").tobytes()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        audioop = pytest.importorskip("audioop")
+        assert alaw_encode(pcm) == audioop.lin2alaw(pcm, 2)
+        assert alaw_decode(bytes(range(256))) == audioop.alaw2lin(bytes(range(256)), 2)
+
+
+def test_a_law_round_trip_keeps_the_value_within_a_step() -> None:
+    pcm = np.linspace(-30000, 30000, 1001).astype("<i2")
+    back = np.frombuffer(alaw_decode(alaw_encode(pcm.tobytes())), "<i2").astype(int)
+    assert np.all(np.abs(back - pcm) <= np.maximum(16, np.abs(pcm.astype(int)) // 16))
+
+
+def test_rtp_packets_read_back_and_rtcp_and_junk_are_refused() -> None:
+    data = rtp_packet(8, 65535, 2**32 - 1, 1234, b"\xd5" * 160, marker=True)
+    packet = read_rtp(data)
+    assert packet is not None and (packet.payload_type, packet.sequence, packet.ssrc, packet.marker) == (8, 65535,
+                                                                                                        1234, True)
+    assert packet.payload == b"\xd5" * 160
+    assert read_rtp(bytes([0x80, 200]) + bytes(26)) is None  # an RTCP sender report
+    assert read_rtp(b"\x80\x00") is None and read_rtp(b"INVITE sip:x SIP/2.0\r\n") is None
+    assert read_rtp(bytes([0x8F]) + bytes(11)) is None  # 15 CSRCs said, none there
+
+
+def test_the_jitter_buffer_reorders_waits_a_little_and_drops_the_late() -> None:
+    def packet(seq: int) -> object:
+        return read_rtp(rtp_packet(0, seq, seq * 160, 7, bytes([seq % 256])))
+
+    jitter = JitterBuffer(depth=2)
+    assert jitter.push(packet(65534)) == [bytes([254])]
+    assert jitter.push(packet(0)) == []  # 65535 is missing: wait for it
+    assert jitter.push(packet(65535)) == [bytes([255]), bytes([0])]  # across the wrap, in order
+    assert jitter.push(packet(65535)) == [] and jitter.dropped == 1  # a duplicate
+    for seq in (2, 3, 4):  # 1 never comes: past the depth, it is given up
+        out = jitter.push(packet(seq))
+    assert out == [bytes([2]), bytes([3]), bytes([4])] and jitter.lost == 1
+
+
+def test_a_key_press_counts_once_though_its_end_comes_three_times() -> None:
+    events = TelephoneEvents()
+    start, end = bytes([5, 0x0A, 0, 160]), bytes([5, 0x8A, 3, 32])
+    assert [events.push(p, 1000) for p in (start, start, end, end, end)] == [None, None, "5", None, None]
+    assert events.push(bytes([11, 0x8A, 3, 32]), 5000) == "#" and DTMF_KEYS[11] == "#"
+
+
+def test_the_sip_settings_are_checked() -> None:
+    assert sip_address("0.0.0.0:5060") == ("0.0.0.0", 5060) and sip_address("[::1]:5070") == ("::1", 5070)
+    for bad in ("5060", "host:", "host:99999"):
+        with pytest.raises(ValueError, match="--sip must be HOST:PORT"):
+            sip_address(bad)
+    with pytest.raises(ValueError, match="--sip-allow 'ten' is not a network"):
+        ServerConfig(sip="127.0.0.1:5060", sip_allow=("ten",))
+
+
+# -- calls, from SIPp --
+
+
+class Sip:
+    """The server, and SIPp pointed at it."""
+
+    def __init__(self, server: Server, port: int) -> None:
+        self.server, self.port = server, port
+
+    def sipp(self, scenario: str, *args: str, calls: int = 1, timeout_s: float = 40.0,
+             background: bool = False) -> subprocess.Popen[str] | subprocess.CompletedProcess[str]:
+        command = ["sipp", "127.0.0.1", "-p", str(_free_udp_port()), "-i", "127.0.0.1", "-s", "agent",
+                   "-sf", str(SCENARIOS / scenario), "-m", str(calls), "-l", str(calls), "-r", "20",
+                   "-nostdin", "-bg" if False else "-trace_err", "-timeout", f"{timeout_s:g}s", "-timeout_error",
+                   "-key", "codec", "0", "-key", "talk_ms", "500", "-key", "rtp_port", "9", *args,
+                   f"127.0.0.1:{self.port}"]
+        if background:
+            return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                    cwd="/tmp")
+        return subprocess.run(command, capture_output=True, text=True, timeout=timeout_s + 10, cwd="/tmp")
+
+    def metric(self, name: str, **labels: str) -> float:
+        want = ",".join(f'{k}="{v}"' for k, v in labels.items())
+        head = f"{name}{{{want}}}" if labels else name
+        for line in httpx.get(f"{self.server.url}/metrics", timeout=10).text.splitlines():
+            if line.startswith(head + " "):
+                return float(line.rsplit(" ", 1)[1])
+        return 0.0
+
+    def wait_idle(self, timeout_s: float = 15.0) -> None:
+        """Every call closed: no SIP call, realtime session or stream left."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            left = {name: self.metric(name) for name in ("lyre_sip_calls_active", "lyre_realtime_sessions",
+                                                         "lyre_active_streams", "lyre_queued_requests")}
+            if not any(left.values()):
+                return
+            assert time.monotonic() < deadline, f"still held after the calls ended: {left}"
+            time.sleep(0.1)
+
+
+@pytest.fixture(scope="module")
+def sip() -> Iterator[Sip]:
+    if shutil.which("sipp") is None:
+        pytest.skip("SIPp (apt-get install sip-tester) is missing")
+    port = _free_udp_port()
+    with thinking_at() as thinker, running_server(
+            "--stt", "--llm-url", thinker, "--llm-model", "scripted", "--max-streams", "4",
+            "--sip", f"127.0.0.1:{port}", "--sip-ring", str(RING_S), "--stt-idle-timeout", str(IDLE_S),
+            "--stt-max-sessions", "4") as running:
+        yield Sip(running, port)
+
+
+def _passed(done: subprocess.CompletedProcess[str] | subprocess.Popen[str]) -> None:
+    out = done.stdout if isinstance(done.stdout, str) else ""
+    assert done.returncode == 0, f"sipp exited {done.returncode}:\n{out[-3000:]}"
+
+
+class RtpPeer:
+    """The caller's media end: a UDP port the offer names, sending G.711 (PCMU) at real time and keeping what
+    lyre sends back, from a thread."""
+
+    def __init__(self) -> None:
+        self.socket = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.socket.bind(("127.0.0.1", 0))
+        self.socket.settimeout(0.005)
+        self.port = self.socket.getsockname()[1]
+        self.lyre: tuple[str, int] | None = None  # where lyre's packets come from
+        self.received: list[tuple[float, bytes]] = []  # (time.monotonic(), datagram)
+        self._sequence = 0
+
+    def close(self) -> None:
+        self.socket.close()
+
+    def replies(self) -> list[tuple[float, bytes]]:
+        """lyre's packets whose payload is not silence: the reply's audio."""
+        return [(t, d) for t, d in self.received if (p := read_rtp(d)) is not None and p.payload != SILENCE]
+
+    def call(self, ulaw: bytes, keys: str = "", until_reply_s: float = 60.0) -> float:
+        """Wait for lyre's first packet, press ``keys``, send ``ulaw`` then silence until lyre's reply comes;
+        the time (time.monotonic()) the speech ended. Then nothing more is sent: the line goes dead."""
+        deadline = time.monotonic() + 15
+        while self.lyre is None:
+            assert time.monotonic() < deadline, "no RTP from lyre after the call was answered"
+            self._read()
+        for i, key in enumerate(keys):  # RFC 4733: a start packet, then the end three times
+            event = DTMF_KEYS.index(key)
+            for end in (False, True, True, True):
+                self._send(101, bytes([event, 0x8A if end else 0x0A]) + struct.pack("!H", 800), 10_000 + i * 4000)
+        frames = [ulaw[i:i + 160].ljust(160, b"\xff") for i in range(0, len(ulaw), 160)]
+        start = time.monotonic()
+        spoke = start + len(frames) * 0.02
+        n = 0
+        while not (time.monotonic() > spoke and self.replies()):
+            assert time.monotonic() < spoke + until_reply_s, "no reply audio from lyre"
+            if time.monotonic() >= start + n * 0.02:
+                self._send(0, frames[n] if n < len(frames) else SILENCE, 20_000 + n * 160)
+                n += 1
+            self._read()
+        return spoke
+
+    def listen(self, seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            self._read()
+
+    def _send(self, payload_type: int, payload: bytes, timestamp: int) -> None:
+        assert self.lyre is not None
+        self._sequence += 1
+        self.socket.sendto(rtp_packet(payload_type, self._sequence, timestamp, 99, payload), self.lyre)
+
+    def _read(self) -> None:
+        try:
+            data, address = self.socket.recvfrom(2048)
+        except (TimeoutError, BlockingIOError):
+            return
+        self.lyre = self.lyre or address
+        self.received.append((time.monotonic(), data))
+
+
+@needs_sipp
+def test_a_spoken_question_gets_a_spoken_answer_then_lyre_hangs_up_on_a_dead_line(sip: Sip) -> None:
+    """SIPp calls; the caller presses 4 and asks a question as PCMU; lyre's reply comes back as RTP to where
+    the caller's packets came from. Then the caller's media stops: lyre ends the call with a BYE."""
+    ASKED.clear()
+    peer = RtpPeer()
+    try:
+        sipp = sip.sipp("call_lyre_bye.xml", "-key", "rtp_port", str(peer.port), background=True)
+        ulaw = ulaw_encode((np.clip(speak(SENTENCES[3], 8000), -1, 1) * 32767).astype("<i2").tobytes())
+        spoke = peer.call(ulaw, keys="4")
+        peer.listen(1.0)
+        out, _ = sipp.communicate(timeout=30)  # lyre's BYE, after webrtc_watch.GONE_AFTER_S of no audio
+        sipp.stdout = out
+        _passed(sipp)
+    finally:
+        peer.close()
+    packets = [p for _, d in peer.received if (p := read_rtp(d)) is not None]
+    assert packets and all(p.payload_type == 0 and len(p.payload) == 160 for p in packets)
+    assert len({p.ssrc for p in packets}) == 1
+    steps = {(b.sequence - a.sequence) & 0xFFFF for a, b in zip(packets, packets[1:])}
+    assert steps == {1}, f"sequence steps {steps}: lyre's packets are one stream, none skipped"
+    first_reply = peer.replies()[0][0]
+    assert first_reply > spoke  # the reply answers the question, after it
+    assert any("pressed 4" in str(m.get("content")) for messages in ASKED for m in messages), ASKED[-1:]
+    sip.wait_idle()
+    assert sip.metric("lyre_sip_calls_total", outcome="hangup") >= 1
+    assert sip.metric("lyre_sip_media_errors_total", kind="timeout") >= 1
