@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from lyre.server.calls.sip_media import CODECS, Codec, JitterBuffer, TelephoneEvents, read_rtp, rtp_packet
+from lyre.server.calls.sip_media import Codec, JitterBuffer, TelephoneEvents, read_rtp, rtp_packet
 from lyre.server.calls.twilio_media import FRAME_BYTES, FRAME_MS, PHONE_RATE, Outbound, ulaw_decode
 from lyre.server.calls.voice_call import VoiceCall
 from lyre.server.calls.webrtc_watch import Change, MediaWatch
@@ -101,6 +101,15 @@ class SipCall:
         self._tasks = [asyncio.create_task(self._hear(), name="lyre-sip-hear"),
                        asyncio.create_task(self._send(), name="lyre-sip-send"),
                        asyncio.create_task(self._watch(), name="lyre-sip-watch")]
+        for task in self._tasks:
+            task.add_done_callback(self._failed)
+
+    def _failed(self, task: asyncio.Task[None]) -> None:
+        """A fault of lyre's own in the call's media: logged, and the call ended."""
+        if task.cancelled() or (exc := task.exception()) is None:
+            return
+        log.error("SIP call media (%s) failed", task.get_name(), exc_info=exc)
+        self._hang_up("internal error")
 
     def hold(self, held: bool) -> None:
         """On hold the caller hears nothing: the reply stops and no audio is sent until resumed."""

@@ -26,7 +26,7 @@ import time
 from contextlib import AsyncExitStack
 from typing import Any
 
-from aiosipua import IncomingCall, SdpMessage, SdpNegotiationError, SipRequest, SipUAS, negotiate_sdp
+from aiosipua import IncomingCall, SdpMessage, SdpNegotiationError, SipUAS, negotiate_sdp
 from aiosipua.transport import UdpSipTransport
 from prometheus_client import Counter, Gauge, Histogram
 
@@ -182,6 +182,7 @@ class SipServer:
         stack.push_async_callback(media.close)
         call.ringing()
         task = asyncio.ensure_future(self._answer(call, media, time.perf_counter()))
+        task.add_done_callback(lambda t: self._unanswered(t, call.call_id))
         stack.callback(task.cancel)
 
     async def _answer(self, call: IncomingCall, media: SipCall, received: float) -> None:
@@ -197,6 +198,11 @@ class SipServer:
         media.start()
         self.metrics.setup.observe(time.perf_counter() - received)
         log.info("SIP call %s answered (%s) from %s", call.call_id, media.codec.name, call.caller)
+
+    def _unanswered(self, task: asyncio.Task[None], call_id: str) -> None:
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            log.error("answering SIP call %s failed", call_id, exc_info=exc)
+            self.hang_up(call_id, "internal error")
 
     def _refusal(self, call: IncomingCall) -> tuple[int, str, dict[str, str] | None] | None:
         now = time.monotonic()
