@@ -255,3 +255,70 @@ def test_a_spoken_question_gets_a_spoken_answer_then_lyre_hangs_up_on_a_dead_lin
     sip.wait_idle()
     assert sip.metric("lyre_sip_calls_total", outcome="hangup") >= 1
     assert sip.metric("lyre_sip_media_errors_total", kind="timeout") >= 1
+
+
+@needs_sipp
+def test_the_caller_hangs_up_an_a_law_call(sip: Sip) -> None:
+    before = sip.metric("lyre_sip_calls_total", outcome="bye")
+    _passed(sip.sipp("call_caller_bye.xml", codec=8, talk_ms=800))  # the 200 names PCMA, copies Record-Route
+    sip.wait_idle()
+    assert sip.metric("lyre_sip_calls_total", outcome="bye") == before + 1
+
+
+@needs_sipp
+def test_a_cancel_while_it_rings_gets_487_and_leaves_nothing(sip: Sip) -> None:
+    before = sip.metric("lyre_sip_calls_total", outcome="cancel")
+    _passed(sip.sipp("cancel.xml", talk_ms=2 * RING_S * 1000))  # no 200 comes after the 487
+    sip.wait_idle()
+    assert sip.metric("lyre_sip_calls_total", outcome="cancel") == before + 1
+
+
+@needs_sipp
+def test_options_is_answered(sip: Sip) -> None:
+    _passed(sip.sipp("options.xml"))
+
+
+@needs_sipp
+def test_a_reinvite_puts_the_call_on_hold_and_takes_it_off(sip: Sip) -> None:
+    _passed(sip.sipp("reinvite.xml", talk_ms=300))
+    sip.wait_idle()
+
+
+@needs_sipp
+def test_what_lyre_cannot_take_gets_a_4xx_and_junk_is_dropped(sip: Sip) -> None:
+    """SIPp's set (an offer without G.711, no offer, video only, a BYE outside any dialog, an unknown method),
+    then datagrams no parser should take, sent raw: lyre answers what it can with a 4xx, drops the rest,
+    and still answers OPTIONS after it all."""
+    before = sip.metric("lyre_sip_calls_total", outcome="refused_488")
+    _passed(sip.sipp("refused.xml"))
+    assert sip.metric("lyre_sip_calls_total", outcome="refused_488") == before + 3
+    junk = [b"", b"\x00" * 100, b"\xff\xfe garbage", b"INVITE\r\n\r\n", b"SIP/2.0 200 OK\r\n\r\n", b"A" * 9000,
+            b"INVITE sip:a@b SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:9;branch=z9hG4bK1\r\n" + b"X-A: b\r\n" * 400 + b"\r\n",
+            b"INVITE sip:a@b SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:9;branch=z9hG4bK2\r\nContent-Length: 99999\r\n\r\nv=0",
+            b"INVITE sip:a@b SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:9;branch=z9hG4bK3\r\nFrom: <sip:x@y>;tag=1\r\n"
+            b"To: <sip:a@b>\r\nCall-ID: j1\r\nCSeq: one INVITE\r\nContent-Type: application/sdp\r\n"
+            b"Content-Length: 12\r\n\r\nm=audio x RT"]
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        for datagram in junk:
+            s.sendto(datagram, ("127.0.0.1", sip.port))
+    _passed(sip.sipp("options.xml"))
+    assert sip.metric("lyre_sip_messages_dropped_total", reason="too_long") >= 1
+    assert sip.server.process.poll() is None
+    sip.wait_idle()
+
+
+@needs_sipp
+def test_calls_at_once_past_the_session_limit_are_busy(sip: Sip) -> None:
+    """Four calls at once (--stt-max-sessions 4) are answered and hung up; a fifth while they last gets 486."""
+    calls = sip.sipp("call_caller_bye.xml", calls=4, talk_ms=4000, background=True)
+    deadline = time.monotonic() + 10
+    while sip.metric("lyre_sip_calls_active") < 4:
+        assert time.monotonic() < deadline, "four calls were not all answered"
+        time.sleep(0.05)
+    busy = sip.metric("lyre_sip_calls_total", outcome="refused_486")
+    extra = sip.sipp("call_caller_bye.xml", "-trace_err", talk_ms=100)
+    assert extra.returncode != 0  # 486 where the scenario wants 200
+    assert sip.metric("lyre_sip_calls_total", outcome="refused_486") == busy + 1
+    out, _ = calls.communicate(timeout=30)
+    assert calls.returncode == 0, out[-3000:]
+    sip.wait_idle()
