@@ -113,12 +113,12 @@ class Sip:
         self.server, self.port = server, port
 
     def sipp(self, scenario: str, *args: str, calls: int = 1, timeout_s: float = 40.0, rtp_port: int = 9,
-             codec: int = 0, talk_ms: int | None = None,
+             codec: int = 0, talk_ms: int | None = None, source: str = "127.0.0.1",
              background: bool = False) -> subprocess.Popen[str] | subprocess.CompletedProcess[str]:
         """SIPp running ``scenario`` (``calls`` of it at once); ``rtp_port``: where the offer says the caller's
         media is (9, discard, where the test does not listen); ``talk_ms``: how long a call lasts (the
         scenarios that pause)."""
-        command = ["sipp", "127.0.0.1", "-p", str(_free_udp_port()), "-i", "127.0.0.1", "-s", "agent",
+        command = ["sipp", "127.0.0.1", "-p", str(_free_udp_port()), "-i", source, "-s", "agent",
                    "-sf", str(SCENARIOS / scenario), "-m", str(calls), "-l", str(calls), "-r", "50",
                    "-nostdin", "-timeout", f"{timeout_s:g}s", "-timeout_error",
                    "-key", "codec", str(codec), "-key", "rtp_port", str(rtp_port), *args]
@@ -158,7 +158,7 @@ def sip() -> Iterator[Sip]:
     with thinking_at() as thinker, running_server(
             "--stt", "--llm-url", thinker, "--llm-model", "scripted", "--max-streams", "4",
             "--sip", f"127.0.0.1:{port}", "--sip-ring", str(RING_S), "--stt-idle-timeout", str(IDLE_S),
-            "--stt-max-sessions", "4") as running:
+            "--stt-max-sessions", "4", "--sip-allow", "127.0.0.1/32") as running:
         yield Sip(running, port)
 
 
@@ -274,8 +274,11 @@ def test_a_cancel_while_it_rings_gets_487_and_leaves_nothing(sip: Sip) -> None:
 
 
 @needs_sipp
-def test_options_is_answered(sip: Sip) -> None:
+def test_options_is_answered_but_not_from_outside_the_allowed_networks(sip: Sip) -> None:
     _passed(sip.sipp("options.xml"))
+    dropped = sip.metric("lyre_sip_messages_dropped_total", reason="source")
+    outside = sip.sipp("options.xml", "-max_retrans", "1", source="127.0.0.2", timeout_s=1.5)  # --sip-allow 127.0.0.1/32
+    assert outside.returncode != 0 and sip.metric("lyre_sip_messages_dropped_total", reason="source") > dropped
 
 
 @needs_sipp
