@@ -164,6 +164,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                             "others are dropped unanswered (default: loopback only)")
     agent.add_argument("--sip-ring", dest="sip_ring_s", type=float, default=0.0, metavar="SECONDS",
                        help="let a SIP call ring this long (180 Ringing) before answering it (default: 0)")
+    agent.add_argument("--sip-session", dest="sip_sessions", action="append", default=[], metavar="[NUMBER=]JSON",
+                       help="the session (as a session.update's: voice, instructions, tools, ...) a SIP call opens with; "
+                            "NUMBER=: only calls to that number (the request URI's user, e.g. 800=...); repeatable")
     serve.set_defaults(run=run)
 
 
@@ -181,6 +184,7 @@ def _add_fleet_args(serve: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from lyre.server import ServerConfig, create_app
+    from lyre.server.config import sip_session
     from lyre.tts import ServingConfig, parse_alias
 
     given = _named(args, ServerConfig)
@@ -199,6 +203,7 @@ def run(args: argparse.Namespace) -> int:
         fleet_ttl_s=args.fleet_ttl,
         ice_servers=tuple(args.ice_servers),
         sip_allow=tuple(args.sip_allow) if args.sip_allow else ServerConfig.sip_allow,
+        sip_sessions=tuple(sip_session(s) for s in args.sip_sessions),
     )
     config = ServerConfig(**given)
     if config.tts:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import json
 import os
 from dataclasses import dataclass, field
 
@@ -78,6 +79,9 @@ class ServerConfig:
     sip: str | None = None  # HOST:PORT: answer SIP calls over UDP there (lyre.server.calls.sip_server); None: no SIP
     sip_allow: tuple[str, ...] = ("127.0.0.0/8", "::1/128")  # networks SIP messages are taken from; others dropped
     sip_ring_s: float = 0.0  # how long a SIP call rings (180) before lyre answers it
+    # (number, JSON): the session.update session a SIP call to that number (the request URI's user) opens with;
+    # number "": every other call's
+    sip_sessions: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         # Devices are resolved once (the pipeline's by ServingConfig): every check below and every model
@@ -133,6 +137,14 @@ class ServerConfig:
                 ipaddress.ip_network(cidr, strict=False)
             except ValueError:
                 raise ValueError(f"--sip-allow {cidr!r} is not a network (e.g. 10.0.0.0/8 or 192.0.2.7)") from None
+        for number, session in self.sip_sessions:
+            try:
+                ok = isinstance(json.loads(session), dict)
+            except json.JSONDecodeError:
+                ok = False
+            if not ok:
+                raise ValueError(f"--sip-session {number + '=' if number else ''}...: {session[:80]!r} is not a JSON "
+                                 f"object (the session of a session.update)")
         if not 0 <= self.sip_ring_s <= 60:
             raise ValueError(f"sip_ring_s must be in 0..60 seconds, got {self.sip_ring_s}")
 
@@ -177,3 +189,13 @@ def sip_address(address: str) -> tuple[str, int]:
     if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise ValueError(f"--sip must be HOST:PORT (e.g. 0.0.0.0:5060), got {address!r}")
     return host, int(port)
+
+
+def sip_session(option: str) -> tuple[str, str]:
+    """``--sip-session [NUMBER=]JSON`` as (number, JSON); number "" for the default."""
+    if option.lstrip().startswith("{"):
+        return "", option
+    number, equals, session = option.partition("=")
+    if not equals or not number:
+        raise ValueError(f"--sip-session must be JSON or NUMBER=JSON, got {option[:80]!r}")
+    return number, session

@@ -44,6 +44,8 @@ log = logging.getLogger("lyre.server.sip")
 
 _HEARD_QUEUED = 250  # caller's packets waiting for the conversation (5 s): past this, dropped
 _WATCH_S = 0.2
+# The session listens at Whisper's own rate, so the caller's 8 kHz is resampled once.
+_LISTEN = {"audio": {"input": {"format": {"type": "audio/pcm", "rate": 16_000}}}}
 _ULAW_TO_PCM = np.frombuffer(ulaw_decode(bytes(range(256))), "<i2")
 
 
@@ -89,6 +91,7 @@ class SipCall:
         self._sequence = int.from_bytes(os.urandom(2), "big")
         self._timestamp = int.from_bytes(os.urandom(4), "big")
         self._talking = False  # the last packet sent was a reply's (the next one after silence is marked)
+        self._refused: str | None = None  # the conversation's last error
 
     async def bind(self, host: str) -> int:
         loop = asyncio.get_running_loop()
@@ -96,13 +99,21 @@ class SipCall:
         self.port = self._socket.get_extra_info("sockname")[1]
         return self.port
 
-    def start(self) -> None:
+    async def start(self, session: dict[str, Any] | None) -> str | None:
+        """Open the conversation, set up by ``session`` (a session.update's) after the input rate, and let
+        the media flow; the session's error, if it refused the settings (the call goes on with the rest)."""
         self.voice = VoiceCall(self.state, self)
+        refused = None
+        for update in [_LISTEN, session] if session else [_LISTEN]:
+            self._refused = None
+            await self.voice.receive(json.dumps({"type": "session.update", "session": {"type": "realtime", **update}}))
+            refused = refused or self._refused
         self._tasks = [asyncio.create_task(self._hear(), name="lyre-sip-hear"),
                        asyncio.create_task(self._send(), name="lyre-sip-send"),
                        asyncio.create_task(self._watch(), name="lyre-sip-watch")]
         for task in self._tasks:
             task.add_done_callback(self._failed)
+        return refused
 
     def _failed(self, task: asyncio.Task[None]) -> None:
         """A fault of lyre's own in the call's media: logged, and the call ended."""
@@ -190,7 +201,8 @@ class SipCall:
             if (outbound := self._outbound.pop(response_id, None)) is not None:
                 self._enqueue(response_id, outbound.finish())
         elif kind == "error":
-            log.info("sip call: %s", event["error"].get("message"))
+            self._refused = str(event["error"].get("message"))
+            log.info("sip call: %s", self._refused)
 
     def _enqueue(self, response_id: str, ulaw_frames: list[bytes]) -> None:
         if not ulaw_frames:

@@ -20,41 +20,29 @@ conversation is closed and its engine slots and session freed.
 from __future__ import annotations
 
 import asyncio
-import ipaddress
+import json
 import logging
 import time
 from contextlib import AsyncExitStack
 from typing import Any
 
 from aiosipua import IncomingCall, SdpMessage, SdpNegotiationError, SipUAS, negotiate_sdp
-from aiosipua.transport import UdpSipTransport
 from prometheus_client import Counter, Gauge, Histogram
 
 from lyre.server.calls.sip_call import SipCall
 from lyre.server.calls.sip_media import CODECS
+from lyre.server.calls.sip_transport import GatedUdp, allowed_networks
 from lyre.server.sessions import RealtimeSessions
 from lyre.server.state import ServerState
 
-__all__ = ["MAX_MESSAGE_BYTES", "SipServer", "allowed_networks"]
+__all__ = ["SipServer"]
 
 log = logging.getLogger("lyre.server.sip")
 
-MAX_MESSAGE_BYTES = 8192  # a datagram longer than this is dropped unread (an INVITE with SDP is under 2 kB)
 _INVITES_PER_S = 20.0  # new calls a second, on average, before 503
 _INVITE_BURST = 40.0
 _RETRY_AFTER_S = 5
 _HOLD_DIRECTIONS = ("sendonly", "inactive")
-
-
-def allowed_networks(cidrs: tuple[str, ...]) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
-    """``--sip-allow``'s networks; ValueError naming the one that is not a network."""
-    networks = []
-    for cidr in cidrs:
-        try:
-            networks.append(ipaddress.ip_network(cidr, strict=False))
-        except ValueError:
-            raise ValueError(f"--sip-allow {cidr!r} is not a network (e.g. 10.0.0.0/8 or 192.0.2.7)") from None
-    return tuple(networks)
 
 
 class _Metrics:
@@ -69,52 +57,6 @@ class _Metrics:
                                registry=r)
 
 
-class _Transport(UdpSipTransport):
-    """UDP with lyre's gate before the parser: sources outside the allowed networks and oversized datagrams
-    are dropped unread; and Record-Route copied into the responses that set up a dialog (RFC 3261 12.1.1)."""
-
-    allowed: tuple[Any, ...] = ()
-    metrics: _Metrics | None = None
-    record_routes: dict[str, list[str]] = {}
-
-    async def start(self) -> None:  # aiosipua's own protocol asserts asyncio's transport class, which uvloop's is not
-        loop = asyncio.get_running_loop()
-        self._udp_transport, _ = await loop.create_datagram_endpoint(lambda: _Datagrams(self), local_addr=self.local_addr)
-
-    def _dispatch(self, data: bytes, addr: tuple[str, int]) -> None:
-        reason = None
-        if len(data) > MAX_MESSAGE_BYTES:
-            reason = "too_long"
-        elif not any(_address(addr[0]) in network for network in self.allowed):
-            reason = "source"
-        if reason is None:
-            super()._dispatch(data, addr)
-        elif self.metrics is not None:
-            self.metrics.dropped.labels(reason).inc()
-
-    def send(self, message: Any, addr: tuple[str, int]) -> None:
-        if getattr(message, "status_code", 0) in range(101, 300):
-            routes = self.record_routes.get(message.call_id or "")
-            if routes and message.cseq is not None and message.cseq.method == "INVITE":
-                message.headers.set_single("Record-Route", ", ".join(routes))
-        super().send(message, addr)
-
-
-class _Datagrams(asyncio.DatagramProtocol):
-    def __init__(self, transport: _Transport) -> None:
-        self.transport = transport
-
-    def datagram_received(self, data: bytes, addr: tuple[str, int] | Any) -> None:
-        self.transport._dispatch(data, (str(addr[0]), int(addr[1])))
-
-
-def _address(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
-    address = ipaddress.ip_address(host.split("%")[0])
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        return address.ipv4_mapped
-    return address
-
-
 class SipServer:
     """The SIP endpoint and its calls; see the module docstring."""
 
@@ -124,7 +66,7 @@ class SipServer:
         self.calls: dict[str, tuple[IncomingCall, SipCall, AsyncExitStack]] = {}  # by Call-ID, answered or ringing
         self.metrics = _Metrics(state)
         self.metrics.active.set_function(lambda: sum(1 for c, _, _ in self.calls.values() if c._answered))
-        self._transport: _Transport | None = None
+        self._transport: GatedUdp | None = None
         self._uas: SipUAS | None = None
         self._tokens, self._refilled = _INVITE_BURST, time.monotonic()
         self._host = "127.0.0.1"
@@ -132,9 +74,9 @@ class SipServer:
 
     async def start(self, host: str, port: int) -> None:
         self._host = host
-        transport = self._transport = _Transport(local_addr=(host, port))
+        transport = self._transport = GatedUdp(local_addr=(host, port))
         transport.allowed = allowed_networks(self.state.config.sip_allow)
-        transport.metrics, transport.record_routes = self.metrics, {}
+        transport.dropped, transport.record_routes = self.metrics.dropped, {}
         uas = self._uas = SipUAS(transport, user_agent="lyre")
         uas.on_invite = self._invite
         uas.on_reinvite = self._reinvite
@@ -195,9 +137,18 @@ class SipServer:
         answer, _ = negotiate_sdp(call.sdp_offer, self._host, port, supported_codecs=[0, 8],
                                   dtmf_payload_type=media.dtmf_type or 0)
         call.accept(answer)
-        media.start()
+        if (refused := await media.start(self._session(call))) is not None:
+            log.warning("SIP call %s: its session (--sip-session) was refused: %s", call.call_id, refused)
         self.metrics.setup.observe(time.perf_counter() - received)
         log.info("SIP call %s answered (%s) from %s", call.call_id, media.codec.name, call.caller)
+
+    def _session(self, call: IncomingCall) -> dict[str, Any] | None:
+        """The session configured for the number called (the request URI's user), or the default."""
+        uri = call.invite.uri.partition(":")[2]
+        number = uri.partition("@")[0] if "@" in uri else ""
+        sessions = dict(self.state.config.sip_sessions)
+        chosen = sessions.get(number, sessions.get(""))
+        return json.loads(chosen) if chosen else None
 
     def _unanswered(self, task: asyncio.Task[None], call_id: str) -> None:
         if not task.cancelled() and (exc := task.exception()) is not None:

@@ -9,13 +9,14 @@ packets and counts, never sound. The media parts alone (G.711, RTP, the jitter b
 
 from __future__ import annotations
 
+import json
 import shutil
 import socket
 import struct
 import subprocess
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -34,6 +35,9 @@ SCENARIOS = Path(__file__).parent / "sip"
 IDLE_S = 3  # --stt-idle-timeout: a held call with no audio this long is ended
 RING_S = 0.3  # --sip-ring: long enough for a CANCEL to come before the answer
 SILENCE = bytes([0xFF]) * 160  # 20 ms of mu-law silence
+SHORT = 35  # audio tokens per spoken segment: 5 frames, about 0.4 s of noise
+SESSION = {"max_speech_tokens": SHORT, "audio": {"input": {"transcription": {"language": "en"}}}}
+LONG = {**SESSION, "max_speech_tokens": 1500}  # calls to the number "long": replies of many seconds
 
 needs_sipp = pytest.mark.skipif(shutil.which("sipp") is None, reason="SIPp (apt-get install sip-tester) is missing")
 
@@ -106,6 +110,10 @@ def test_the_sip_settings_are_checked() -> None:
 # -- calls, from SIPp --
 
 
+def _ulaw(text: str) -> bytes:
+    return ulaw_encode((np.clip(speak(text, 8000), -1, 1) * 32767).astype("<i2").tobytes())
+
+
 class Sip:
     """The server, and SIPp pointed at it."""
 
@@ -113,12 +121,12 @@ class Sip:
         self.server, self.port = server, port
 
     def sipp(self, scenario: str, *args: str, calls: int = 1, timeout_s: float = 40.0, rtp_port: int = 9,
-             codec: int = 0, talk_ms: int | None = None, source: str = "127.0.0.1",
+             codec: int = 0, talk_ms: int | None = None, source: str = "127.0.0.1", number: str = "agent",
              background: bool = False) -> subprocess.Popen[str] | subprocess.CompletedProcess[str]:
         """SIPp running ``scenario`` (``calls`` of it at once); ``rtp_port``: where the offer says the caller's
         media is (9, discard, where the test does not listen); ``talk_ms``: how long a call lasts (the
         scenarios that pause)."""
-        command = ["sipp", "127.0.0.1", "-p", str(_free_udp_port()), "-i", source, "-s", "agent",
+        command = ["sipp", "127.0.0.1", "-p", str(_free_udp_port()), "-i", source, "-s", number,
                    "-sf", str(SCENARIOS / scenario), "-m", str(calls), "-l", str(calls), "-r", "50",
                    "-nostdin", "-timeout", f"{timeout_s:g}s", "-timeout_error",
                    "-key", "codec", str(codec), "-key", "rtp_port", str(rtp_port), *args]
@@ -145,6 +153,7 @@ class Sip:
             left = {name: self.metric(name) for name in ("lyre_sip_calls_active", "lyre_realtime_sessions",
                                                          "lyre_active_streams", "lyre_queued_requests")}
             if not any(left.values()):
+                assert "Traceback" not in self.server.output()  # nothing failed on the way
                 return
             assert time.monotonic() < deadline, f"still held after the calls ended: {left}"
             time.sleep(0.1)
@@ -158,7 +167,8 @@ def sip() -> Iterator[Sip]:
     with thinking_at() as thinker, running_server(
             "--stt", "--llm-url", thinker, "--llm-model", "scripted", "--max-streams", "4",
             "--sip", f"127.0.0.1:{port}", "--sip-ring", str(RING_S), "--stt-idle-timeout", str(IDLE_S),
-            "--stt-max-sessions", "4", "--sip-allow", "127.0.0.1/32") as running:
+            "--stt-max-sessions", "4", "--sip-allow", "127.0.0.1/32", "--sip-session", json.dumps(SESSION),
+            "--sip-session", "long=" + json.dumps(LONG)) as running:
         yield Sip(running, port)
 
 
@@ -179,6 +189,7 @@ class RtpPeer:
         self.lyre: tuple[str, int] | None = None  # where lyre's packets come from
         self.received: list[tuple[float, bytes]] = []  # (time.monotonic(), datagram)
         self._sequence = 0
+        self._timestamp = 20_000
 
     def close(self) -> None:
         self.socket.close()
@@ -187,9 +198,8 @@ class RtpPeer:
         """lyre's packets whose payload is not silence: the reply's audio."""
         return [(t, d) for t, d in self.received if (p := read_rtp(d)) is not None and p.payload != SILENCE]
 
-    def call(self, ulaw: bytes, keys: str = "", until_reply_s: float = 60.0) -> float:
-        """Wait for lyre's first packet, press ``keys``, send ``ulaw`` then silence until lyre's reply comes;
-        the time (time.monotonic()) the speech ended. Then nothing more is sent: the line goes dead."""
+    def answered(self, keys: str = "") -> None:
+        """Wait for lyre's first packet (the call is answered), then press ``keys``."""
         deadline = time.monotonic() + 15
         while self.lyre is None:
             assert time.monotonic() < deadline, "no RTP from lyre after the call was answered"
@@ -198,14 +208,19 @@ class RtpPeer:
             event = DTMF_KEYS.index(key)
             for end in (False, True, True, True):
                 self._send(101, bytes([event, 0x8A if end else 0x0A]) + struct.pack("!H", 800), 10_000 + i * 4000)
+
+    def talk(self, ulaw: bytes, until: Callable[[], bool], limit_s: float = 60.0) -> float:
+        """Send ``ulaw``, then silence, at real time until ``until()``; the time (time.monotonic()) the
+        speech ended. Then nothing more is sent until the next talk: the line goes dead."""
         frames = [ulaw[i:i + 160].ljust(160, b"\xff") for i in range(0, len(ulaw), 160)]
         start = time.monotonic()
         spoke = start + len(frames) * 0.02
         n = 0
-        while not (time.monotonic() > spoke and self.replies()):
-            assert time.monotonic() < spoke + until_reply_s, "no reply audio from lyre"
+        while not (time.monotonic() > spoke and until()):
+            assert time.monotonic() < spoke + limit_s, "lyre did not answer in time"
             if time.monotonic() >= start + n * 0.02:
-                self._send(0, frames[n] if n < len(frames) else SILENCE, 20_000 + n * 160)
+                self._send(0, frames[n] if n < len(frames) else SILENCE, self._timestamp)
+                self._timestamp += 160
                 n += 1
             self._read()
         return spoke
@@ -237,8 +252,9 @@ def test_a_spoken_question_gets_a_spoken_answer_then_lyre_hangs_up_on_a_dead_lin
     peer = RtpPeer()
     try:
         sipp = sip.sipp("call_lyre_bye.xml", rtp_port=peer.port, background=True)
-        ulaw = ulaw_encode((np.clip(speak(SENTENCES[3], 8000), -1, 1) * 32767).astype("<i2").tobytes())
-        spoke = peer.call(ulaw, keys="4")
+        ulaw = _ulaw(SENTENCES[3])
+        peer.answered(keys="4")
+        spoke = peer.talk(ulaw, until=lambda: bool(peer.replies()))
         peer.listen(1.0)
         out, _ = sipp.communicate(timeout=30)  # lyre's BYE, after webrtc_watch.GONE_AFTER_S of no audio
         assert sipp.returncode == 0, f"sipp exited {sipp.returncode}:\n{out[-3000:]}"
@@ -325,3 +341,40 @@ def test_calls_at_once_past_the_session_limit_are_busy(sip: Sip) -> None:
     out, _ = calls.communicate(timeout=30)
     assert calls.returncode == 0, out[-3000:]
     sip.wait_idle()
+
+
+@needs_sipp
+def test_speaking_over_a_reply_stops_it_and_the_next_answer_follows(sip: Sip) -> None:
+    """A call to the number "long" (its --sip-session: replies of many seconds): the caller speaks over the
+    reply; lyre's packets turn to silence soon after, and the answer to the second question comes after."""
+    peer = RtpPeer()
+    try:
+        sipp = sip.sipp("call_lyre_bye.xml", rtp_port=peer.port, number="long", background=True)
+        peer.answered()
+        peer.talk(_ulaw(SENTENCES[3]), until=lambda: len(peer.replies()) >= 25)  # half a second of reply
+        barge = time.monotonic()
+        first = len(peer.received)
+        peer.talk(_ulaw(SENTENCES[6]), until=lambda: len(peer.replies()) >= 25 and any(
+            t > barge + 1.0 for t, _ in peer.replies()) and _quiet_then_loud(peer.received[first:]))
+        peer.listen(0.5)
+        out, _ = sipp.communicate(timeout=30)
+        assert sipp.returncode == 0, out[-3000:]
+    finally:
+        peer.close()
+    after = peer.received[first:]
+    silent_from = next(t for t, d in after if read_rtp(d).payload == SILENCE)
+    # The VAD hears speech within a few hundred ms; the reply stops at the next packet.
+    print(f"the reply stopped {silent_from - barge:.2f} s into the caller's speech")
+    assert silent_from - barge < 1.5, f"the reply went on {silent_from - barge:.2f} s into the caller's speech"
+    sip.wait_idle()
+
+
+def _quiet_then_loud(received: list[tuple[float, bytes]]) -> bool:
+    """lyre's packets went silent for at least 10 packets, then spoke again: one reply cut, another begun."""
+    loud = [read_rtp(d).payload != SILENCE for _, d in received]
+    quiet = 0
+    for i, is_loud in enumerate(loud):
+        quiet = 0 if is_loud else quiet + 1
+        if quiet >= 10:
+            return any(loud[i:])
+    return False

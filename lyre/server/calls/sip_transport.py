@@ -1,0 +1,75 @@
+"""SIP over UDP with lyre's gate in front of aiosipua's parser (lyre.server.calls.sip_server uses it): a
+datagram from outside the allowed networks (``--sip-allow``) or over MAX_MESSAGE_BYTES is dropped unread and
+counted; and the Record-Route of an INVITE is copied into the responses that set up its dialog (RFC 3261
+12.1.1), which aiosipua leaves out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+from typing import Any
+
+from aiosipua.transport import UdpSipTransport
+from prometheus_client import Counter
+
+__all__ = ["MAX_MESSAGE_BYTES", "GatedUdp", "allowed_networks"]
+
+MAX_MESSAGE_BYTES = 8192  # a datagram longer than this is dropped unread (an INVITE with SDP is under 2 kB)
+
+
+def allowed_networks(cidrs: tuple[str, ...]) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+    """``--sip-allow``'s networks; ValueError naming the one that is not a network."""
+    networks = []
+    for cidr in cidrs:
+        try:
+            networks.append(ipaddress.ip_network(cidr, strict=False))
+        except ValueError:
+            raise ValueError(f"--sip-allow {cidr!r} is not a network (e.g. 10.0.0.0/8 or 192.0.2.7)") from None
+    return tuple(networks)
+
+
+class GatedUdp(UdpSipTransport):
+    """UDP with lyre's gate before the parser: sources outside the allowed networks and oversized datagrams
+    are dropped unread; and Record-Route copied into the responses that set up a dialog (RFC 3261 12.1.1)."""
+
+    allowed: tuple[Any, ...] = ()
+    dropped: Counter | None = None  # by reason
+    record_routes: dict[str, list[str]] = {}
+
+    async def start(self) -> None:  # aiosipua's own protocol asserts asyncio's transport class, which uvloop's is not
+        loop = asyncio.get_running_loop()
+        self._udp_transport, _ = await loop.create_datagram_endpoint(lambda: _Datagrams(self), local_addr=self.local_addr)
+
+    def _dispatch(self, data: bytes, addr: tuple[str, int]) -> None:
+        reason = None
+        if len(data) > MAX_MESSAGE_BYTES:
+            reason = "too_long"
+        elif not any(_address(addr[0]) in network for network in self.allowed):
+            reason = "source"
+        if reason is None:
+            super()._dispatch(data, addr)
+        elif self.dropped is not None:
+            self.dropped.labels(reason).inc()
+
+    def send(self, message: Any, addr: tuple[str, int]) -> None:
+        if getattr(message, "status_code", 0) in range(101, 300):
+            routes = self.record_routes.get(message.call_id or "")
+            if routes and message.cseq is not None and message.cseq.method == "INVITE":
+                message.headers.set_single("Record-Route", ", ".join(routes))
+        super().send(message, addr)
+
+
+class _Datagrams(asyncio.DatagramProtocol):
+    def __init__(self, transport: GatedUdp) -> None:
+        self.transport = transport
+
+    def datagram_received(self, data: bytes, addr: tuple[str, int] | Any) -> None:
+        self.transport._dispatch(data, (str(addr[0]), int(addr[1])))
+
+
+def _address(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    address = ipaddress.ip_address(host.split("%")[0])
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    return address
