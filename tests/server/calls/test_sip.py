@@ -15,6 +15,7 @@ import socket
 import subprocess
 import time
 import warnings
+import wave
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,7 +25,7 @@ import pytest
 from scripted_thinker import ASKED, thinking_at
 from serving import Server, running_server
 from sip_peer import SILENCE, RtpPeer, ulaw_speech as _ulaw
-from speech import SENTENCES
+from speech import SENTENCES, speak
 
 from lyre.server.calls.sip_media import (DTMF_KEYS, JitterBuffer, TelephoneEvents, alaw_decode, alaw_encode,
                                          read_rtp, rtp_packet)
@@ -305,3 +306,53 @@ def _quiet_then_loud(received: list[tuple[float, bytes]]) -> bool:
         if quiet >= 10:
             return any(loud[i:])
     return False
+
+
+BARESIP_CONFIG = """\
+poll_method epoll
+sip_listen 127.0.0.1:{sip_port}
+audio_source aufile,{question}
+audio_player aubridge,nowhere
+audio_alert aubridge,nowhere
+audio_srate 8000
+audio_channels 1
+module_path /usr/lib/baresip/modules
+module g711.so
+module aufile.so
+module aubridge.so
+module sndfile.so
+snd_path {folder}
+module_app account.so
+module_app menu.so
+"""
+
+
+@pytest.mark.skipif(shutil.which("baresip") is None, reason="baresip (apt-get install baresip) is missing")
+def test_baresip_calls_with_a_wav_for_its_microphone_and_hears_the_reply(sip: Sip, tmp_path: Path) -> None:
+    """A real user agent: baresip dials lyre, its microphone a WAV of a spoken question (then silence), and
+    dumps what it hears (its sndfile module); it hangs up when the file ends."""
+    ASKED.clear()
+    question = (np.clip(speak(SENTENCES[3], 8000), -1, 1) * 32767).astype("<i2")
+    pause = np.zeros(8000 // 2, "<i2")
+    mic = np.concatenate([pause, question, np.zeros(8000 * 5, "<i2")])
+    with wave.open(str(tmp_path / "question.wav"), "wb") as w:
+        w.setnchannels(1), w.setsampwidth(2), w.setframerate(8000), w.writeframes(mic.tobytes())
+    (tmp_path / "config").write_text(BARESIP_CONFIG.format(sip_port=_free_udp_port(), folder=tmp_path,
+                                                           question=tmp_path / "question.wav"))
+    (tmp_path / "accounts").write_text("<sip:caller@127.0.0.1>;regint=0;audio_codecs=PCMU\n")
+    before = sip.metric("lyre_sip_calls_total", outcome="bye")
+    done = subprocess.run(["baresip", "-f", str(tmp_path), "-e", f"/dial sip:agent@127.0.0.1:{sip.port}",
+                           "-t", str(len(mic) // 8000 + 4)], capture_output=True, text=True, timeout=60)
+    assert "Call established" in done.stdout, done.stdout[-2000:]
+    heard_files = list(tmp_path.glob("dump-*-dec.wav"))
+    assert heard_files, done.stdout[-2000:]
+    with wave.open(str(heard_files[0])) as w:
+        heard = np.frombuffer(w.readframes(w.getnframes()), "<i2").astype(np.float32)
+    spoken_end = (len(pause) + len(question)) / 8000
+    loud = np.abs(heard.reshape(-1, 160)).mean(axis=1) > 100  # 20 ms frames of the reply's noise
+    assert loud[:int(spoken_end * 50)].sum() <= 2  # nothing but silence while the caller asked
+    assert loud[int(spoken_end * 50):].sum() >= 10  # then the reply, heard by baresip
+    assert any(m.get("role") == "user" and "pharmacy" in str(m.get("content")).lower()
+               for messages in ASKED for m in messages), ASKED[-1:]
+    sip.wait_idle()
+    assert sip.metric("lyre_sip_calls_total", outcome="bye") == before + 1  # baresip hung up when its file ended
