@@ -26,7 +26,7 @@ import time
 from contextlib import AsyncExitStack
 from typing import Any
 
-from aiosipua import IncomingCall, SdpMessage, SdpNegotiationError, SipUAS, negotiate_sdp
+from aiosipua import IncomingCall, SdpMessage, SdpNegotiationError, SipRequest, SipUAS, negotiate_sdp
 from prometheus_client import Counter, Gauge, Histogram
 
 from lyre.server.calls.sip_call import SipCall
@@ -53,6 +53,8 @@ class _Metrics:
         self.setup = Histogram("lyre_sip_call_setup_seconds", "INVITE received to 200 OK sent", registry=r)
         self.media_errors = Counter("lyre_sip_media_errors", "RTP trouble: an unexpected payload type, packets "
                                     "dropped for a slow conversation, media timeouts", ["kind"], registry=r)
+        self.dialogs = Gauge("lyre_sip_dialogs", "SIP dialogs and transactions aiosipua keeps (answered, ringing, "
+                             "or waiting for an ACK)", registry=r)
         self.dropped = Counter("lyre_sip_messages_dropped", "SIP datagrams dropped unanswered", ["reason"],
                                registry=r)
 
@@ -66,6 +68,8 @@ class SipServer:
         self.calls: dict[str, tuple[IncomingCall, SipCall, AsyncExitStack]] = {}  # by Call-ID, answered or ringing
         self.metrics = _Metrics(state)
         self.metrics.active.set_function(lambda: sum(1 for c, _, _ in self.calls.values() if c._answered))
+        self.metrics.dialogs.set_function(lambda: len(self._uas._calls) + len(self._uas.transactions._server)
+                                          if self._uas is not None else 0)
         self._transport: GatedUdp | None = None
         self._uas: SipUAS | None = None
         self._tokens, self._refilled = _INVITE_BURST, time.monotonic()
@@ -84,7 +88,26 @@ class SipServer:
         uas.on_cancel = lambda request, addr: self._ended(request.call_id or "", "cancel")
         uas.on_ack_timeout = lambda call: self._ended(call.call_id, "no_ack")
         await uas.start()
+        transport.on_message = self._arrived
         log.info("SIP on udp %s:%d", *transport.local_addr)
+
+    def _arrived(self, message: SipRequest | Any, addr: tuple[str, int]) -> None:
+        """A message, past the gate, for aiosipua; but an INVITE again for a call lyre holds (no To-tag: not
+        a re-INVITE) is a retransmission its answer is on the way for (aiosipua resends the 200 until the ACK)."""
+        assert self._uas is not None
+        if (isinstance(message, SipRequest) and message.method == "INVITE" and message.call_id in self.calls
+                and "tag=" not in (message.headers.get_first("to") or "")):
+            return
+        try:
+            self._uas._on_message(message, addr)
+        except (ValueError, TypeError, AttributeError, IndexError, KeyError) as exc:  # a header that does not read
+            log.info("SIP %s from %s refused: %s", getattr(message, "method", "response"), addr[0], str(exc)[:200])
+            self.metrics.dropped.labels("malformed").inc()
+            if isinstance(message, SipRequest) and message.method != "ACK":
+                try:
+                    self._uas._send_error(message, 400, "Bad Request")
+                except (ValueError, TypeError, AttributeError, IndexError, KeyError):
+                    pass  # not even its Via reads: nowhere to answer
 
     @property
     def port(self) -> int:
@@ -101,10 +124,6 @@ class SipServer:
     # -- the dialogs --
 
     def _invite(self, call: IncomingCall) -> None:
-        if (ringing := self.calls.get(call.call_id)) is not None:  # the INVITE again, before the 200 came
-            assert self._uas is not None
-            self._uas._calls[call.call_id] = ringing[0]  # aiosipua took it for a new call: the call is the first
-            return
         refusal = self._refusal(call)
         if refusal is not None:
             code, reason, headers = refusal
@@ -112,6 +131,7 @@ class SipServer:
             log.info("SIP call %s refused: %d %s", call.call_id, code, reason)
             call._send_response(code, reason, extra_headers=headers)
             call.dialog.terminate()
+            self._forget(call)  # aiosipua would keep it until an ACK, which a flood never sends
             return
         assert self._transport is not None
         self._transport.record_routes[call.call_id] = list(call.invite.headers.get("record-route"))
@@ -211,9 +231,15 @@ class SipServer:
             held[0].hangup()
         elif held[0].dialog.state.name != "TERMINATED":
             held[0]._send_response(503, "Service Unavailable")
-        if self._uas is not None:
-            self._uas._calls.pop(call_id, None)
+        self._forget(held[0])
         self._ended(call_id, "hangup")
+
+    def _forget(self, call: IncomingCall) -> None:
+        """aiosipua's record of the call and its INVITE transaction dropped (an ACK that comes after is ignored)."""
+        assert self._uas is not None
+        if self._uas._calls.get(call.call_id) is call:
+            del self._uas._calls[call.call_id]
+        self._uas._remove_invite_transaction(call.invite)
 
     def _ended(self, call_id: str, outcome: str) -> None:
         if (held := self.calls.pop(call_id, None)) is None:

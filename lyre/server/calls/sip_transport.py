@@ -1,6 +1,7 @@
 """SIP over UDP with lyre's gate in front of aiosipua's parser (lyre.server.calls.sip_server uses it): a
 datagram from outside the allowed networks (``--sip-allow``) or over MAX_MESSAGE_BYTES is dropped unread and
-counted; and the Record-Route of an INVITE is copied into the responses that set up its dialog (RFC 3261
+counted, as is one aiosipua's parser refuses (a line it cannot read, over 256 headers, a body short of its
+Content-Length); and the Record-Route of an INVITE is copied into the responses that set up its dialog (RFC 3261
 12.1.1), which aiosipua leaves out.
 """
 
@@ -8,12 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import logging
 from typing import Any
 
-from aiosipua.transport import UdpSipTransport
+from aiosipua import SipMessage, SipRequest
+from aiosipua.transport import UdpSipTransport, _stamp_via_received
 from prometheus_client import Counter
 
 __all__ = ["MAX_MESSAGE_BYTES", "GatedUdp", "allowed_networks"]
+
+log = logging.getLogger("lyre.server.sip")
 
 MAX_MESSAGE_BYTES = 8192  # a datagram longer than this is dropped unread (an INVITE with SDP is under 2 kB)
 
@@ -48,8 +53,18 @@ class GatedUdp(UdpSipTransport):
         elif not any(_address(addr[0]) in network for network in self.allowed):
             reason = "source"
         if reason is None:
-            super()._dispatch(data, addr)
-        elif self.dropped is not None:
+            try:  # aiosipua's parse, without its log of a traceback for each message it cannot read
+                message = SipMessage.parse(data)
+                if isinstance(message, SipRequest):
+                    _stamp_via_received(message, addr)
+            except Exception as exc:  # noqa: BLE001 - whatever the parser refuses, the datagram is dropped
+                log.info("SIP datagram from %s dropped: %s", addr[0], str(exc)[:200])
+                reason = "malformed"
+            else:
+                if self.on_message is not None:
+                    self.on_message(message, addr)
+                return
+        if self.dropped is not None:
             self.dropped.labels(reason).inc()
 
     def send(self, message: Any, addr: tuple[str, int]) -> None:

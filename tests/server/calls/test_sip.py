@@ -145,10 +145,10 @@ class Sip:
         """Every call closed: no SIP call, realtime session or stream left."""
         deadline = time.monotonic() + timeout_s
         while True:
-            left = {name: self.metric(name) for name in ("lyre_sip_calls_active", "lyre_realtime_sessions",
+            left = {name: self.metric(name) for name in ("lyre_sip_calls_active", "lyre_sip_dialogs", "lyre_realtime_sessions",
                                                          "lyre_active_streams", "lyre_queued_requests")}
             if not any(left.values()):
-                assert "Traceback" not in self.server.output()  # nothing failed on the way
+                assert "Traceback" not in self.server.output(), self.server.output()[-3000:]  # nothing failed
                 return
             assert time.monotonic() < deadline, f"still held after the calls ended: {left}"
             time.sleep(0.1)
@@ -250,6 +250,7 @@ def test_what_lyre_cannot_take_gets_a_4xx_and_junk_is_dropped(sip: Sip) -> None:
             s.sendto(datagram, ("127.0.0.1", sip.port))
     _passed(sip.sipp("options.xml"))
     assert sip.metric("lyre_sip_messages_dropped_total", reason="too_long") >= 1
+    assert sip.metric("lyre_sip_messages_dropped_total", reason="malformed") >= 5
     assert sip.server.process.poll() is None
     sip.wait_idle()
 
@@ -356,3 +357,32 @@ def test_baresip_calls_with_a_wav_for_its_microphone_and_hears_the_reply(sip: Si
                for messages in ASKED for m in messages), ASKED[-1:]
     sip.wait_idle()
     assert sip.metric("lyre_sip_calls_total", outcome="bye") == before + 1  # baresip hung up when its file ended
+
+
+def test_an_invite_flood_gets_503_with_retry_after_and_leaves_nothing(sip: Sip) -> None:
+    """80 INVITEs at once (without an offer, so none is answered) and never an ACK: the first burst is refused
+    for what it is (488), the rest 503 with Retry-After, and lyre keeps no dialog or transaction of any."""
+    codes: list[int] = []
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        me = s.getsockname()[1]
+        for i in range(80):
+            s.sendto((f"INVITE sip:agent@127.0.0.1:{sip.port} SIP/2.0\r\n"
+                      f"Via: SIP/2.0/UDP 127.0.0.1:{me};branch=z9hG4bKflood{i}\r\n"
+                      f"From: <sip:flood@127.0.0.1>;tag=f{i}\r\nTo: <sip:agent@127.0.0.1>\r\n"
+                      f"Call-ID: flood-{i}\r\nCSeq: 1 INVITE\r\nMax-Forwards: 70\r\nContent-Length: 0\r\n\r\n"
+                      ).encode(), ("127.0.0.1", sip.port))
+        s.settimeout(1.0)
+        retry_after = 0
+        try:
+            while True:
+                reply = s.recv(4096).decode()
+                code = int(reply.split(" ", 2)[1])
+                if code >= 200:
+                    codes.append(code)
+                    retry_after += code == 503 and "Retry-After: " in reply
+        except TimeoutError:
+            pass
+    assert len(codes) == 80 and set(codes) == {488, 503}, sorted(set(codes))
+    assert codes.count(503) >= 30 and retry_after == codes.count(503)
+    sip.wait_idle()
