@@ -132,6 +132,9 @@ class ServerConfig:
     def _check_sip(self) -> None:
         if self.sip is not None:
             sip_address(self.sip)
+            if not (self.stt and self.tts and (self.llm or self.llm_url)):
+                raise ValueError("--sip needs the voice agent: speech to text (--stt), text to speech and a think "
+                                 "step (--llm or --llm-url)")
         for cidr in self.sip_allow:
             try:
                 ipaddress.ip_network(cidr, strict=False)
