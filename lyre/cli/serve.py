@@ -156,7 +156,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                             "which Twilio cannot send; a stream only with the one-call credential the webhook "
                             "puts in its URL (default: $LYRE_TWILIO_AUTH_TOKEN; none: not checked)")
     agent.add_argument("--sip", metavar="HOST:PORT", default=os.environ.get("LYRE_SIP"),
-                       help="answer SIP calls (UDP) at HOST:PORT, e.g. 0.0.0.0:5060: a trunk or PBX sends its INVITEs "
+                       help="answer SIP calls (UDP and TCP) at HOST:PORT, e.g. 0.0.0.0:5060: a trunk or PBX sends its INVITEs "
                             "here and each call talks with the agent, G.711 (PCMU or PCMA) over RTP (default: $LYRE_SIP;"
                             " none: no SIP)")
     agent.add_argument("--sip-allow", dest="sip_allow", action="append", metavar="CIDR",

@@ -76,7 +76,7 @@ class ServerConfig:
     ice_servers: tuple[str, ...] = ()
     # Twilio's auth token: phone calls (/v1/twilio/*) must carry its request signature; None: not checked
     twilio_auth_token: str | None = None
-    sip: str | None = None  # HOST:PORT: answer SIP calls over UDP there (lyre.server.calls.sip_server); None: no SIP
+    sip: str | None = None  # HOST:PORT: answer SIP calls over UDP and TCP there (lyre.server.calls.sip_server); None: no SIP
     sip_allow: tuple[str, ...] = ("127.0.0.0/8", "::1/128")  # networks SIP messages are taken from; others dropped
     sip_ring_s: float = 0.0  # how long a SIP call rings (180) before lyre answers it
     # (number, JSON): the session.update session a SIP call to that number (the request URI's user) opens with;

@@ -1,4 +1,4 @@
-"""``lyre serve --sip HOST:PORT``: a SIP user agent server over UDP that answers calls with the voice agent.
+"""``lyre serve --sip HOST:PORT``: a SIP user agent server over UDP and TCP that answers calls with the voice agent.
 
     sip = SipServer(state, sessions)
     await sip.start("127.0.0.1", 5060)   # listening
@@ -20,6 +20,7 @@ conversation is closed and its engine slots and session freed.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import time
@@ -31,7 +32,7 @@ from prometheus_client import Counter, Gauge, Histogram
 
 from lyre.server.calls.sip_call import SipCall
 from lyre.server.calls.sip_media import CODECS
-from lyre.server.calls.sip_transport import GatedUdp, allowed_networks
+from lyre.server.calls.sip_transport import GatedTcp, GatedUdp, allowed_networks
 from lyre.server.sessions import RealtimeSessions
 from lyre.server.state import ServerState
 
@@ -68,58 +69,64 @@ class SipServer:
         self.calls: dict[str, tuple[IncomingCall, SipCall, AsyncExitStack]] = {}  # by Call-ID, answered or ringing
         self.metrics = _Metrics(state)
         self.metrics.active.set_function(lambda: sum(1 for c, _, _ in self.calls.values() if c._answered))
-        self.metrics.dialogs.set_function(lambda: len(self._uas._calls) + len(self._uas.transactions._server)
-                                          if self._uas is not None else 0)
-        self._transport: GatedUdp | None = None
-        self._uas: SipUAS | None = None
+        self.metrics.dialogs.set_function(lambda: sum(len(uas._calls) + len(uas.transactions._server)
+                                                      for uas in self._uases.values()))
+        self._udp: GatedUdp | None = None
+        self._uases: dict[int, SipUAS] = {}  # by id() of its transport: UDP's and TCP's
         self._tokens, self._refilled = _INVITE_BURST, time.monotonic()
         self._host = "127.0.0.1"
         self._closing: set[asyncio.Task[None]] = set()  # calls ended, their conversations closing
 
     async def start(self, host: str, port: int) -> None:
+        """Listen on UDP at ``host``:``port`` (0: a free port) and on TCP at the same port."""
         self._host = host
-        transport = self._transport = GatedUdp(local_addr=(host, port))
-        transport.allowed = allowed_networks(self.state.config.sip_allow)
-        transport.dropped, transport.record_routes = self.metrics.dropped, {}
-        uas = self._uas = SipUAS(transport, user_agent="lyre")
-        uas.on_invite = self._invite
-        uas.on_reinvite = self._reinvite
-        uas.on_bye = lambda call, request: self._ended(call.call_id, "bye")
-        uas.on_cancel = lambda request, addr: self._ended(request.call_id or "", "cancel")
-        uas.on_ack_timeout = lambda call: self._ended(call.call_id, "no_ack")
-        await uas.start()
-        transport.on_message = self._arrived
-        log.info("SIP on udp %s:%d", *transport.local_addr)
+        allowed, record_routes = allowed_networks(self.state.config.sip_allow), {}
+        self._udp = GatedUdp(local_addr=(host, port))
+        for transport in (self._udp, None):
+            if transport is None:  # TCP: the port UDP got
+                transport = GatedTcp(local_addr=(host, self.port))
+            transport.set_up(allowed, self.metrics.dropped, record_routes)
+            uas = self._uases[id(transport)] = SipUAS(transport, user_agent="lyre")
+            uas.on_invite = self._invite
+            uas.on_reinvite = self._reinvite
+            uas.on_bye = lambda call, request: self._ended(call.call_id, "bye")
+            uas.on_cancel = lambda request, addr: self._ended(request.call_id or "", "cancel")
+            uas.on_ack_timeout = lambda call: self._ended(call.call_id, "no_ack")
+            await uas.start()
+            transport.on_message = functools.partial(self._arrived, uas)
+        log.info("SIP on udp and tcp %s:%d", host, self.port)
 
-    def _arrived(self, message: SipRequest | Any, addr: tuple[str, int]) -> None:
+    def _uas(self, call: IncomingCall) -> SipUAS:
+        return self._uases[id(call.transport)]
+
+    def _arrived(self, uas: SipUAS, message: SipRequest | Any, addr: tuple[str, int]) -> None:
         """A message, past the gate, for aiosipua; but an INVITE again for a call lyre holds (no To-tag: not
         a re-INVITE) is a retransmission its answer is on the way for (aiosipua resends the 200 until the ACK)."""
-        assert self._uas is not None
         if (isinstance(message, SipRequest) and message.method == "INVITE" and message.call_id in self.calls
                 and "tag=" not in (message.headers.get_first("to") or "")):
             return
         try:
-            self._uas._on_message(message, addr)
+            uas._on_message(message, addr)
         except (ValueError, TypeError, AttributeError, IndexError, KeyError) as exc:  # a header that does not read
             log.info("SIP %s from %s refused: %s", getattr(message, "method", "response"), addr[0], str(exc)[:200])
             self.metrics.dropped.labels("malformed").inc()
             if isinstance(message, SipRequest) and message.method != "ACK":
                 try:
-                    self._uas._send_error(message, 400, "Bad Request")
+                    uas._send_error(message, 400, "Bad Request")
                 except (ValueError, TypeError, AttributeError, IndexError, KeyError):
                     pass  # not even its Via reads: nowhere to answer
 
     @property
     def port(self) -> int:
-        assert self._transport is not None and self._transport._udp_transport is not None
-        return self._transport._udp_transport.get_extra_info("sockname")[1]
+        assert self._udp is not None and self._udp._udp_transport is not None
+        return self._udp._udp_transport.get_extra_info("sockname")[1]
 
     async def stop(self) -> None:
         for call_id in list(self.calls):
             self.hang_up(call_id, "the server is stopping")
         await self.drained()
-        if self._uas is not None:
-            await self._uas.stop()
+        for uas in self._uases.values():
+            await uas.stop()
 
     # -- the dialogs --
 
@@ -133,8 +140,8 @@ class SipServer:
             call.dialog.terminate()
             self._forget(call)  # aiosipua would keep it until an ACK, which a flood never sends
             return
-        assert self._transport is not None
-        self._transport.record_routes[call.call_id] = list(call.invite.headers.get("record-route"))
+        assert self._udp is not None  # its record_routes are TCP's too
+        self._udp.record_routes[call.call_id] = list(call.invite.headers.get("record-route"))
         stack = AsyncExitStack()  # closed in reverse: the answer stopped, the media closed, the session freed
         stack.enter_context(self.sessions.hold())
         media = SipCall(self.state, CODECS[self._codec(call.sdp_offer)], _dtmf_type(call.sdp_offer),
@@ -236,16 +243,16 @@ class SipServer:
 
     def _forget(self, call: IncomingCall) -> None:
         """aiosipua's record of the call and its INVITE transaction dropped (an ACK that comes after is ignored)."""
-        assert self._uas is not None
-        if self._uas._calls.get(call.call_id) is call:
-            del self._uas._calls[call.call_id]
-        self._uas._remove_invite_transaction(call.invite)
+        uas = self._uas(call)
+        if uas._calls.get(call.call_id) is call:
+            del uas._calls[call.call_id]
+        uas._remove_invite_transaction(call.invite)
 
     def _ended(self, call_id: str, outcome: str) -> None:
         if (held := self.calls.pop(call_id, None)) is None:
             return
-        if self._transport is not None:
-            self._transport.record_routes.pop(call_id, None)
+        if self._udp is not None:
+            self._udp.record_routes.pop(call_id, None)
         self.metrics.calls.labels(outcome).inc()
         task = asyncio.ensure_future(held[2].aclose())
         self._closing.add(task)

@@ -1,4 +1,4 @@
-"""SIP over UDP with lyre's gate in front of aiosipua's parser (lyre.server.calls.sip_server uses it): a
+"""SIP over UDP and TCP with lyre's gate in front of aiosipua's parser (lyre.server.calls.sip_server uses it): a
 datagram from outside the allowed networks (``--sip-allow``) or over MAX_MESSAGE_BYTES is dropped unread and
 counted, as is one aiosipua's parser refuses (a line it cannot read, over 256 headers, a body short of its
 Content-Length); and the Record-Route of an INVITE is copied into the responses that set up its dialog (RFC 3261
@@ -13,14 +13,15 @@ import logging
 from typing import Any
 
 from aiosipua import SipMessage, SipRequest
-from aiosipua.transport import UdpSipTransport, _stamp_via_received
+from aiosipua.transport import TcpSipTransport, UdpSipTransport, _stamp_via_received
 from prometheus_client import Counter
 
-__all__ = ["MAX_MESSAGE_BYTES", "GatedUdp", "allowed_networks"]
+__all__ = ["MAX_MESSAGE_BYTES", "MAX_TCP_CONNECTIONS", "GatedTcp", "GatedUdp", "allowed_networks"]
 
 log = logging.getLogger("lyre.server.sip")
 
-MAX_MESSAGE_BYTES = 8192  # a datagram longer than this is dropped unread (an INVITE with SDP is under 2 kB)
+MAX_MESSAGE_BYTES = 8192  # a message longer than this is dropped unread (an INVITE with SDP is under 2 kB)
+MAX_TCP_CONNECTIONS = 64  # a trunk or PBX keeps one or a few
 
 
 def allowed_networks(cidrs: tuple[str, ...]) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
@@ -34,23 +35,26 @@ def allowed_networks(cidrs: tuple[str, ...]) -> tuple[ipaddress.IPv4Network | ip
     return tuple(networks)
 
 
-class GatedUdp(UdpSipTransport):
-    """UDP with lyre's gate before the parser: sources outside the allowed networks and oversized datagrams
-    are dropped unread; and Record-Route copied into the responses that set up a dialog (RFC 3261 12.1.1)."""
+class _Gate:
+    """lyre's gate before aiosipua's parser: sources outside the allowed networks and oversized messages are
+    dropped unread; and Record-Route copied into the responses that set up a dialog (RFC 3261 12.1.1)."""
 
     allowed: tuple[Any, ...] = ()
     dropped: Counter | None = None  # by reason
     record_routes: dict[str, list[str]] = {}
+    on_message: Any = None
 
-    async def start(self) -> None:  # aiosipua's own protocol asserts asyncio's transport class, which uvloop's is not
-        loop = asyncio.get_running_loop()
-        self._udp_transport, _ = await loop.create_datagram_endpoint(lambda: _Datagrams(self), local_addr=self.local_addr)
+    def set_up(self, allowed: tuple[Any, ...], dropped: Counter, record_routes: dict[str, list[str]]) -> None:
+        self.allowed, self.dropped, self.record_routes = allowed, dropped, record_routes
+
+    def allows(self, host: str) -> bool:
+        return any(_address(host) in network for network in self.allowed)
 
     def _dispatch(self, data: bytes, addr: tuple[str, int]) -> None:
         reason = None
         if len(data) > MAX_MESSAGE_BYTES:
             reason = "too_long"
-        elif not any(_address(addr[0]) in network for network in self.allowed):
+        elif not self.allows(addr[0]):
             reason = "source"
         if reason is None:
             try:  # aiosipua's parse, without its log of a traceback for each message it cannot read
@@ -72,11 +76,36 @@ class GatedUdp(UdpSipTransport):
             routes = self.record_routes.get(message.call_id or "")
             if routes and message.cseq is not None and message.cseq.method == "INVITE":
                 message.headers.set_single("Record-Route", ", ".join(routes))
-        super().send(message, addr)
+        super().send(message, addr)  # type: ignore[misc]
+
+
+class GatedUdp(_Gate, UdpSipTransport):
+    """SIP over UDP behind the gate."""
+
+    async def start(self) -> None:  # aiosipua's own protocol asserts asyncio's transport class, which uvloop's is not
+        loop = asyncio.get_running_loop()
+        self._udp_transport, _ = await loop.create_datagram_endpoint(lambda: _Datagrams(self), local_addr=self.local_addr)
+
+
+class GatedTcp(_Gate, TcpSipTransport):
+    """SIP over TCP behind the gate: a connection from outside the allowed networks, or past
+    MAX_TCP_CONNECTIONS open, is closed at once."""
+
+    async def _handle_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername")
+        reason = None if peer and self.allows(str(peer[0])) else "source"
+        if reason is None and len(self._connections) >= MAX_TCP_CONNECTIONS:
+            reason = "connections"
+        if reason is None:
+            await super()._handle_connection(reader, writer)
+            return
+        if self.dropped is not None:
+            self.dropped.labels(reason).inc()
+        writer.close()
 
 
 class _Datagrams(asyncio.DatagramProtocol):
-    def __init__(self, transport: GatedUdp) -> None:
+    def __init__(self, transport: _Gate) -> None:
         self.transport = transport
 
     def datagram_received(self, data: bytes, addr: tuple[str, int] | Any) -> None:

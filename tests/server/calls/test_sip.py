@@ -103,7 +103,7 @@ def test_the_sip_settings_are_checked() -> None:
         with pytest.raises(ValueError, match="--sip must be HOST:PORT"):
             sip_address(bad)
     with pytest.raises(ValueError, match="--sip-allow 'ten' is not a network"):
-        ServerConfig(sip="127.0.0.1:5060", sip_allow=("ten",))
+        ServerConfig(stt=True, llm_url="http://127.0.0.1:9/v1", sip="127.0.0.1:5060", sip_allow=("ten",))
 
 
 # -- calls, from SIPp --
@@ -205,6 +205,17 @@ def test_a_spoken_question_gets_a_spoken_answer_then_lyre_hangs_up_on_a_dead_lin
 def test_the_caller_hangs_up_an_a_law_call(sip: Sip) -> None:
     before = sip.metric("lyre_sip_calls_total", outcome="bye")
     _passed(sip.sipp("call_caller_bye.xml", codec=8, talk_ms=800))  # the 200 names PCMA, copies Record-Route
+    sip.wait_idle()
+    assert sip.metric("lyre_sip_calls_total", outcome="bye") == before + 1
+
+
+@needs_sipp
+def test_a_call_over_tcp(sip: Sip) -> None:
+    """The same port takes SIP over TCP: OPTIONS, then a call answered (no 200 retransmission on TCP) and
+    hung up by the caller."""
+    before = sip.metric("lyre_sip_calls_total", outcome="bye")
+    _passed(sip.sipp("options.xml", "-t", "t1"))
+    _passed(sip.sipp("call_caller_bye.xml", "-t", "t1", talk_ms=800))
     sip.wait_idle()
     assert sip.metric("lyre_sip_calls_total", outcome="bye") == before + 1
 
