@@ -1,5 +1,6 @@
 """An OpenAI-compatible chat endpoint that answers every request at once with the same sentence, streamed;
-or, to a last message of ``IN_TWO_PARTS``, with a sentence, and another once the test sets ``SECOND_PART``
+and, when the request offers a tool named ``end_call``, a call of it after the sentence; or, to a last
+message of ``IN_TWO_PARTS``, with a sentence, and another once the test sets ``SECOND_PART``
 (a think step that stalls mid-reply, so the reply's speech runs dry between them).
 
 For the tests and benchmarks of a transport (WebRTC calls, phone streams): the agent thinks at it through
@@ -38,8 +39,11 @@ def scripted_thinker() -> FastAPI:
 
     @app.post("/v1/chat/completions")
     async def completions(request: Request) -> StreamingResponse:
-        messages = (await request.json())["messages"]
+        body = await request.json()
+        messages = body["messages"]
         ASKED.append(messages)
+        # Given a tool named end_call (a phone call's hang-up), the reply calls it after its sentence.
+        hang_up = any(tool.get("function", {}).get("name") == "end_call" for tool in body.get("tools") or [])
         parts = _PARTS if messages[-1].get("content") == IN_TWO_PARTS else (REPLY,)
 
         async def answer() -> AsyncIterator[str]:
@@ -48,6 +52,11 @@ def scripted_thinker() -> FastAPI:
                     await asyncio.to_thread(SECOND_PART.wait, _LONGEST_PAUSE_S)
                     SECOND_PART.clear()
                 chunk = {"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": part}}]}
+                yield f"data: {json.dumps(chunk)}\n\n"
+            if hang_up:
+                call = {"index": 0, "id": "call_end", "type": "function",
+                        "function": {"name": "end_call", "arguments": "{}"}}
+                chunk = {"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"tool_calls": [call]}}]}
                 yield f"data: {json.dumps(chunk)}\n\n"
             yield "data: [DONE]\n\n"
         return StreamingResponse(answer(), media_type="text/event-stream")

@@ -13,7 +13,9 @@ the address the SDP offer named only until the first packet, which a NAT may hav
 audio is cut into 20 ms frames and sent at real time; between replies, silence keeps the stream (and the
 NATs on its way) alive. A barge-in drops what is queued: the next packet is silence, and each reply cut
 is cut in the history at the frames that went out. A key press (RFC 4733) reaches the agent as a user
-message, "(the caller pressed 5 on the keypad)", in the conversation the next reply reads.
+message, "(the caller pressed 5 on the keypad)", in the conversation the next reply reads. The agent
+hangs up by calling a tool named ``end_call`` (declared in the call's session, ``--sip-session``): once
+the reply's audio has gone out, ``hang_up`` is called (a BYE).
 
 No packet for webrtc_watch.MEDIA_TIMEOUT_S: the reply stops (its engine slots freed, as for WebRTC); none
 for webrtc_watch.GONE_AFTER_S (the server's ``stt_idle_timeout_s`` while on hold): ``hang_up`` is called.
@@ -92,6 +94,7 @@ class SipCall:
         self._timestamp = int.from_bytes(os.urandom(4), "big")
         self._talking = False  # the last packet sent was a reply's (the next one after silence is marked)
         self._refused: str | None = None  # the conversation's last error
+        self._ending = False  # the agent called end_call: hang up once the reply has gone out
 
     async def bind(self, host: str) -> int:
         loop = asyncio.get_running_loop()
@@ -200,6 +203,8 @@ class SipCall:
             response_id = event["response"]["id"]
             if (outbound := self._outbound.pop(response_id, None)) is not None:
                 self._enqueue(response_id, outbound.finish())
+        elif kind == "response.function_call_arguments.done" and event.get("name") == "end_call":
+            self._ending = True  # once what the reply says has gone out
         elif kind == "error":
             self._refused = str(event["error"].get("message"))
             log.info("sip call: %s", self._refused)
@@ -233,6 +238,9 @@ class SipCall:
                     del self._sent_ms[response_id]  # all of it went out: nothing left to cut
             else:
                 self._talking = False
+                if self._ending and not self._outbound:  # the goodbye has gone out
+                    self._ending = False
+                    self._hang_up("the agent ended the call (end_call)")
             self._timestamp += FRAME_BYTES  # the clock runs through silence and hold alike
             if self.held or self._socket is None:
                 continue

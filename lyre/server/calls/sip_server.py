@@ -145,7 +145,7 @@ class SipServer:
         stack = AsyncExitStack()  # closed in reverse: the answer stopped, the media closed, the session freed
         stack.enter_context(self.sessions.hold())
         media = SipCall(self.state, CODECS[self._codec(call.sdp_offer)], _dtmf_type(call.sdp_offer),
-                        _rtp_address(call), lambda why: self.hang_up(call.call_id, why),
+                        _rtp_address(call), lambda why: self.hang_up(call.call_id, why, _outcome(why)),
                         lambda kind: self.metrics.media_errors.labels(kind).inc())
         self.calls[call.call_id] = (call, media, stack)
         stack.push_async_callback(media.close)
@@ -229,7 +229,7 @@ class SipServer:
         call.accept(answer)
         log.info("SIP call %s %s", call.call_id, "on hold" if media.held else "resumed")
 
-    def hang_up(self, call_id: str, why: str) -> None:
+    def hang_up(self, call_id: str, why: str, outcome: str = "hangup") -> None:
         """lyre ends the call: BYE (to an answered call), then the call is closed."""
         if (held := self.calls.get(call_id)) is None:
             return
@@ -239,7 +239,7 @@ class SipServer:
         elif held[0].dialog.state.name != "TERMINATED":
             held[0]._send_response(503, "Service Unavailable")
         self._forget(held[0])
-        self._ended(call_id, "hangup")
+        self._ended(call_id, outcome)
 
     def _forget(self, call: IncomingCall) -> None:
         """aiosipua's record of the call and its INVITE transaction dropped (an ACK that comes after is ignored)."""
@@ -267,6 +267,10 @@ class SipServer:
         """Every ended call closed."""
         while self._closing:
             await asyncio.wait(set(self._closing))
+
+
+def _outcome(why: str) -> str:
+    return "end_call" if "end_call" in why else "hangup"
 
 
 def _rtp_address(call: IncomingCall) -> tuple[str, int]:

@@ -37,6 +37,9 @@ RING_S = 0.3  # --sip-ring: long enough for a CANCEL to come before the answer
 SHORT = 35  # audio tokens per spoken segment: 5 frames, about 0.4 s of noise
 SESSION = {"max_speech_tokens": SHORT, "audio": {"input": {"transcription": {"language": "en"}}}}
 LONG = {**SESSION, "max_speech_tokens": 1500}  # calls to the number "long": replies of many seconds
+END_CALL = {"type": "function", "name": "end_call", "description": "Hang up the phone.",
+            "parameters": {"type": "object", "properties": {}}}
+BYE = {**SESSION, "tools": [END_CALL]}  # calls to "bye": the scripted think step says a sentence, then hangs up
 
 needs_sipp = pytest.mark.skipif(shutil.which("sipp") is None, reason="SIPp (apt-get install sip-tester) is missing")
 
@@ -163,7 +166,7 @@ def sip() -> Iterator[Sip]:
             "--stt", "--llm-url", thinker, "--llm-model", "scripted", "--max-streams", "4",
             "--sip", f"127.0.0.1:{port}", "--sip-ring", str(RING_S), "--stt-idle-timeout", str(IDLE_S),
             "--stt-max-sessions", "4", "--sip-allow", "127.0.0.1/32", "--sip-session", json.dumps(SESSION),
-            "--sip-session", "long=" + json.dumps(LONG)) as running:
+            "--sip-session", "long=" + json.dumps(LONG), "--sip-session", "bye=" + json.dumps(BYE)) as running:
         yield Sip(running, port)
 
 
@@ -199,6 +202,26 @@ def test_a_spoken_question_gets_a_spoken_answer_then_lyre_hangs_up_on_a_dead_lin
     sip.wait_idle()
     assert sip.metric("lyre_sip_calls_total", outcome="hangup") >= 1
     assert sip.metric("lyre_sip_media_errors_total", kind="timeout") >= 1
+
+
+@needs_sipp
+def test_the_agent_ends_the_call_with_end_call_once_its_goodbye_has_gone_out(sip: Sip) -> None:
+    """A call to "bye", whose session offers the tool end_call: the reply's sentence, then the call; lyre
+    sends BYE after the reply's audio, though the caller's media goes on."""
+    before = sip.metric("lyre_sip_calls_total", outcome="end_call")
+    peer = RtpPeer()
+    try:
+        sipp = sip.sipp("call_lyre_bye.xml", rtp_port=peer.port, number="bye", background=True)
+        peer.answered()
+        peer.talk(_ulaw(SENTENCES[3]), until=lambda: sipp.poll() is not None, limit_s=30)  # silence until the BYE
+        out, _ = sipp.communicate(timeout=10)
+        assert sipp.returncode == 0, out[-3000:]
+    finally:
+        peer.close()
+    # The goodbye went out whole before the BYE: its 35 audio tokens are about 0.4 s, 20 packets.
+    assert len(peer.replies()) >= 15, f"{len(peer.replies())} packets of the goodbye heard"
+    assert sip.metric("lyre_sip_calls_total", outcome="end_call") == before + 1
+    sip.wait_idle()
 
 
 @needs_sipp
