@@ -162,6 +162,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     agent.add_argument("--sip-allow", dest="sip_allow", action="append", metavar="CIDR",
                        help="take SIP messages only from this network (e.g. 203.0.113.0/24, your trunk's); repeatable; "
                             "others are dropped unanswered (default: loopback only)")
+    agent.add_argument("--sip-auth", metavar="USER:PASSWORD", default=os.environ.get("LYRE_SIP_AUTH"),
+                       help="take SIP calls from outside --sip-allow too, when they authenticate with this user and "
+                            "password (digest, 401 challenge) (default: $LYRE_SIP_AUTH; none: only --sip-allow)")
     agent.add_argument("--sip-ring", dest="sip_ring_s", type=float, default=0.0, metavar="SECONDS",
                        help="let a SIP call ring this long (180 Ringing) before answering it (default: 0)")
     agent.add_argument("--sip-session", dest="sip_sessions", action="append", default=[], metavar="[NUMBER=]JSON",

@@ -78,6 +78,8 @@ class ServerConfig:
     twilio_auth_token: str | None = None
     sip: str | None = None  # HOST:PORT: answer SIP calls over UDP and TCP there (lyre.server.calls.sip_server); None: no SIP
     sip_allow: tuple[str, ...] = ("127.0.0.0/8", "::1/128")  # networks SIP messages are taken from; others dropped
+    # USER:PASSWORD: SIP calls from outside sip_allow are taken when they authenticate with it (digest); None: never
+    sip_auth: str | None = None
     sip_ring_s: float = 0.0  # how long a SIP call rings (180) before lyre answers it
     # (number, JSON): the session.update session a SIP call to that number (the request URI's user) opens with;
     # number "": every other call's
@@ -140,6 +142,8 @@ class ServerConfig:
                 ipaddress.ip_network(cidr, strict=False)
             except ValueError:
                 raise ValueError(f"--sip-allow {cidr!r} is not a network (e.g. 10.0.0.0/8 or 192.0.2.7)") from None
+        if self.sip_auth is not None and (":" not in self.sip_auth or not all(self.sip_auth.partition(":")[::2])):
+            raise ValueError("--sip-auth must be USER:PASSWORD")
         for number, session in self.sip_sessions:
             try:
                 ok = isinstance(json.loads(session), dict)

@@ -8,7 +8,8 @@ SIP messages, dialogs and transactions are aiosipua's (MIT): its parser has hard
 required headers; a message it cannot parse is dropped), and its UAS sends 100 Trying, retransmits a 200 on UDP
 until the ACK comes (RFC 3261's timers G and H), matches a CANCEL to its INVITE and answers it 487, keeps the
 dialog's tags and route set, and answers OPTIONS with 200. This module decides who may call and what a call
-is: an INVITE from outside ``--sip-allow`` is dropped unanswered; over the INVITE rate or while draining, 503
+is: a message from outside ``--sip-allow`` is dropped unanswered, unless ``--sip-auth`` is set, when an INVITE
+from outside must authenticate (401 with a digest challenge until it does); over the INVITE rate or while draining, 503
 with Retry-After; past ``--stt-max-sessions`` (shared with sockets, WebRTC calls and phone streams), 486 Busy
 Here; an offer with neither PCMU nor PCMA, 488. Otherwise 180 Ringing, then (after ``--sip-ring`` seconds) 200
 with the SDP answer, and the call's media runs in lyre.server.calls.sip_call. A re-INVITE whose offer is
@@ -30,6 +31,7 @@ from typing import Any
 from aiosipua import IncomingCall, SdpMessage, SdpNegotiationError, SipRequest, SipUAS, negotiate_sdp
 from prometheus_client import Counter, Gauge, Histogram
 
+from lyre.server.calls.sip_auth import Digest
 from lyre.server.calls.sip_call import SipCall
 from lyre.server.calls.sip_media import CODECS
 from lyre.server.calls.sip_transport import GatedTcp, GatedUdp, allowed_networks
@@ -76,6 +78,8 @@ class SipServer:
         self._tokens, self._refilled = _INVITE_BURST, time.monotonic()
         self._host = "127.0.0.1"
         self._closing: set[asyncio.Task[None]] = set()  # calls ended, their conversations closing
+        auth = state.config.sip_auth
+        self._digest = Digest(*auth.split(":", 1)) if auth is not None else None
 
     async def start(self, host: str, port: int) -> None:
         """Listen on UDP at ``host``:``port`` (0: a free port) and on TCP at the same port."""
@@ -86,6 +90,7 @@ class SipServer:
             if transport is None:  # TCP: the port UDP got
                 transport = GatedTcp(local_addr=(host, self.port))
             transport.set_up(allowed, self.metrics.dropped, record_routes)
+            transport.open_to_all = self._digest is not None
             uas = self._uases[id(transport)] = SipUAS(transport, user_agent="lyre")
             uas.on_invite = self._invite
             uas.on_reinvite = self._reinvite
@@ -145,7 +150,8 @@ class SipServer:
         stack = AsyncExitStack()  # closed in reverse: the answer stopped, the media closed, the session freed
         stack.enter_context(self.sessions.hold())
         media = SipCall(self.state, CODECS[self._codec(call.sdp_offer)], _dtmf_type(call.sdp_offer),
-                        _rtp_address(call), lambda why: self.hang_up(call.call_id, why, _outcome(why)),
+                        _rtp_address(call),
+                        lambda why: self.hang_up(call.call_id, why, "end_call" if "end_call" in why else "hangup"),
                         lambda kind: self.metrics.media_errors.labels(kind).inc())
         self.calls[call.call_id] = (call, media, stack)
         stack.push_async_callback(media.close)
@@ -191,6 +197,9 @@ class SipServer:
         if self._tokens < 1:
             return 503, "Service Unavailable", {"Retry-After": str(_RETRY_AFTER_S)}
         self._tokens -= 1
+        if not self._trusted(call):
+            assert self._digest is not None
+            return 401, "Unauthorized", {"WWW-Authenticate": self._digest.challenge(time.time())}
         if self.sessions.open >= self.state.config.stt_max_sessions:
             return 486, "Busy Here", None
         if call.sdp_offer is None or call.sdp_offer.rtp_address is None:
@@ -200,6 +209,14 @@ class SipServer:
         except SdpNegotiationError:
             return 488, "Not Acceptable Here", None
         return None
+
+    def _trusted(self, call: IncomingCall) -> bool:
+        """From the allowed networks, or authenticated (--sip-auth)."""
+        assert self._udp is not None
+        if self._udp.trusts(call.source_addr[0]):
+            return True
+        return self._digest is not None and self._digest.check(call.invite.get_header("authorization"), "INVITE",
+                                                               time.time())
 
     @staticmethod
     def _codec(offer: SdpMessage | None) -> int:
@@ -267,10 +284,6 @@ class SipServer:
         """Every ended call closed."""
         while self._closing:
             await asyncio.wait(set(self._closing))
-
-
-def _outcome(why: str) -> str:
-    return "end_call" if "end_call" in why else "hangup"
 
 
 def _rtp_address(call: IncomingCall) -> tuple[str, int]:

@@ -40,6 +40,7 @@ class _Gate:
     dropped unread; and Record-Route copied into the responses that set up a dialog (RFC 3261 12.1.1)."""
 
     allowed: tuple[Any, ...] = ()
+    open_to_all = False  # with --sip-auth: any source passes; its INVITEs must authenticate
     dropped: Counter | None = None  # by reason
     record_routes: dict[str, list[str]] = {}
     on_message: Any = None
@@ -48,6 +49,10 @@ class _Gate:
         self.allowed, self.dropped, self.record_routes = allowed, dropped, record_routes
 
     def allows(self, host: str) -> bool:
+        return self.open_to_all or self.trusts(host)
+
+    def trusts(self, host: str) -> bool:
+        """A source in the allowed networks (``--sip-allow``)."""
         return any(_address(host) in network for network in self.allowed)
 
     def _dispatch(self, data: bytes, addr: tuple[str, int]) -> None:

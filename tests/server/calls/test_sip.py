@@ -22,6 +22,9 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
+from aiosipua import SipDigestAuth
+from aiosipua.auth import build_credentials
+from aiosipua.header_codec import parse_auth, stringify_auth
 from scripted_thinker import ASKED, thinking_at
 from serving import Server, running_server
 from sip_peer import SILENCE, RtpPeer, ulaw_speech as _ulaw
@@ -29,6 +32,8 @@ from speech import SENTENCES, speak
 
 from lyre.server.calls.sip_media import (DTMF_KEYS, JitterBuffer, TelephoneEvents, alaw_decode, alaw_encode,
                                          read_rtp, rtp_packet)
+from lyre.server.calls.sip_auth import NONCE_TTL_S, Digest
+from lyre.server.calls.sip_transport import GatedUdp, allowed_networks
 from lyre.server.config import ServerConfig, sip_address
 
 SCENARIOS = Path(__file__).parent / "sip"
@@ -165,7 +170,7 @@ def sip() -> Iterator[Sip]:
     with thinking_at() as thinker, running_server(
             "--stt", "--llm-url", thinker, "--llm-model", "scripted", "--max-streams", "4",
             "--sip", f"127.0.0.1:{port}", "--sip-ring", str(RING_S), "--stt-idle-timeout", str(IDLE_S),
-            "--stt-max-sessions", "4", "--sip-allow", "127.0.0.1/32", "--sip-session", json.dumps(SESSION),
+            "--stt-max-sessions", "4", "--sip-allow", "127.0.0.1/32", "--sip-auth", "lyre:secret", "--sip-session", json.dumps(SESSION),
             "--sip-session", "long=" + json.dumps(LONG), "--sip-session", "bye=" + json.dumps(BYE)) as running:
         yield Sip(running, port)
 
@@ -252,11 +257,49 @@ def test_a_cancel_while_it_rings_gets_487_and_leaves_nothing(sip: Sip) -> None:
 
 
 @needs_sipp
-def test_options_is_answered_but_not_from_outside_the_allowed_networks(sip: Sip) -> None:
+def test_options_is_answered(sip: Sip) -> None:
     _passed(sip.sipp("options.xml"))
-    dropped = sip.metric("lyre_sip_messages_dropped_total", reason="source")
-    outside = sip.sipp("options.xml", "-max_retrans", "1", source="127.0.0.2", timeout_s=1.5)  # --sip-allow 127.0.0.1/32
-    assert outside.returncode != 0 and sip.metric("lyre_sip_messages_dropped_total", reason="source") > dropped
+
+
+@needs_sipp
+def test_a_call_from_outside_the_allowed_networks_must_authenticate(sip: Sip) -> None:
+    """--sip-allow 127.0.0.1/32 and --sip-auth lyre:secret: from 127.0.0.2 an INVITE gets 401 with a digest
+    challenge; the INVITE again with the right credentials is answered, with wrong ones 401 again."""
+    refused = sip.metric("lyre_sip_calls_total", outcome="refused_401")
+    _passed(sip.sipp("auth_call.xml", "-au", "lyre", "-ap", "secret", source="127.0.0.2", talk_ms=300))
+    assert sip.metric("lyre_sip_calls_total", outcome="refused_401") == refused + 1
+    wrong = sip.sipp("auth_call.xml", "-au", "lyre", "-ap", "guess", source="127.0.0.2", talk_ms=300, timeout_s=3)
+    assert wrong.returncode != 0
+    assert sip.metric("lyre_sip_calls_total", outcome="refused_401") == refused + 3  # challenged twice
+    sip.wait_idle()
+
+
+def test_the_gate_drops_sources_outside_the_allowed_networks_without_sip_auth() -> None:
+    gate = GatedUdp(local_addr=("127.0.0.1", 0))
+    gate.set_up(allowed_networks(("10.0.0.0/8", "::1")), None, {})  # type: ignore[arg-type]
+    assert gate.allows("10.1.2.3") and gate.allows("::1") and gate.allows("::ffff:10.0.0.9")
+    assert not gate.allows("192.0.2.1") and not gate.allows("127.0.0.1")
+    gate.open_to_all = True  # with --sip-auth: all pass the gate, and only the allowed are trusted unchallenged
+    assert gate.allows("192.0.2.1") and not gate.trusts("192.0.2.1")
+
+
+def test_digest_credentials_made_by_a_client_library_check_and_others_do_not() -> None:
+    """aiosipua's client side (an implementation apart from lyre's check) answers lyre's challenge."""
+    digest = Digest("lyre", "secret")
+    challenge = parse_auth(digest.challenge(1000.0))
+
+    def authorization(password: str, method: str = "INVITE") -> str:
+        credentials = build_credentials(SipDigestAuth("lyre", password), challenge, method, "sip:agent@127.0.0.1")
+        assert credentials is not None
+        return stringify_auth(credentials)
+
+    assert digest.check(authorization("secret"), "INVITE", 1010.0)
+    assert not digest.check(authorization("guess"), "INVITE", 1010.0)
+    assert not digest.check(authorization("secret", "BYE"), "INVITE", 1010.0)  # made for another method
+    assert not digest.check(authorization("secret"), "INVITE", 1000.0 + NONCE_TTL_S + 1)  # a stale nonce
+    forged = authorization("secret").replace(challenge.params["nonce"], "1000000.00000000")
+    assert not digest.check(forged, "INVITE", 1010.0)
+    assert not digest.check(None, "INVITE", 1010.0) and not digest.check("Basic bHlyZTpzZWNyZXQ=", "INVITE", 1010.0)
 
 
 @needs_sipp
