@@ -1,5 +1,6 @@
 """An OpenAI-compatible chat endpoint that answers every request at once with the same sentence, streamed;
-and, when the request offers a tool named ``end_call``, a call of it after the sentence; or, to a last
+and, when the request offers a tool named ``end_call`` (or else ``transfer_call``), a call of it after the
+sentence (a transfer to "sales"); or, to a last
 message of ``IN_TWO_PARTS``, with a sentence, and another once the test sets ``SECOND_PART``
 (a think step that stalls mid-reply, so the reply's speech runs dry between them).
 
@@ -42,8 +43,9 @@ def scripted_thinker() -> FastAPI:
         body = await request.json()
         messages = body["messages"]
         ASKED.append(messages)
-        # Given a tool named end_call (a phone call's hang-up), the reply calls it after its sentence.
-        hang_up = any(tool.get("function", {}).get("name") == "end_call" for tool in body.get("tools") or [])
+        offered = {tool.get("function", {}).get("name") for tool in body.get("tools") or []}
+        # A phone call's tools, end_call or transfer_call (to "sales"), called after the reply's sentence.
+        tool = next((name for name in ("end_call", "transfer_call") if name in offered), None)
         parts = _PARTS if messages[-1].get("content") == IN_TWO_PARTS else (REPLY,)
 
         async def answer() -> AsyncIterator[str]:
@@ -53,9 +55,10 @@ def scripted_thinker() -> FastAPI:
                     SECOND_PART.clear()
                 chunk = {"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": part}}]}
                 yield f"data: {json.dumps(chunk)}\n\n"
-            if hang_up:
-                call = {"index": 0, "id": "call_end", "type": "function",
-                        "function": {"name": "end_call", "arguments": "{}"}}
+            if tool is not None:
+                arguments = json.dumps({"target": "sales"} if tool == "transfer_call" else {})
+                call = {"index": 0, "id": "call_tool", "type": "function",
+                        "function": {"name": tool, "arguments": arguments}}
                 chunk = {"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"tool_calls": [call]}}]}
                 yield f"data: {json.dumps(chunk)}\n\n"
             yield "data: [DONE]\n\n"

@@ -170,6 +170,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     agent.add_argument("--sip-session", dest="sip_sessions", action="append", default=[], metavar="[NUMBER=]JSON",
                        help="the session (as a session.update's: voice, instructions, tools, ...) a SIP call opens with; "
                             "NUMBER=: only calls to that number (the request URI's user, e.g. 800=...); repeatable")
+    agent.add_argument("--sip-transfer", dest="sip_transfers", action="append", default=[], metavar="NAME=URI",
+                       help="a target the agent's transfer_call tool may hand a SIP call to (REFER), e.g. "
+                            "sales=sip:sales@pbx.example.com; repeatable; none: no transfers")
     serve.set_defaults(run=run)
 
 
@@ -187,7 +190,7 @@ def _add_fleet_args(serve: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from lyre.server import ServerConfig, create_app
-    from lyre.server.config import sip_session
+    from lyre.server.config import sip_session, transfer_target
     from lyre.tts import ServingConfig, parse_alias
 
     given = _named(args, ServerConfig)
@@ -207,6 +210,7 @@ def run(args: argparse.Namespace) -> int:
         ice_servers=tuple(args.ice_servers),
         sip_allow=tuple(args.sip_allow) if args.sip_allow else ServerConfig.sip_allow,
         sip_sessions=tuple(sip_session(s) for s in args.sip_sessions),
+        sip_transfers=tuple(transfer_target(t) for t in args.sip_transfers),
     )
     config = ServerConfig(**given)
     if config.tts:

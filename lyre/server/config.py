@@ -84,6 +84,7 @@ class ServerConfig:
     # (number, JSON): the session.update session a SIP call to that number (the request URI's user) opens with;
     # number "": every other call's
     sip_sessions: tuple[tuple[str, str], ...] = ()
+    sip_transfers: tuple[tuple[str, str], ...] = ()  # (name, sip:/tel: URI): where transfer_call may send a call
 
     def __post_init__(self) -> None:
         # Devices are resolved once (the pipeline's by ServingConfig): every check below and every model
@@ -206,3 +207,11 @@ def sip_session(option: str) -> tuple[str, str]:
     if not equals or not number:
         raise ValueError(f"--sip-session must be JSON or NUMBER=JSON, got {option[:80]!r}")
     return number, session
+
+
+def transfer_target(option: str) -> tuple[str, str]:
+    """``--sip-transfer NAME=URI`` as (name, URI); ValueError saying what is wrong."""
+    name, equals, uri = option.partition("=")
+    if not (equals and name and uri.startswith(("sip:", "sips:", "tel:"))) or any(c in uri for c in "<>\r\n\" "):
+        raise ValueError(f"--sip-transfer must be NAME=URI with a sip:, sips: or tel: URI, got {option[:80]!r}")
+    return name, uri

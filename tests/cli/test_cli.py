@@ -57,6 +57,10 @@ def test_say_to_stdout_writes_raw_pcm_and_the_default_model_warns(tmp_path: Path
          "--sip-session must be JSON or NUMBER=JSON"),
         (["serve", "--stt", "--llm", "demo", "--sip", "127.0.0.1:5060", "--sip-session", "800=[1]"],
          "is not a JSON object"),
+        (["serve", "--stt", "--llm", "demo", "--sip", "127.0.0.1:5060", "--sip-transfer", "sales=http://x"],
+         "--sip-transfer must be NAME=URI with a sip:, sips: or tel: URI"),
+        (["serve", "--stt", "--llm", "demo", "--sip", "127.0.0.1:5060", "--sip-auth", "nopassword"],
+         "--sip-auth must be USER:PASSWORD"),
     ],
 )
 def test_bad_input_is_a_clear_error_not_a_traceback(args: list[str], message: str,

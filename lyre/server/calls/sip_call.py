@@ -15,7 +15,8 @@ NATs on its way) alive. A barge-in drops what is queued: the next packet is sile
 is cut in the history at the frames that went out. A key press (RFC 4733) reaches the agent as a user
 message, "(the caller pressed 5 on the keypad)", in the conversation the next reply reads. The agent
 hangs up by calling a tool named ``end_call`` (declared in the call's session, ``--sip-session``): once
-the reply's audio has gone out, ``hang_up`` is called (a BYE).
+the reply's audio has gone out, ``hang_up`` is called (a BYE); ``transfer_call`` with {"target": NAME} has
+``transfer`` send a REFER to the configured target of that name (lyre.server.calls.sip_transfer).
 
 No packet for webrtc_watch.MEDIA_TIMEOUT_S: the reply stops (its engine slots freed, as for WebRTC); none
 for webrtc_watch.GONE_AFTER_S (the server's ``stt_idle_timeout_s`` while on hold): ``hang_up`` is called.
@@ -66,7 +67,8 @@ class SipCall:
     """One call's media and conversation, and the `MediaSink` of it; see the module docstring."""
 
     def __init__(self, state: ServerState, codec: Codec, dtmf_type: int | None, remote: tuple[str, int],
-                 hang_up: Callable[[str], None], on_media_error: Callable[[str], None] | None = None) -> None:
+                 hang_up: Callable[[str], None], on_media_error: Callable[[str], None] | None = None,
+                 transfer: Callable[[str], bool] | None = None) -> None:
         self.state = state
         self.codec = codec
         self.dtmf_type = dtmf_type
@@ -79,6 +81,7 @@ class SipCall:
         self.port = 0  # the RTP port, once bound
         self._latched = False
         self._hang_up = hang_up
+        self._transfer = transfer or (lambda target: False)
         self._on_media_error = on_media_error or (lambda kind: None)
         self._socket: asyncio.DatagramTransport | None = None
         self._jitter = JitterBuffer()
@@ -205,6 +208,12 @@ class SipCall:
                 self._enqueue(response_id, outbound.finish())
         elif kind == "response.function_call_arguments.done" and event.get("name") == "end_call":
             self._ending = True  # once what the reply says has gone out
+        elif kind == "response.function_call_arguments.done" and event.get("name") == "transfer_call":
+            try:
+                target = json.loads(event.get("arguments") or "{}").get("target")
+            except (json.JSONDecodeError, AttributeError):
+                target = None
+            self._transfer(str(target))
         elif kind == "error":
             self._refused = str(event["error"].get("message"))
             log.info("sip call: %s", self._refused)

@@ -29,12 +29,12 @@ from contextlib import AsyncExitStack
 from typing import Any
 
 from aiosipua import IncomingCall, SdpMessage, SdpNegotiationError, SipRequest, SipUAS, negotiate_sdp
-from prometheus_client import Counter, Gauge, Histogram
 
 from lyre.server.calls.sip_auth import Digest
 from lyre.server.calls.sip_call import SipCall
 from lyre.server.calls.sip_media import CODECS
-from lyre.server.calls.sip_transport import GatedTcp, GatedUdp, allowed_networks
+from lyre.server.calls.sip_transfer import Transfers
+from lyre.server.calls.sip_transport import GatedTcp, GatedUdp, SipMetrics, allowed_networks
 from lyre.server.sessions import RealtimeSessions
 from lyre.server.state import ServerState
 
@@ -48,20 +48,6 @@ _RETRY_AFTER_S = 5
 _HOLD_DIRECTIONS = ("sendonly", "inactive")
 
 
-class _Metrics:
-    def __init__(self, state: ServerState) -> None:
-        r = state.metrics.registry
-        self.calls = Counter("lyre_sip_calls", "SIP calls by how they ended (or were refused)", ["outcome"], registry=r)
-        self.active = Gauge("lyre_sip_calls_active", "SIP calls answered and not yet ended", registry=r)
-        self.setup = Histogram("lyre_sip_call_setup_seconds", "INVITE received to 200 OK sent", registry=r)
-        self.media_errors = Counter("lyre_sip_media_errors", "RTP trouble: an unexpected payload type, packets "
-                                    "dropped for a slow conversation, media timeouts", ["kind"], registry=r)
-        self.dialogs = Gauge("lyre_sip_dialogs", "SIP dialogs and transactions aiosipua keeps (answered, ringing, "
-                             "or waiting for an ACK)", registry=r)
-        self.dropped = Counter("lyre_sip_messages_dropped", "SIP datagrams dropped unanswered", ["reason"],
-                               registry=r)
-
-
 class SipServer:
     """The SIP endpoint and its calls; see the module docstring."""
 
@@ -69,7 +55,7 @@ class SipServer:
         self.state = state
         self.sessions = sessions
         self.calls: dict[str, tuple[IncomingCall, SipCall, AsyncExitStack]] = {}  # by Call-ID, answered or ringing
-        self.metrics = _Metrics(state)
+        self.metrics = SipMetrics(state.metrics.registry)
         self.metrics.active.set_function(lambda: sum(1 for c, _, _ in self.calls.values() if c._answered))
         self.metrics.dialogs.set_function(lambda: sum(len(uas._calls) + len(uas.transactions._server)
                                                       for uas in self._uases.values()))
@@ -78,6 +64,7 @@ class SipServer:
         self._tokens, self._refilled = _INVITE_BURST, time.monotonic()
         self._host = "127.0.0.1"
         self._closing: set[asyncio.Task[None]] = set()  # calls ended, their conversations closing
+        self.transfers = Transfers(state.config.sip_transfers)
         auth = state.config.sip_auth
         self._digest = Digest(*auth.split(":", 1)) if auth is not None else None
 
@@ -97,9 +84,14 @@ class SipServer:
             uas.on_bye = lambda call, request: self._ended(call.call_id, "bye")
             uas.on_cancel = lambda request, addr: self._ended(request.call_id or "", "cancel")
             uas.on_ack_timeout = lambda call: self._ended(call.call_id, "no_ack")
+            uas.on_transfer_progress = self._transfer_progress
             await uas.start()
             transport.on_message = functools.partial(self._arrived, uas)
         log.info("SIP on udp and tcp %s:%d", host, self.port)
+
+    def _transfer_progress(self, call_id: str, status: int, reason: str) -> None:
+        if self.transfers.progress(call_id, status):
+            self.hang_up(call_id, f"transferred ({status} {reason})", "transferred")
 
     def _uas(self, call: IncomingCall) -> SipUAS:
         return self._uases[id(call.transport)]
@@ -152,7 +144,8 @@ class SipServer:
         media = SipCall(self.state, CODECS[self._codec(call.sdp_offer)], _dtmf_type(call.sdp_offer),
                         _rtp_address(call),
                         lambda why: self.hang_up(call.call_id, why, "end_call" if "end_call" in why else "hangup"),
-                        lambda kind: self.metrics.media_errors.labels(kind).inc())
+                        lambda kind: self.metrics.media_errors.labels(kind).inc(),
+                        lambda target: self.transfers.refer(call, target))
         self.calls[call.call_id] = (call, media, stack)
         stack.push_async_callback(media.close)
         call.ringing()
@@ -266,6 +259,7 @@ class SipServer:
         uas._remove_invite_transaction(call.invite)
 
     def _ended(self, call_id: str, outcome: str) -> None:
+        self.transfers.forget(call_id)
         if (held := self.calls.pop(call_id, None)) is None:
             return
         if self._udp is not None:

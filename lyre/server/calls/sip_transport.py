@@ -2,7 +2,7 @@
 datagram from outside the allowed networks (``--sip-allow``) or over MAX_MESSAGE_BYTES is dropped unread and
 counted, as is one aiosipua's parser refuses (a line it cannot read, over 256 headers, a body short of its
 Content-Length); and the Record-Route of an INVITE is copied into the responses that set up its dialog (RFC 3261
-12.1.1), which aiosipua leaves out.
+12.1.1), which aiosipua leaves out. The endpoint's metrics (SipMetrics) are here too.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from typing import Any
 
 from aiosipua import SipMessage, SipRequest
 from aiosipua.transport import TcpSipTransport, UdpSipTransport, _stamp_via_received
-from prometheus_client import Counter
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-__all__ = ["MAX_MESSAGE_BYTES", "MAX_TCP_CONNECTIONS", "GatedTcp", "GatedUdp", "allowed_networks"]
+__all__ = ["MAX_MESSAGE_BYTES", "MAX_TCP_CONNECTIONS", "GatedTcp", "GatedUdp", "SipMetrics", "allowed_networks"]
 
 log = logging.getLogger("lyre.server.sip")
 
@@ -33,6 +33,21 @@ def allowed_networks(cidrs: tuple[str, ...]) -> tuple[ipaddress.IPv4Network | ip
         except ValueError:
             raise ValueError(f"--sip-allow {cidr!r} is not a network (e.g. 10.0.0.0/8 or 192.0.2.7)") from None
     return tuple(networks)
+
+
+class SipMetrics:
+    """The SIP endpoint's metrics, in the server's registry."""
+
+    def __init__(self, r: CollectorRegistry) -> None:
+        self.calls = Counter("lyre_sip_calls", "SIP calls by how they ended (or were refused)", ["outcome"], registry=r)
+        self.active = Gauge("lyre_sip_calls_active", "SIP calls answered and not yet ended", registry=r)
+        self.setup = Histogram("lyre_sip_call_setup_seconds", "INVITE received to 200 OK sent", registry=r)
+        self.media_errors = Counter("lyre_sip_media_errors", "RTP trouble: an unexpected payload type, packets "
+                                    "dropped for a slow conversation, media timeouts", ["kind"], registry=r)
+        self.dialogs = Gauge("lyre_sip_dialogs", "SIP dialogs and transactions aiosipua keeps (answered, ringing, "
+                             "or waiting for an ACK)", registry=r)
+        self.dropped = Counter("lyre_sip_messages_dropped", "SIP datagrams dropped unanswered", ["reason"],
+                               registry=r)
 
 
 class _Gate:

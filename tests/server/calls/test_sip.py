@@ -45,6 +45,9 @@ LONG = {**SESSION, "max_speech_tokens": 1500}  # calls to the number "long": rep
 END_CALL = {"type": "function", "name": "end_call", "description": "Hang up the phone.",
             "parameters": {"type": "object", "properties": {}}}
 BYE = {**SESSION, "tools": [END_CALL]}  # calls to "bye": the scripted think step says a sentence, then hangs up
+TRANSFER_CALL = {"type": "function", "name": "transfer_call", "description": "Hand the call to a department.",
+                 "parameters": {"type": "object", "properties": {"target": {"type": "string"}}}}
+TRANSFER = {**SESSION, "tools": [TRANSFER_CALL]}  # calls to "transfer": a sentence, then a transfer to "sales"
 
 needs_sipp = pytest.mark.skipif(shutil.which("sipp") is None, reason="SIPp (apt-get install sip-tester) is missing")
 
@@ -171,7 +174,8 @@ def sip() -> Iterator[Sip]:
             "--stt", "--llm-url", thinker, "--llm-model", "scripted", "--max-streams", "4",
             "--sip", f"127.0.0.1:{port}", "--sip-ring", str(RING_S), "--stt-idle-timeout", str(IDLE_S),
             "--stt-max-sessions", "4", "--sip-allow", "127.0.0.1/32", "--sip-auth", "lyre:secret", "--sip-session", json.dumps(SESSION),
-            "--sip-session", "long=" + json.dumps(LONG), "--sip-session", "bye=" + json.dumps(BYE)) as running:
+            "--sip-session", "long=" + json.dumps(LONG), "--sip-session", "bye=" + json.dumps(BYE),
+            "--sip-session", "transfer=" + json.dumps(TRANSFER), "--sip-transfer", "sales=sip:sales@127.0.0.1:9") as running:
         yield Sip(running, port)
 
 
@@ -226,6 +230,22 @@ def test_the_agent_ends_the_call_with_end_call_once_its_goodbye_has_gone_out(sip
     # The goodbye went out whole before the BYE: its 35 audio tokens are about 0.4 s, 20 packets.
     assert len(peer.replies()) >= 15, f"{len(peer.replies())} packets of the goodbye heard"
     assert sip.metric("lyre_sip_calls_total", outcome="end_call") == before + 1
+    sip.wait_idle()
+
+
+@needs_sipp
+def test_transfer_call_sends_a_refer_to_the_configured_target_and_lyre_leaves_once_it_connects(sip: Sip) -> None:
+    before = sip.metric("lyre_sip_calls_total", outcome="transferred")
+    peer = RtpPeer()
+    try:
+        sipp = sip.sipp("transfer.xml", rtp_port=peer.port, number="transfer", background=True)
+        peer.answered()
+        peer.talk(_ulaw(SENTENCES[3]), until=lambda: sipp.poll() is not None, limit_s=30)
+        out, _ = sipp.communicate(timeout=10)
+        assert sipp.returncode == 0, out[-3000:]
+    finally:
+        peer.close()
+    assert sip.metric("lyre_sip_calls_total", outcome="transferred") == before + 1
     sip.wait_idle()
 
 
