@@ -288,7 +288,7 @@ def test_a_call_from_outside_the_allowed_networks_must_authenticate(sip: Sip) ->
     refused = sip.metric("lyre_sip_calls_total", outcome="refused_401")
     _passed(sip.sipp("auth_call.xml", "-au", "lyre", "-ap", "secret", source="127.0.0.2", talk_ms=300))
     assert sip.metric("lyre_sip_calls_total", outcome="refused_401") == refused + 1
-    wrong = sip.sipp("auth_call.xml", "-au", "lyre", "-ap", "guess", source="127.0.0.2", talk_ms=300, timeout_s=3)
+    wrong = sip.sipp("auth_call.xml", "-au", "lyre", "-ap", "guess", source="127.0.0.2", talk_ms=300, timeout_s=1.5)
     assert wrong.returncode != 0
     assert sip.metric("lyre_sip_calls_total", outcome="refused_401") == refused + 3  # challenged twice
     sip.wait_idle()
