@@ -125,6 +125,7 @@ class Sip:
 
     def __init__(self, server: Server, port: int) -> None:
         self.server, self.port = server, port
+        self.tasks = self.metric("lyre_event_loop_tasks")  # the server's asyncio tasks with no call
 
     def sipp(self, scenario: str, *args: str, calls: int = 1, timeout_s: float = 40.0, rtp_port: int = 9,
              codec: int = 0, talk_ms: int | None = None, source: str = "127.0.0.1", number: str = "agent",
@@ -158,6 +159,7 @@ class Sip:
         while True:
             left = {name: self.metric(name) for name in ("lyre_sip_calls_active", "lyre_sip_dialogs", "lyre_realtime_sessions",
                                                          "lyre_active_streams", "lyre_queued_requests")}
+            left["tasks over those with no call"] = max(0.0, self.metric("lyre_event_loop_tasks") - self.tasks)
             if not any(left.values()):
                 assert "Traceback" not in self.server.output(), self.server.output()[-3000:]  # nothing failed
                 return
