@@ -156,9 +156,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                             "which Twilio cannot send; a stream only with the one-call credential the webhook "
                             "puts in its URL (default: $LYRE_TWILIO_AUTH_TOKEN; none: not checked)")
     agent.add_argument("--sip", metavar="HOST:PORT", default=os.environ.get("LYRE_SIP"),
-                       help="answer SIP calls (UDP and TCP) at HOST:PORT, e.g. 0.0.0.0:5060: a trunk or PBX sends its INVITEs "
-                            "here and each call talks with the agent, G.711 (PCMU or PCMA) over RTP (default: $LYRE_SIP;"
-                            " none: no SIP)")
+                       help="answer SIP calls (UDP and TCP) at HOST:PORT, e.g. 0.0.0.0:5060: a trunk or PBX sends "
+                            "its INVITEs here and each call talks with the agent, G.711 (PCMU or PCMA) over RTP "
+                            "(default: $LYRE_SIP; none: no SIP)")
     agent.add_argument("--sip-allow", dest="sip_allow", action="append", metavar="CIDR",
                        help="take SIP messages only from this network (e.g. 203.0.113.0/24, your trunk's); repeatable; "
                             "others are dropped unanswered (default: loopback only)")
@@ -168,8 +168,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     agent.add_argument("--sip-ring", dest="sip_ring_s", type=float, default=0.0, metavar="SECONDS",
                        help="let a SIP call ring this long (180 Ringing) before answering it (default: 0)")
     agent.add_argument("--sip-session", dest="sip_sessions", action="append", default=[], metavar="[NUMBER=]JSON",
-                       help="the session (as a session.update's: voice, instructions, tools, ...) a SIP call opens with; "
-                            "NUMBER=: only calls to that number (the request URI's user, e.g. 800=...); repeatable")
+                       help="the session (as a session.update's: voice, instructions, tools, ...) a SIP call opens "
+                            "with; NUMBER=: only calls to that number (the request URI's user, e.g. 800=...); "
+                            "repeatable")
     agent.add_argument("--sip-transfer", dest="sip_transfers", action="append", default=[], metavar="NAME=URI",
                        help="a target the agent's transfer_call tool may hand a SIP call to (REFER), e.g. "
                             "sales=sip:sales@pbx.example.com; repeatable; none: no transfers")

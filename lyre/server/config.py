@@ -76,7 +76,7 @@ class ServerConfig:
     ice_servers: tuple[str, ...] = ()
     # Twilio's auth token: phone calls (/v1/twilio/*) must carry its request signature; None: not checked
     twilio_auth_token: str | None = None
-    sip: str | None = None  # HOST:PORT: answer SIP calls over UDP and TCP there (lyre.server.calls.sip_server); None: no SIP
+    sip: str | None = None  # HOST:PORT: answer SIP calls over UDP and TCP there (calls/sip_server.py); None: no SIP
     sip_allow: tuple[str, ...] = ("127.0.0.0/8", "::1/128")  # networks SIP messages are taken from; others dropped
     # USER:PASSWORD: SIP calls from outside sip_allow are taken when they authenticate with it (digest); None: never
     sip_auth: str | None = None

@@ -5,17 +5,19 @@
     await sip.stop()                     # every call ended with a BYE, its conversation closed
 
 SIP messages, dialogs and transactions are aiosipua's (MIT): its parser has hard limits (header count, sizes,
-required headers; a message it cannot parse is dropped), and its UAS sends 100 Trying, retransmits a 200 on UDP
-until the ACK comes (RFC 3261's timers G and H), matches a CANCEL to its INVITE and answers it 487, keeps the
-dialog's tags and route set, and answers OPTIONS with 200. This module decides who may call and what a call
-is: a message from outside ``--sip-allow`` is dropped unanswered, unless ``--sip-auth`` is set, when an INVITE
-from outside must authenticate (401 with a digest challenge until it does); over the INVITE rate or while draining, 503
-with Retry-After; past ``--stt-max-sessions`` (shared with sockets, WebRTC calls and phone streams), 486 Busy
-Here; an offer with neither PCMU nor PCMA, 488. Otherwise 180 Ringing, then (after ``--sip-ring`` seconds) 200
-with the SDP answer, and the call's media runs in lyre.server.calls.sip_call. A re-INVITE whose offer is
-sendonly, inactive or at address 0.0.0.0 puts the call on hold; sendrecv again takes it off. The call ends at a
-BYE (200), a CANCEL, no ACK, no media (lyre sends BYE), or the server stopping (BYE); whatever the end, the
-conversation is closed and its engine slots and session freed.
+required headers), and its UAS sends 100 Trying, retransmits a 200 on UDP until the ACK comes (RFC 3261's
+timers G and H), matches a CANCEL to its INVITE and answers it 487, keeps the dialog's tags and route set, and
+answers OPTIONS with 200. In front of it, lyre.server.calls.sip_transport's gate drops what does not parse, is
+too long or comes from outside ``--sip-allow`` (unless ``--sip-auth`` is set: then an INVITE from outside
+must authenticate, 401 with a digest challenge until it does). This module decides what a call is: over the
+INVITE rate or while draining, 503 with Retry-After; past ``--stt-max-sessions`` (shared with sockets, WebRTC
+calls and phone streams), 486 Busy Here; an offer with neither PCMU nor PCMA, 488. Otherwise 180 Ringing, then
+(after ``--sip-ring`` seconds) 200 with the SDP answer, and the call's media runs in
+lyre.server.calls.sip_call, its session from ``--sip-session`` by the number called. A re-INVITE whose offer
+is sendonly, inactive or at address 0.0.0.0 puts the call on hold; sendrecv again takes it off. The call ends
+at a BYE (200), a CANCEL, no ACK, no media, the agent's ``end_call``, a transfer that connected
+(lyre.server.calls.sip_transfer) or the server stopping (lyre sends BYE for the last four); whatever the end,
+the conversation is closed and its engine slots and session freed.
 """
 
 from __future__ import annotations

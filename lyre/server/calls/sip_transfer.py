@@ -1,5 +1,6 @@
 """A SIP call handed on: the agent's ``transfer_call`` tool sends a REFER (RFC 3515, a blind transfer) to one
-of the targets the configuration names (``--sip-transfer NAME=URI``, read by lyre.server.config.transfer_target), never anywhere else.
+of the targets the configuration names (``--sip-transfer NAME=URI``, read by
+lyre.server.config.transfer_target), never anywhere else.
 
     transfers = Transfers(targets)                         # NAME -> sip: or tel: URI
     transfers.refer(call, "sales")                          # False: no such target, nothing sent

@@ -104,7 +104,8 @@ class GatedUdp(_Gate, UdpSipTransport):
 
     async def start(self) -> None:  # aiosipua's own protocol asserts asyncio's transport class, which uvloop's is not
         loop = asyncio.get_running_loop()
-        self._udp_transport, _ = await loop.create_datagram_endpoint(lambda: _Datagrams(self), local_addr=self.local_addr)
+        self._udp_transport, _ = await loop.create_datagram_endpoint(lambda: _Datagrams(self),
+                                                                     local_addr=self.local_addr)
 
 
 class GatedTcp(_Gate, TcpSipTransport):

@@ -157,8 +157,9 @@ class Sip:
         """Every call closed: no SIP call, realtime session or stream left."""
         deadline = time.monotonic() + timeout_s
         while True:
-            left = {name: self.metric(name) for name in ("lyre_sip_calls_active", "lyre_sip_dialogs", "lyre_realtime_sessions",
-                                                         "lyre_active_streams", "lyre_queued_requests")}
+            left = {name: self.metric(name) for name in ("lyre_sip_calls_active", "lyre_sip_dialogs",
+                                                         "lyre_realtime_sessions", "lyre_active_streams",
+                                                         "lyre_queued_requests")}
             left["tasks over those with no call"] = max(0.0, self.metric("lyre_event_loop_tasks") - self.tasks)
             if not any(left.values()):
                 assert "Traceback" not in self.server.output(), self.server.output()[-3000:]  # nothing failed
@@ -175,9 +176,11 @@ def sip() -> Iterator[Sip]:
     with thinking_at() as thinker, running_server(
             "--stt", "--llm-url", thinker, "--llm-model", "scripted", "--max-streams", "4",
             "--sip", f"127.0.0.1:{port}", "--sip-ring", str(RING_S), "--stt-idle-timeout", str(IDLE_S),
-            "--stt-max-sessions", "4", "--sip-allow", "127.0.0.1/32", "--sip-auth", "lyre:secret", "--sip-session", json.dumps(SESSION),
+            "--stt-max-sessions", "4", "--sip-allow", "127.0.0.1/32", "--sip-auth", "lyre:secret",
+            "--sip-session", json.dumps(SESSION),
             "--sip-session", "long=" + json.dumps(LONG), "--sip-session", "bye=" + json.dumps(BYE),
-            "--sip-session", "transfer=" + json.dumps(TRANSFER), "--sip-transfer", "sales=sip:sales@127.0.0.1:9") as running:
+            "--sip-session", "transfer=" + json.dumps(TRANSFER),
+            "--sip-transfer", "sales=sip:sales@127.0.0.1:9") as running:
         yield Sip(running, port)
 
 
@@ -356,8 +359,10 @@ def test_what_lyre_cannot_take_gets_a_4xx_and_junk_is_dropped(sip: Sip) -> None:
     _passed(sip.sipp("refused.xml"))
     assert sip.metric("lyre_sip_calls_total", outcome="refused_488") == before + 3
     junk = [b"", b"\x00" * 100, b"\xff\xfe garbage", b"INVITE\r\n\r\n", b"SIP/2.0 200 OK\r\n\r\n", b"A" * 9000,
-            b"INVITE sip:a@b SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:9;branch=z9hG4bK1\r\n" + b"X-A: b\r\n" * 400 + b"\r\n",
-            b"INVITE sip:a@b SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:9;branch=z9hG4bK2\r\nContent-Length: 99999\r\n\r\nv=0",
+            b"INVITE sip:a@b SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:9;branch=z9hG4bK1\r\n"
+            + b"X-A: b\r\n" * 400 + b"\r\n",
+            b"INVITE sip:a@b SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:9;branch=z9hG4bK2\r\n"
+            b"Content-Length: 99999\r\n\r\nv=0",
             b"INVITE sip:a@b SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:9;branch=z9hG4bK3\r\nFrom: <sip:x@y>;tag=1\r\n"
             b"To: <sip:a@b>\r\nCall-ID: j1\r\nCSeq: one INVITE\r\nContent-Type: application/sdp\r\n"
             b"Content-Length: 12\r\n\r\nm=audio x RT"]
