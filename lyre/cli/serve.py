@@ -165,6 +165,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     agent.add_argument("--sip-auth", metavar="USER:PASSWORD", default=os.environ.get("LYRE_SIP_AUTH"),
                        help="take SIP calls from outside --sip-allow too, when they authenticate with this user and "
                             "password (digest, 401 challenge) (default: $LYRE_SIP_AUTH; none: only --sip-allow)")
+    agent.add_argument("--sip-advertise", metavar="IP", default=os.environ.get("LYRE_SIP_ADVERTISE"),
+                       help="the IP address a SIP call's Contact and SDP give out, e.g. the public one behind NAT "
+                            "(default: $LYRE_SIP_ADVERTISE; none: the --sip host, or with 0.0.0.0 the local address "
+                            "the route to the caller leaves from)")
     agent.add_argument("--sip-ring", dest="sip_ring_s", type=float, default=0.0, metavar="SECONDS",
                        help="let a SIP call ring this long (180 Ringing) before answering it (default: 0)")
     agent.add_argument("--sip-session", dest="sip_sessions", action="append", default=[], metavar="[NUMBER=]JSON",

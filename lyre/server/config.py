@@ -80,6 +80,7 @@ class ServerConfig:
     sip_allow: tuple[str, ...] = ("127.0.0.0/8", "::1/128")  # networks SIP messages are taken from; others dropped
     # USER:PASSWORD: SIP calls from outside sip_allow are taken when they authenticate with it (digest); None: never
     sip_auth: str | None = None
+    sip_advertise: str | None = None  # the IP address SIP and SDP give out (a public one behind NAT); None: found
     sip_ring_s: float = 0.0  # how long a SIP call rings (180) before lyre answers it
     # (number, JSON): the session.update session a SIP call to that number (the request URI's user) opens with;
     # number "": every other call's
@@ -153,6 +154,11 @@ class ServerConfig:
             if not ok:
                 raise ValueError(f"--sip-session {number + '=' if number else ''}...: {session[:80]!r} is not a JSON "
                                  f"object (the session of a session.update)")
+        if self.sip_advertise is not None:
+            try:
+                ipaddress.ip_address(self.sip_advertise)
+            except ValueError:
+                raise ValueError(f"--sip-advertise must be an IP address, got {self.sip_advertise!r}") from None
         if not 0 <= self.sip_ring_s <= 60:
             raise ValueError(f"sip_ring_s must be in 0..60 seconds, got {self.sip_ring_s}")
 

@@ -1,5 +1,5 @@
-"""A SIP call's media: RTP packets, G.711 (PCMU and PCMA), a small jitter buffer and RFC 4733 telephone
-events. Plain Python and numpy; no sockets here.
+"""A SIP call's media: the codec an SDP offer gets, RTP packets, G.711 (PCMU and PCMA), a small jitter buffer
+and RFC 4733 telephone events. Plain Python and numpy; no sockets here.
 
     packet = read_rtp(datagram)                  # None: not an RTP packet lyre takes
     codec = CODECS[packet.payload_type]          # PCMU (0) or PCMA (8)
@@ -19,11 +19,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+from aiosipua import SdpMessage, SdpNegotiationError
 
 from lyre.server.calls.twilio_media import ulaw_decode, ulaw_encode
 
 __all__ = ["CODECS", "DTMF_KEYS", "Codec", "JitterBuffer", "RtpPacket", "TelephoneEvents", "alaw_decode",
-           "alaw_encode", "read_rtp", "rtp_packet"]
+           "alaw_encode", "offer_codec", "offer_dtmf", "read_rtp", "rtp_packet"]
 
 RTP_HEADER = 12
 MAX_RTP_BYTES = 1500  # one Ethernet frame: a G.711 packet of 20 ms is 172 bytes
@@ -74,6 +75,24 @@ class Codec:
 
 
 CODECS = {0: Codec("PCMU", 0, ulaw_encode, ulaw_decode, 0xFF), 8: Codec("PCMA", 8, alaw_encode, alaw_decode, 0xD5)}
+
+
+def offer_codec(offer: SdpMessage | None) -> int:
+    """The payload type of the first of PCMU and PCMA an SDP offer names; SdpNegotiationError if neither."""
+    audio = offer.audio if offer is not None else None
+    for codec in audio.codecs if audio is not None else ():
+        if codec.payload_type in CODECS:
+            return codec.payload_type
+    raise SdpNegotiationError("the offer has neither PCMU nor PCMA")
+
+
+def offer_dtmf(offer: SdpMessage | None) -> int | None:
+    """The payload type of an SDP offer's telephone-event (RFC 4733), if it has one."""
+    audio = offer.audio if offer is not None else None
+    for codec in audio.codecs if audio is not None else ():
+        if codec.encoding_name.lower() == "telephone-event":
+            return codec.payload_type
+    return None
 
 
 @dataclass(frozen=True)

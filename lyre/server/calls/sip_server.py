@@ -24,17 +24,19 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import ipaddress
 import json
+import socket
 import logging
 import time
 from contextlib import AsyncExitStack
 from typing import Any
 
-from aiosipua import IncomingCall, SdpMessage, SdpNegotiationError, SipRequest, SipUAS, negotiate_sdp
+from aiosipua import IncomingCall, SdpNegotiationError, SipRequest, SipUAS, negotiate_sdp
 
 from lyre.server.calls.sip_auth import Digest
 from lyre.server.calls.sip_call import SipCall
-from lyre.server.calls.sip_media import CODECS
+from lyre.server.calls.sip_media import CODECS, offer_codec, offer_dtmf
 from lyre.server.calls.sip_transfer import Transfers
 from lyre.server.calls.sip_transport import GatedTcp, GatedUdp, SipMetrics, allowed_networks
 from lyre.server.sessions import RealtimeSessions
@@ -141,10 +143,11 @@ class SipServer:
             return
         assert self._udp is not None  # its record_routes are TCP's too
         self._udp.record_routes[call.call_id] = list(call.invite.headers.get("record-route"))
+        call.advertised_addr = (self._address_for(call), self.port)  # Contact: never 0.0.0.0
         stack = AsyncExitStack()  # closed in reverse: the answer stopped, the media closed, the session freed
         stack.enter_context(self.sessions.hold())
-        media = SipCall(self.state, CODECS[self._codec(call.sdp_offer)], _dtmf_type(call.sdp_offer),
-                        _rtp_address(call),
+        media = SipCall(self.state, CODECS[offer_codec(call.sdp_offer)], offer_dtmf(call.sdp_offer),
+                        call.sdp_offer.rtp_address,  # type: ignore[union-attr,arg-type]  # _refusal checked it
                         lambda why: self.hang_up(call.call_id, why, "end_call" if "end_call" in why else "hangup"),
                         lambda kind: self.metrics.media_errors.labels(kind).inc(),
                         lambda target: self.transfers.refer(call, target))
@@ -162,13 +165,24 @@ class SipServer:
         if self.calls.get(call.call_id, (None,))[0] is not call:
             return  # cancelled while ringing
         assert call.sdp_offer is not None
-        answer, _ = negotiate_sdp(call.sdp_offer, self._host, port, supported_codecs=[0, 8],
+        answer, _ = negotiate_sdp(call.sdp_offer, self._address_for(call), port, supported_codecs=[0, 8],
                                   dtmf_payload_type=media.dtmf_type or 0)
         call.accept(answer)
         if (refused := await media.start(self._session(call))) is not None:
             log.warning("SIP call %s: its session (--sip-session) was refused: %s", call.call_id, refused)
         self.metrics.setup.observe(time.perf_counter() - received)
         log.info("SIP call %s answered (%s) from %s", call.call_id, media.codec.name, call.caller)
+
+    def _address_for(self, call: IncomingCall) -> str:
+        """The address a caller reaches lyre at (SDP, Contact): --sip-advertise; else the one it listens on; else,
+        listening on every interface, the local address the route to the caller leaves from."""
+        if self.state.config.sip_advertise is not None:
+            return self.state.config.sip_advertise
+        if not ipaddress.ip_address(self._host).is_unspecified:
+            return self._host
+        with socket.socket(socket.AF_INET6 if ":" in call.source_addr[0] else socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect((call.source_addr[0], 9))  # UDP: nothing is sent; the kernel picks the route
+            return str(s.getsockname()[0])
 
     def _session(self, call: IncomingCall) -> dict[str, Any] | None:
         """The session configured for the number called (the request URI's user), or the default."""
@@ -193,14 +207,15 @@ class SipServer:
             return 503, "Service Unavailable", {"Retry-After": str(_RETRY_AFTER_S)}
         self._tokens -= 1
         if not self._trusted(call):
-            assert self._digest is not None
+            if self._digest is None:
+                return 403, "Forbidden", None
             return 401, "Unauthorized", {"WWW-Authenticate": self._digest.challenge(time.time())}
         if self.sessions.open >= self.state.config.stt_max_sessions:
             return 486, "Busy Here", None
         if call.sdp_offer is None or call.sdp_offer.rtp_address is None:
             return 488, "Not Acceptable Here", None  # no offer in the INVITE: lyre answers offers only
         try:
-            self._codec(call.sdp_offer)
+            offer_codec(call.sdp_offer)
         except SdpNegotiationError:
             return 488, "Not Acceptable Here", None
         return None
@@ -213,14 +228,6 @@ class SipServer:
         return self._digest is not None and self._digest.check(call.invite.get_header("authorization"), "INVITE",
                                                                time.time())
 
-    @staticmethod
-    def _codec(offer: SdpMessage | None) -> int:
-        audio = offer.audio if offer is not None else None
-        for codec in audio.codecs if audio is not None else ():
-            if codec.payload_type in CODECS:
-                return codec.payload_type
-        raise SdpNegotiationError("the offer has neither PCMU nor PCMA")
-
     def _reinvite(self, call: IncomingCall) -> None:
         held = self.calls.get(call.call_id)
         offer = call.sdp_offer
@@ -229,9 +236,10 @@ class SipServer:
             return
         media = held[1]
         try:
-            if self._codec(offer) != media.codec.payload_type:
+            if offer_codec(offer) != media.codec.payload_type:
                 raise SdpNegotiationError("a codec change mid-call")
-            answer, _ = negotiate_sdp(offer, self._host, media.port, supported_codecs=[media.codec.payload_type],
+            answer, _ = negotiate_sdp(offer, self._address_for(call), media.port,
+                                      supported_codecs=[media.codec.payload_type],
                                       dtmf_payload_type=media.dtmf_type or 0)
         except SdpNegotiationError:
             call._send_response(488, "Not Acceptable Here")
@@ -281,15 +289,3 @@ class SipServer:
         while self._closing:
             await asyncio.wait(set(self._closing))
 
-
-def _rtp_address(call: IncomingCall) -> tuple[str, int]:
-    assert call.sdp_offer is not None and call.sdp_offer.rtp_address is not None
-    return call.sdp_offer.rtp_address
-
-
-def _dtmf_type(offer: SdpMessage | None) -> int | None:
-    audio = offer.audio if offer is not None else None
-    for codec in audio.codecs if audio is not None else ():
-        if codec.encoding_name.lower() == "telephone-event":
-            return codec.payload_type
-    return None
