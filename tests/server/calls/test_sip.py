@@ -25,7 +25,7 @@ import pytest
 from aiosipua import SipDigestAuth
 from aiosipua.auth import build_credentials
 from aiosipua.header_codec import parse_auth, stringify_auth
-from scripted_thinker import ASKED, thinking_at
+from scripted_thinker import ASKED, REPLY, thinking_at
 from serving import Server, running_server
 from sip_peer import SILENCE, RtpPeer, ulaw_speech as _ulaw
 from speech import SENTENCES, speak
@@ -397,6 +397,7 @@ def test_calls_at_once_past_the_session_limit_are_busy(sip: Sip) -> None:
 def test_speaking_over_a_reply_stops_it_and_the_next_answer_follows(sip: Sip) -> None:
     """A call to the number "long" (its --sip-session: replies of many seconds): the caller speaks over the
     reply; lyre's packets turn to silence soon after, and the answer to the second question comes after."""
+    ASKED.clear()
     peer = RtpPeer()
     try:
         sipp = sip.sipp("call_lyre_bye.xml", rtp_port=peer.port, number="long", background=True)
@@ -414,8 +415,10 @@ def test_speaking_over_a_reply_stops_it_and_the_next_answer_follows(sip: Sip) ->
     after = peer.received[first:]
     silent_from = next(t for t, d in after if read_rtp(d).payload == SILENCE)
     # The VAD hears speech within a few hundred ms; the reply stops at the next packet.
-    print(f"the reply stopped {silent_from - barge:.2f} s into the caller's speech")
     assert silent_from - barge < 1.5, f"the reply went on {silent_from - barge:.2f} s into the caller's speech"
+    # The second question's think step reads the first reply cut at what had gone out ("Sure," of REPLY).
+    said = [m["content"] for m in ASKED[-1] if m["role"] == "assistant"]
+    assert said and said[-1] != REPLY and REPLY.startswith(said[-1].rstrip(",.")), ASKED[-1]
     sip.wait_idle()
 
 
