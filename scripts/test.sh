@@ -6,14 +6,15 @@ bash scripts/setup.sh
 # The playground test drives Debian's Chromium through its chromedriver;
 # the speech-to-text tests hear sentences spoken by espeak-ng; the fleet tests
 # run a real redis-server, and HAProxy and nginx in front of servers (Debian puts
-# both in /usr/sbin, not on a user's PATH).
+# both in /usr/sbin, not on a user's PATH); the SIP tests call lyre with SIPp (sip-tester) and baresip.
 export PATH="$PATH:/usr/sbin"
 if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null || ! command -v espeak-ng >/dev/null \
-   || ! command -v redis-server >/dev/null || ! command -v haproxy >/dev/null || ! command -v nginx >/dev/null; then
+   || ! command -v redis-server >/dev/null || ! command -v haproxy >/dev/null || ! command -v nginx >/dev/null \
+   || ! command -v sipp >/dev/null || ! command -v baresip >/dev/null; then
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium chromium-driver espeak-ng redis-server \
-    haproxy nginx >/dev/null
+    haproxy nginx sip-tester baresip >/dev/null
 fi
 # Two workers (LYRE_TEST_WORKERS; 0: none), each taking whole test files: a file's shared server
 # starts once, and one worker's tests wait on real-time audio while the other's compute. Files go out

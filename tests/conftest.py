@@ -33,7 +33,7 @@ LONGEST_FIRST = (
     "test_transcriptions.py", "test_api_schema.py", "test_smollm.py", "test_gpu_benchmark.py", "test_eval_audio_dir.py", "test_eval_server.py",
     "test_bench_run.py",
     "test_baseline.py", "test_chat_server.py", "test_llama.py", "test_server_scheduling.py", "test_agent_remote.py",
-    "test_reference_voices_server.py", "test_twilio.py", "test_webrtc.py", "test_webrtc_call.py", "test_realtime_ws.py",
+    "test_reference_voices_server.py", "test_sip.py", "test_twilio.py", "test_webrtc.py", "test_webrtc_call.py", "test_realtime_ws.py",
     "test_stt_transcriber.py", "test_model_choice.py",
     "test_tts_stream.py", "test_engine.py", "test_align.py", "test_demo_model.py", "test_frameworks.py",
     "test_router_conversations.py", "test_reference_voices.py", "test_cli.py", "test_lora.py",

@@ -1,5 +1,7 @@
 """An OpenAI-compatible chat endpoint that answers every request at once with the same sentence, streamed;
-or, to a last message of ``IN_TWO_PARTS``, with a sentence, and another once the test sets ``SECOND_PART``
+and, when the request offers a tool named ``end_call`` (or else ``transfer_call``), a call of it after the
+sentence (a transfer to "sales"); or, to a last
+message of ``IN_TWO_PARTS``, with a sentence, and another once the test sets ``SECOND_PART``
 (a think step that stalls mid-reply, so the reply's speech runs dry between them).
 
 For the tests and benchmarks of a transport (WebRTC calls, phone streams): the agent thinks at it through
@@ -23,13 +25,14 @@ from fastapi import FastAPI, Request
 from fastapi.responses import StreamingResponse
 from serving import serving_in_thread
 
-__all__ = ["IN_TWO_PARTS", "REPLY", "SECOND_PART", "scripted_thinker", "thinking_at"]
+__all__ = ["ASKED", "IN_TWO_PARTS", "REPLY", "SECOND_PART", "scripted_thinker", "thinking_at"]
 
 REPLY = "Sure, I can help with that."
 IN_TWO_PARTS = "Answer in two parts."
 SECOND_PART = threading.Event()  # set: the reply in two parts waiting says its second (and it is cleared)
 _PARTS = ("One moment.", " Here it is, all of it.")
 _LONGEST_PAUSE_S = 30.0  # a second part nobody asked for goes after this
+ASKED: list[list[dict]] = []  # each request's messages, in order (what the agent told the think step)
 
 
 def scripted_thinker() -> FastAPI:
@@ -37,7 +40,12 @@ def scripted_thinker() -> FastAPI:
 
     @app.post("/v1/chat/completions")
     async def completions(request: Request) -> StreamingResponse:
-        messages = (await request.json())["messages"]
+        body = await request.json()
+        messages = body["messages"]
+        ASKED.append(messages)
+        offered = {tool.get("function", {}).get("name") for tool in body.get("tools") or []}
+        # A phone call's tools, end_call or transfer_call (to "sales"), called after the reply's sentence.
+        tool = next((name for name in ("end_call", "transfer_call") if name in offered), None)
         parts = _PARTS if messages[-1].get("content") == IN_TWO_PARTS else (REPLY,)
 
         async def answer() -> AsyncIterator[str]:
@@ -46,6 +54,12 @@ def scripted_thinker() -> FastAPI:
                     await asyncio.to_thread(SECOND_PART.wait, _LONGEST_PAUSE_S)
                     SECOND_PART.clear()
                 chunk = {"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": part}}]}
+                yield f"data: {json.dumps(chunk)}\n\n"
+            if tool is not None:
+                arguments = json.dumps({"target": "sales"} if tool == "transfer_call" else {})
+                call = {"index": 0, "id": "call_tool", "type": "function",
+                        "function": {"name": tool, "arguments": arguments}}
+                chunk = {"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"tool_calls": [call]}}]}
                 yield f"data: {json.dumps(chunk)}\n\n"
             yield "data: [DONE]\n\n"
         return StreamingResponse(answer(), media_type="text/event-stream")

@@ -162,6 +162,29 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                             "this account's request signature (X-Twilio-Signature), and without the API key, "
                             "which Twilio cannot send; a stream only with the one-call credential the webhook "
                             "puts in its URL (default: $LYRE_TWILIO_AUTH_TOKEN; none: not checked)")
+    agent.add_argument("--sip", metavar="HOST:PORT", default=os.environ.get("LYRE_SIP"),
+                       help="answer SIP calls (UDP and TCP) at HOST:PORT, e.g. 0.0.0.0:5060: a trunk or PBX sends "
+                            "its INVITEs here and each call talks with the agent, G.711 (PCMU or PCMA) over RTP "
+                            "(default: $LYRE_SIP; none: no SIP)")
+    agent.add_argument("--sip-allow", dest="sip_allow", action="append", metavar="CIDR",
+                       help="take SIP messages only from this network (e.g. 203.0.113.0/24, your trunk's); repeatable; "
+                            "others are dropped unanswered (default: loopback only)")
+    agent.add_argument("--sip-auth", metavar="USER:PASSWORD", default=os.environ.get("LYRE_SIP_AUTH"),
+                       help="take SIP calls from outside --sip-allow too, when they authenticate with this user and "
+                            "password (digest, 401 challenge) (default: $LYRE_SIP_AUTH; none: only --sip-allow)")
+    agent.add_argument("--sip-advertise", metavar="IP", default=os.environ.get("LYRE_SIP_ADVERTISE"),
+                       help="the IP address a SIP call's Contact and SDP give out, e.g. the public one behind NAT "
+                            "(default: $LYRE_SIP_ADVERTISE; none: the --sip host, or with 0.0.0.0 the local address "
+                            "the route to the caller leaves from)")
+    agent.add_argument("--sip-ring", dest="sip_ring_s", type=float, default=0.0, metavar="SECONDS",
+                       help="let a SIP call ring this long (180 Ringing) before answering it (default: 0)")
+    agent.add_argument("--sip-session", dest="sip_sessions", action="append", default=[], metavar="[NUMBER=]JSON",
+                       help="the session (as a session.update's: voice, instructions, tools, ...) a SIP call opens "
+                            "with; NUMBER=: only calls to that number (the request URI's user, e.g. 800=...); "
+                            "repeatable")
+    agent.add_argument("--sip-transfer", dest="sip_transfers", action="append", default=[], metavar="NAME=URI",
+                       help="a target the agent's transfer_call tool may hand a SIP call to (REFER), e.g. "
+                            "sales=sip:sales@pbx.example.com; repeatable; none: no transfers")
     serve.set_defaults(run=run)
 
 
@@ -179,6 +202,7 @@ def _add_fleet_args(serve: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from lyre.server import ServerConfig, create_app
+    from lyre.server.config import sip_session, transfer_target
     from lyre.tts import ServingConfig, parse_alias
 
     given = _named(args, ServerConfig)
@@ -196,6 +220,9 @@ def run(args: argparse.Namespace) -> int:
         stt_max_file_bytes=round(args.stt_max_file_mb * 2**20),
         fleet_ttl_s=args.fleet_ttl,
         ice_servers=tuple(args.ice_servers),
+        sip_allow=tuple(args.sip_allow) if args.sip_allow else ServerConfig.sip_allow,
+        sip_sessions=tuple(sip_session(s) for s in args.sip_sessions),
+        sip_transfers=tuple(transfer_target(t) for t in args.sip_transfers),
     )
     config = ServerConfig(**given)
     if config.tts:

@@ -25,7 +25,7 @@ from lyre.server.routes import adapters_api, alignments, audio_speech, completio
 from lyre.server.sockets import realtime_socket, tts_socket
 from lyre.server.admission import Admission
 from lyre.server.aligner import Aligner
-from lyre.server.config import ServerConfig
+from lyre.server.config import ServerConfig, sip_address
 from lyre.server.errors import document_errors, error_response, install_error_handlers
 from lyre.server.metrics import Metrics
 from lyre.server.registration import join_fleet, share_voices
@@ -115,6 +115,20 @@ async def _warm_up_stt(stt: Transcriber) -> None:
     await stt.transcribe(silence, TranscribeOptions(language="en", beam_size=1), session="warm-up")
 
 
+async def _start_sip(state: ServerState, sessions: RealtimeSessions) -> Any:
+    """The SIP endpoint (a SipServer), with ``--sip``, on a server that can hold a conversation."""
+    if state.config.sip is None:
+        return None
+    from lyre.server.calls.sip_server import SipServer  # aiosipua, only where SIP is served
+
+    if not state.converses:
+        raise RuntimeError("--sip needs the voice agent: speech to text (--stt), text to speech and a think step "
+                           "(--llm or --llm-url)")
+    sip = SipServer(state, sessions)
+    await sip.start(*sip_address(state.config.sip))
+    return sip
+
+
 def create_app(config: ServerConfig, tts: Synthesizer | None = None) -> FastAPI:
     """The app for ``config``. Pass ``tts`` to serve an already-loaded pipeline (``config.tts`` on)."""
 
@@ -179,6 +193,8 @@ def create_app(config: ServerConfig, tts: Synthesizer | None = None) -> FastAPI:
             state.fleet_voices = await share_voices(state)  # the fleet's reference voices known before /ready
             state.ready = True
             app.state.fleet_member = member = await join_fleet(state)
+            sip = await _start_sip(state, RealtimeSessions.of(app))
+            app.state.sip = sip
             try:
                 yield
             finally:
@@ -190,6 +206,8 @@ def create_app(config: ServerConfig, tts: Synthesizer | None = None) -> FastAPI:
                 while (state.admission.active or state.chat_active) and time.monotonic() < deadline:
                     await asyncio.sleep(0.05)
                 await webrtc.Calls.of(app).close_all("the server is shutting down")
+                if sip is not None:
+                    await sip.stop()
                 if member is not None:
                     await member.drain()  # when the signal did not come through lyre's own runner
                     await member.leave()

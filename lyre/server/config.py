@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ipaddress
+import json
 import os
 from dataclasses import dataclass, field
 
@@ -76,6 +78,16 @@ class ServerConfig:
     ice_servers: tuple[str, ...] = ()
     # Twilio's auth token: phone calls (/v1/twilio/*) must carry its request signature; None: not checked
     twilio_auth_token: str | None = None
+    sip: str | None = None  # HOST:PORT: answer SIP calls over UDP and TCP there (calls/sip_server.py); None: no SIP
+    sip_allow: tuple[str, ...] = ("127.0.0.0/8", "::1/128")  # networks SIP messages are taken from; others dropped
+    # USER:PASSWORD: SIP calls from outside sip_allow are taken when they authenticate with it (digest); None: never
+    sip_auth: str | None = None
+    sip_advertise: str | None = None  # the IP address SIP and SDP give out (a public one behind NAT); None: found
+    sip_ring_s: float = 0.0  # how long a SIP call rings (180) before lyre answers it
+    # (number, JSON): the session.update session a SIP call to that number (the request URI's user) opens with;
+    # number "": every other call's
+    sip_sessions: tuple[tuple[str, str], ...] = ()
+    sip_transfers: tuple[tuple[str, str], ...] = ()  # (name, sip:/tel: URI): where transfer_call may send a call
 
     def __post_init__(self) -> None:
         # Devices are resolved once (the pipeline's by ServingConfig): every check below and every model
@@ -119,8 +131,38 @@ class ServerConfig:
         if self.twilio_auth_token is not None and not self.twilio_auth_token:
             raise ValueError("twilio_auth_token must not be empty")
         self._check_fleet()
+        self._check_sip()
         for url in self.ice_servers:
             ice_server_parts(url)
+
+    def _check_sip(self) -> None:
+        if self.sip is not None:
+            sip_address(self.sip)
+            if not (self.stt and self.tts and (self.llm or self.llm_url)):
+                raise ValueError("--sip needs the voice agent: speech to text (--stt), text to speech and a think "
+                                 "step (--llm or --llm-url)")
+        for cidr in self.sip_allow:
+            try:
+                ipaddress.ip_network(cidr, strict=False)
+            except ValueError:
+                raise ValueError(f"--sip-allow {cidr!r} is not a network (e.g. 10.0.0.0/8 or 192.0.2.7)") from None
+        if self.sip_auth is not None and (":" not in self.sip_auth or not all(self.sip_auth.partition(":")[::2])):
+            raise ValueError("--sip-auth must be USER:PASSWORD")
+        for number, session in self.sip_sessions:
+            try:
+                ok = isinstance(json.loads(session), dict)
+            except json.JSONDecodeError:
+                ok = False
+            if not ok:
+                raise ValueError(f"--sip-session {number + '=' if number else ''}...: {session[:80]!r} is not a JSON "
+                                 f"object (the session of a session.update)")
+        if self.sip_advertise is not None:
+            try:
+                ipaddress.ip_address(self.sip_advertise)
+            except ValueError:
+                raise ValueError(f"--sip-advertise must be an IP address, got {self.sip_advertise!r}") from None
+        if not 0 <= self.sip_ring_s <= 60:
+            raise ValueError(f"sip_ring_s must be in 0..60 seconds, got {self.sip_ring_s}")
 
     def _check_fleet(self) -> None:
         if self.register is None:
@@ -154,3 +196,30 @@ def ice_server_parts(url: str) -> tuple[str, str | None, str | None]:
     if scheme.startswith("stun"):
         raise ValueError(f"--ice-server {url!r}: a STUN server takes no credentials")
     return f"{scheme}:{host}", username, credential
+
+
+def sip_address(address: str) -> tuple[str, int]:
+    """``--sip HOST:PORT`` (an IPv6 host in brackets) as (host, port); ValueError saying what is wrong."""
+    host, colon, port = address.rpartition(":")
+    host = host.removeprefix("[").removesuffix("]")
+    if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"--sip must be HOST:PORT (e.g. 0.0.0.0:5060), got {address!r}")
+    return host, int(port)
+
+
+def sip_session(option: str) -> tuple[str, str]:
+    """``--sip-session [NUMBER=]JSON`` as (number, JSON); number "" for the default."""
+    if option.lstrip().startswith("{"):
+        return "", option
+    number, equals, session = option.partition("=")
+    if not equals or not number:
+        raise ValueError(f"--sip-session must be JSON or NUMBER=JSON, got {option[:80]!r}")
+    return number, session
+
+
+def transfer_target(option: str) -> tuple[str, str]:
+    """``--sip-transfer NAME=URI`` as (name, URI); ValueError saying what is wrong."""
+    name, equals, uri = option.partition("=")
+    if not (equals and name and uri.startswith(("sip:", "sips:", "tel:"))) or any(c in uri for c in "<>\r\n\" "):
+        raise ValueError(f"--sip-transfer must be NAME=URI with a sip:, sips: or tel: URI, got {option[:80]!r}")
+    return name, uri
