@@ -182,8 +182,7 @@ class SpeechStream:
         try:
             stream = self._ctx.engine.generate(prompt, params, request_id=f"{self.request_id}/{index}",
                                                constraint=AUDIO_CONSTRAINT, adapter=self.adapter,
-                                               playback=self._deadlines.playback(deadline),
-                                               cache_output=False)  # no prompt repeats a reply's audio
+                                               playback=self._deadlines.playback(deadline), cache_output=False)
         except EngineFull as exc:
             raise PipelineBusy(str(exc)) from None
         self._live.append(stream)
