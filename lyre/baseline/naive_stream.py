@@ -15,6 +15,7 @@ import numpy as np
 from lyre import orpheus
 from lyre.engine import FinishReason, SamplingParams
 from lyre.orpheus import FrameAssembler, InvalidAudioToken, TextTokenizer
+from lyre.tts.clock import PlaybackClock
 from lyre.tts.context import TTSConfig
 from lyre.tts.cuts import CutCounts, SegmentBudgets, SegmentCut
 from lyre.tts.reading import TextFront, TextOptions
@@ -48,10 +49,12 @@ class NaiveSpeechStream:
     """
 
     def __init__(self, tts: NaivePipeline, request_id: str, voice: str | None, sampling: SamplingParams,
-                 prompt: list[int] | None = None, text: TextOptions | None = None, capped: bool = False) -> None:
+                 prompt: list[int] | None = None, text: TextOptions | None = None, capped: bool = False,
+                 streamed: bool = True) -> None:
         """``prompt``: ready-made prompt ids instead of text (then no text may be pushed); ``text``: how the
         text is read (normalised or not, its language); ``capped``: the client set ``sampling.max_tokens``
-        (else it is the reference's own cap)."""
+        (else it is the reference's own cap); ``streamed``: played as it comes, its listener modelled at real
+        time from the first chunk (``clock``), as lyre's streams' are."""
         self.request_id = request_id
         self.voice = voice
         self.segments = 1
@@ -66,6 +69,8 @@ class NaiveSpeechStream:
         self.first_text_at: float | None = None
         self.first_chunk_at: float | None = None
         self.samples = 0
+        self.streamed = streamed
+        self.clock = PlaybackClock()
         self.segment_started: list[float] = []
         self.segment_done: list[float] = []
         self.spoken: list[SpokenSegment] = []  # the one segment, once its audio is all out (for word times)
@@ -195,5 +200,7 @@ class NaiveSpeechStream:
     def _out(self, pcm: np.ndarray) -> np.ndarray:
         if self.first_chunk_at is None:
             self.first_chunk_at = time.perf_counter()
+            self.clock.start()
+        self.clock.send(len(pcm))
         self.samples += len(pcm)
         return to_int16(pcm)

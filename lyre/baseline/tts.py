@@ -123,9 +123,10 @@ class NaiveTTS:
              streamed: bool = True, idle_timeout_s: float | None = None,
              request_id: str | None = None, reference: object = None,
              text: TextOptions | None = None) -> NaiveSpeechStream:
-        """A stream fed with `push` and `end`. ``trim``, ``streamed`` and ``idle_timeout_s`` are accepted
-        and ignored: the naive pipeline never trims and knows no deadlines. The seed keys only the codec
-        noise: transformers samples from torch's global generator, shared by every request's thread."""
+        """A stream fed with `push` and `end`. ``trim`` and ``idle_timeout_s`` are accepted and ignored: the
+        naive pipeline never trims and knows no deadlines; ``streamed``: someone plays it as it comes, so its
+        listener's underruns are counted as lyre's are. The seed keys only the codec noise: transformers
+        samples from torch's global generator, shared by every request's thread."""
         if reference is not None:
             raise ValueError(f"reference_audio: {self.references_refused()}")
         if text is not None and text.ssml:
@@ -135,7 +136,7 @@ class NaiveTTS:
         sampling = request_sampling(checked(options if capped else dataclasses.replace(
             options or SpeechOptions(), max_tokens=REFERENCE_MAX_TOKENS), self.max_tokens_limit))
         return NaiveSpeechStream(self, request_id or f"naive-{next(self._ids)}", voice, sampling, text=text,
-                                 capped=capped)
+                                 capped=capped, streamed=streamed)
 
     def stream(self, text: str, voice: str | None = None, options: SpeechOptions | None = None,
                trim: bool = True, streamed: bool = True, request_id: str | None = None,
