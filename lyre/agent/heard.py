@@ -17,6 +17,10 @@ from lyre.stt import AlignedWord, WordAligner, WordTimer
 
 __all__ = ["SpokenReplies", "heard_words", "word_objects"]
 
+# Natural speech runs at 13-16 characters a second (lyre.tts.budget): where a segment's audio is not all made,
+# its words are placed by this, not aligned into the part that exists (which would squeeze them all in).
+_CHARS_PER_S = 14.0
+
 
 async def heard_words(segments: Sequence[Any], pcm: list[np.ndarray], rate: int, heard_ms: float,
                       aligner: WordAligner, session: Hashable) -> tuple[str, list[AlignedWord]]:
@@ -28,7 +32,10 @@ async def heard_words(segments: Sequence[Any], pcm: list[np.ndarray], rate: int,
     heard = [s.text for s in segments if s.end <= cut]
     playing = next((s for s in segments if s.start < cut < s.end), None)
     found: list[AlignedWord] = []
-    if playing is not None:
+    if playing is not None and not getattr(playing, "whole", True):  # still being made: by a natural rate
+        expected = len(playing.text) / _CHARS_PER_S * rate
+        heard.append(heard_text(playing.text, cut - playing.start, max(playing.end - playing.start, expected)))
+    elif playing is not None:
         timer = WordTimer(aligner, session, rate=rate)
         timer.add(np.concatenate(pcm))
         timer.segment(playing.text, playing.start, playing.end, getattr(playing, "said", None))

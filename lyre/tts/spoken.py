@@ -15,12 +15,13 @@ __all__ = ["SpokenSegment", "SpokenSegments"]
 class SpokenSegment:
     """One segment once all its audio is out: output samples [start, end) of the stream speak ``text``
     (the segment's text as the pipeline cleaned it, as written); ``said``: what its words say, as the model was
-    given them (None: said as written)."""
+    given them (None: said as written); ``whole``: False for the one still coming out (``end``: so far)."""
 
     text: str
     start: int
     end: int
     said: Said | None = None
+    whole: bool = True
 
 
 class SpokenSegments:
@@ -59,8 +60,8 @@ class SpokenSegments:
         if self._speaking is None or samples <= self._speaking[1]:
             return list(self.spoken)
         index, first = self._speaking
-        return [*self.spoken, self._segment(index, first, samples)]
+        return [*self.spoken, self._segment(index, first, samples, whole=False)]
 
-    def _segment(self, index: int, first: int, end: int) -> SpokenSegment:
+    def _segment(self, index: int, first: int, end: int, whole: bool = True) -> SpokenSegment:
         said = self._texts[index]
-        return SpokenSegment(said.written, first, end, said if said.changed else None)
+        return SpokenSegment(said.written, first, end, said if said.changed else None, whole)

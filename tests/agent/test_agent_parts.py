@@ -342,3 +342,19 @@ def test_a_truncation_is_answered_at_once_though_its_words_never_come() -> None:
 
     asyncio.run(run())
     assert not [e for e in events if e["type"] in ("error", "lyre.conversation.item.heard")]
+
+
+def test_a_cut_inside_a_segment_still_being_made_places_its_words_at_a_speaking_rate() -> None:
+    """Words are not aligned into the part of a segment's audio made so far (that would squeeze them all in and
+    call the whole sentence heard): the segment still coming out is cut at a natural speaking rate."""
+    from lyre.agent.heard import heard_words
+    from lyre.tts.spoken import SpokenSegment
+
+    rate = 24000
+    done = SpokenSegment("Sure,", 0, rate // 2)
+    making = SpokenSegment("I can help with that, whenever you like.", rate // 2, rate, whole=False)
+    pcm = [np.zeros(rate, dtype=np.int16)]
+    text, found = asyncio.run(heard_words([done, making], pcm, rate, 900, None, "s"))  # type: ignore[arg-type]
+    assert found == []
+    # 0.4 s into a 40-character segment: about 5.6 characters at 14 a second, to a whole word.
+    assert text == "Sure, I can"
