@@ -155,7 +155,8 @@ def test_a_typed_turn_with_manual_commits_in_the_beta_shape(server: Server) -> N
     # A cut names its segment's text as the pipeline cleaned it (curly quotes made straight; the chat model's
     # words may have them).
     assert {c["item_id"] for c in cuts} == {done["output"][0]["id"]}
-    assert " ".join(c["text"] for c in cuts) in said.replace("\u2019", "'").replace("\u2018", "'")
+    straight = said.translate(str.maketrans({"\u2018": "'", "\u2019": "'", "\u201c": '"', "\u201d": '"'}))
+    assert " ".join(c["text"] for c in cuts) in straight
     assert talk.kinds().index("lyre.response.segment_cut") < talk.kinds().index("response.done")
 
 
