@@ -142,19 +142,16 @@ def bench_context(folder: Path, contexts: list[int], batch: int, paths: list[str
     every key (the cache's contents do not change the cost), so no prefill
     is timed.
     """
-    from lyre.engine import runner as runner_module
-
     longest = max(8192, max(contexts) + 64)
     model = load_llama(folder, longest, "cpu", "float32")
     results: dict[str, dict[int, float]] = {}
-    by_run = runner_module._ROWS_BY_RUN
     for path, size in ((p, s) for p in paths for s in (block_sizes if p != "flex" else (None,))):
         options, rows_by_run = PATHS[path]
-        runner_module._ROWS_BY_RUN = batch if rows_by_run is None else rows_by_run
         fixed = options.get("fixed_shape", False)
         config = EngineConfig(max_batch=batch, max_seq_len=options.get("max_seq_len", max(contexts) + 64),
                               attention=options.get("attention"), block_size=size)
         runner = ModelRunner(model, config, AUDIO_CONSTRAINT.family, fixed_shape=fixed)
+        runner.rows_by_run = batch if rows_by_run is None else rows_by_run
         name = f"{path}/{config.resolved_block_size}" if len(block_sizes) > 1 else path
         results[name] = {}
         for context in (c for c in contexts if c < config.max_seq_len):
@@ -171,7 +168,6 @@ def bench_context(folder: Path, contexts: list[int], batch: int, paths: list[str
             for _ in range(steps):
                 runner.step([], reqs)  # the rows stay at their length: no token is appended
             results[name][context] = 1000 * (time.perf_counter() - start) / steps
-    runner_module._ROWS_BY_RUN = by_run
     return results
 
 

@@ -40,10 +40,9 @@ from dataclasses import dataclass
 __all__ = ["BlockManager", "BlockTable", "CacheStats", "chain_keys"]
 
 _NO_PARENT = b""
-# BlockManager._unheld, per block: held, free and unsealed, free and cached (sealed); and the same two reserved
-# for the growth of the table before it.
-_HELD, _UNSEALED, _CACHED = 0, 1, 2
-_RESERVED = 2  # added to a free block's state
+# BlockManager._unheld, per block: held, free and unsealed, free and cached (sealed), or free and unsealed but
+# reserved for the growth of the table before it (only free unsealed runs are reserved).
+_HELD, _UNSEALED, _CACHED, _RESERVED = 0, 1, 2, 3
 _UNSEALED_RUN = re.compile(rb"\x01+")  # a run of free blocks that nothing finds and nobody expects to grow into
 
 
@@ -118,6 +117,7 @@ class BlockManager:
         # recently used first.
         self._free: OrderedDict[int, None] = OrderedDict((b, None) for b in range(num_blocks))
         self._unheld = bytearray([_UNSEALED]) * num_blocks  # per block, its state: runs are found in C
+        self._reserver: dict[int, BlockTable] = {}  # each reserved block's table
         self._used = 0  # blocks held by a request
         self._cached = 0  # of the free blocks, the sealed ones
         self.queried = 0
@@ -205,8 +205,9 @@ class BlockManager:
         """Give back every block of ``table``. Its tail goes first into the eviction order, so a shared
         prefix outlives the tails that hang off it."""
         for block in table.reserved:
-            if self._unheld[block] > _CACHED:
-                self._unheld[block] -= _RESERVED
+            if self._reserver.get(block) is table:  # still its own: taken since, it is another's or nobody's
+                del self._reserver[block]
+                self._unheld[block] = _UNSEALED
         table.reserved = range(0)
         for block in reversed(table.blocks):
             self._refs[block] -= 1
@@ -251,25 +252,27 @@ class BlockManager:
         table.blocks.extend(self._take(b) for b in range(start, start + need))
         table.reserved = range(start + need, start + min(expect, length))
         for block in table.reserved:
-            self._unheld[block] += _RESERVED
+            self._unheld[block] = _RESERVED
+            self._reserver[block] = table
 
     def _take_any(self, need: int) -> list[int]:
         """``need`` blocks in eviction order, blocks reserved for others' growth last; sorted (a released table's
         blocks leave the eviction order together, so they come back as a run)."""
         taken: list[int] = []
         for block in self._free:
-            if self._unheld[block] <= _CACHED:
+            if self._unheld[block] != _RESERVED:
                 taken.append(block)
                 if len(taken) == need:
                     break
         if len(taken) < need:
-            taken += [b for b in self._free if self._unheld[b] > _CACHED][: need - len(taken)]
+            taken += [b for b in self._free if self._unheld[b] == _RESERVED][: need - len(taken)]
         return sorted(self._take(b) for b in taken)
 
     def _take(self, block: int) -> int:
         """Hold ``block``, unheld until now (evicting what it cached)."""
         del self._free[block]
         self._unheld[block] = _HELD
+        self._reserver.pop(block, None)
         key = self._key[block]
         if key is not None:
             del self._by_key[key]

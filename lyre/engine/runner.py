@@ -118,7 +118,7 @@ class ModelRunner:
         self.graphs = (DecodeGraphs(self._decode_fixed, self.shapes, device)
                        if config.cuda_graphs else None)
         self.forward_seconds = 0.0  # time in prefill and decode (forward, projection, sampling), cumulative
-        self.run_rows = self.gathered_rows = 0  # RunDecode rows, and of those the scattered ones copied
+        self.rows_by_run = _ROWS_BY_RUN
 
     # -- admission ---------------------------------------------------------
     def _claim(self, req: Request) -> None:
@@ -210,11 +210,9 @@ class ModelRunner:
         context: CachedAttention | FlexDecode | BlockDecode | RunDecode
         if self.flex is None and self.device.type == "cpu":  # read in place: row by row in runs, or block by block
             where = self.tables.where(self.tables.device[slots], self._rows[POSITION, :n])
-            if n <= _ROWS_BY_RUN:
+            if n <= self.rows_by_run:
                 context = RunDecode(self.cache, where, [r.kv.blocks for r in reqs],  # type: ignore[union-attr]
                                     [r.num_tokens for r in reqs])
-                self.run_rows += n
-                self.gathered_rows += context.gathered
             else:
                 context = BlockDecode(self.cache, where, BlockOwners.of(
                     self.tables.host[[r.slot for r in reqs]],  # type: ignore[misc]

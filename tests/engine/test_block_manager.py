@@ -152,7 +152,7 @@ def test_no_block_leaks_whatever_runs_grow_finish_or_are_cancelled(ops: list[tup
         m.release(table)  # type: ignore[arg-type]
     s = m.stats()
     assert s.used == 0 and s.free == m.num_blocks and s.cached <= m.num_blocks
-    assert set(m._unheld) <= {1, 2}  # every block free, unsealed or cached: no reservation left behind
+    assert set(m._unheld) <= {1, 2} and not m._reserver  # every block free, unsealed or cached: no reservation left
 
 
 def test_a_table_keeps_its_blocks_in_one_run_where_its_expected_length_fits() -> None:
@@ -179,6 +179,21 @@ def test_a_reservation_is_a_hint_that_gives_way_when_the_pool_is_short() -> None
     assert other is not None and len(other.blocks) == 2 and other.blocks == sorted(other.blocks)
     assert m.grow(grower, 24) and len(grower.blocks) == 6 and not set(grower.blocks) & set(other.blocks)
     assert m.free == 0
+
+
+def test_a_reservation_taken_and_given_back_is_not_cleared_by_its_first_table() -> None:
+    """A's reserved blocks pass to B and back to the pool, and C reserves one: A's release leaves C's alone."""
+    m = BlockManager(8, 4)
+    a = m.admit([1] * 4, "", expect=32)  # block 0, blocks 1-7 reserved
+    b = m.admit([2] * 8, "")  # nothing else free: two of A's reserved blocks
+    assert a is not None and b is not None and set(b.blocks) == {1, 2}
+    m.release(b)
+    c = m.admit([3] * 4, "", expect=8)  # a free unsealed run again: 1 and 2, with 2 reserved for C
+    assert c is not None and c.blocks == [1] and c.reserved == range(2, 3)
+    m.release(a)
+    assert m._unheld[2] == 3 and m._reserver[2] is c  # still C's
+    m.release(c)
+    assert not m._reserver and set(m._unheld) == {1}
 
 
 def test_a_table_whose_neighbour_is_taken_continues_in_a_run_elsewhere() -> None:
