@@ -32,7 +32,7 @@ async def heard_words(segments: Sequence[Any], pcm: list[np.ndarray], rate: int,
     heard = [s.text for s in segments if s.end <= cut]
     playing = next((s for s in segments if s.start < cut < s.end), None)
     found: list[AlignedWord] = []
-    if playing is not None and not getattr(playing, "whole", True):  # still being made: by a natural rate
+    if playing is not None and not playing.whole:  # still being made: by a natural rate
         expected = len(playing.text) / _CHARS_PER_S * rate
         heard.append(heard_text(playing.text, cut - playing.start, max(playing.end - playing.start, expected)))
     elif playing is not None:

@@ -161,13 +161,6 @@ class CodecService:
             raise
 
     @property
-    def seconds_per_frame(self) -> float:
-        """Mean decode seconds per frame so far (context frames included; 0 before the first decode).
-        Read without the lock: a slightly stale figure serves an estimate."""
-        t = self._tally
-        return t.decode_seconds / t.frames if t.frames else 0.0
-
-    @property
     def recent_seconds_per_frame(self) -> float:
         """Decode seconds per frame (context frames included) as measured lately on this device: an EWMA over
         the last batches (EWMA_WEIGHT), 0 before the first decode. Read without the lock."""

@@ -32,7 +32,6 @@ class PlaybackClock:
             raise ValueError(f"playback rate must be > 0, got {rate}")
         self.rate = rate
         self.started_at: float | None = None  # time.monotonic() of the first chunk
-        self.sent_s = 0.0  # audio seconds sent
         self.gaps: list[float] = []  # each underrun's stall, seconds
         self.last_gap_at: float | None = None  # when the latest underrun ended (its chunk left)
         self._dry_at: float | None = None  # when everything sent so far will have played
@@ -61,7 +60,6 @@ class PlaybackClock:
                 self.gaps.append(gap)
                 self.last_gap_at = at
             self._dry_at = max(self._dry_at, at) + samples / orpheus.SAMPLE_RATE / self.rate
-        self.sent_s += samples / orpheus.SAMPLE_RATE
         return gap
 
     def runs_dry_at(self) -> float | None:

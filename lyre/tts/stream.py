@@ -210,10 +210,9 @@ class SpeechStream:
                 trimmer = LeadingSilenceTrimmer(cfg.trim if index == 0 else cfg.segment_trim) if self._trim else None
                 planner = WindowPlanner(cfg.window, seed=self._segment_seed(index))
                 assembler, pace = FrameAssembler(), GenerationPace()
-                # Wake once the planner can use what has arrived (windows sized by the measured rates,
-                # lyre.tts.windows), not once per token, and at the latest when the listener's buffer runs
-                # low enough for a narrower window (the engine may have parked this stream); every token
-                # made meanwhile comes at once, so a window covers all the new frames.
+                # Wake once the planner can use what has arrived (windows sized by measured rates: lyre.tts.windows),
+                # not once per token, and at the latest when the listener's buffer runs low enough for a narrower
+                # window (the engine may have parked this stream); a window covers all the frames made meanwhile.
                 while not current.ended or current.ready:
                     ahead, rates = self.clock.ahead(), self._deadlines.rates(pace)  # None: nobody plays it live
                     batch = await current.take(planner.frames_wanted(ahead, rates) * FRAME_TOKENS
@@ -223,7 +222,8 @@ class SpeechStream:
                         if (frame := assembler.push(token)) is not None:
                             planner.push(frame)
                     pace.came(planner.frames - came)
-                    while (window := planner.next_window(self.clock.ahead(), self._deadlines.rates(pace))) is not None:
+                    rates = self._deadlines.rates(pace)  # once a wake: it may read the engine's stats
+                    while (window := planner.next_window(self.clock.ahead(), rates)) is not None:
                         if (chunk := self._out(await self._decode(window), trimmer)) is not None:
                             yield chunk
                 self._finished(current, planner.frames, index)

@@ -201,9 +201,7 @@ class SipServer:
         now = time.monotonic()
         self._tokens = min(_INVITE_BURST, self._tokens + (now - self._refilled) * _INVITES_PER_S)
         self._refilled = now
-        if self.state.draining:
-            return 503, "Service Unavailable", {"Retry-After": str(_RETRY_AFTER_S)}
-        if self._tokens < 1:
+        if self.state.draining or self._tokens < 1:
             return 503, "Service Unavailable", {"Retry-After": str(_RETRY_AFTER_S)}
         self._tokens -= 1
         if not self._trusted(call):
