@@ -126,8 +126,9 @@ def bench_transformers(folder: Path, batches: list[int], tokens: int) -> dict[in
 # paths forced one way, the fixed-shape path (what a CUDA graph replays: K/V gathered up to the step's context
 # bucket) at two max_seq_len, and compiled FlexAttention (reads blocks in place; ~20 s of compiling per context).
 PATHS = {
-    "runs": ({}, None),  # row by row over a view of each row's run of blocks: the old slot path's reading
-    "blocks": ({}, 0),  # block by block over the spans the rows' blocks lie in
+    "spans": ({}, "spans"),  # a masked call per group of rows over the span of the pool they lie in (the default)
+    "runs": ({}, "runs"),  # row by row over a view of each row's run of blocks: the old slot path's reading
+    "blocks": ({}, "blocks"),  # block by block over the spans the rows' blocks lie in
     "gathered/2048": ({"fixed_shape": True, "max_seq_len": 2048}, None),
     "gathered/8192": ({"fixed_shape": True, "max_seq_len": 8192}, None),
     "flex": ({"attention": "flex"}, None),
@@ -146,12 +147,13 @@ def bench_context(folder: Path, contexts: list[int], batch: int, paths: list[str
     model = load_llama(folder, longest, "cpu", "float32")
     results: dict[str, dict[int, float]] = {}
     for path, size in ((p, s) for p in paths for s in (block_sizes if p != "flex" else (None,))):
-        options, rows_by_run = PATHS[path]
+        options, cpu_path = PATHS[path]
         fixed = options.get("fixed_shape", False)
         config = EngineConfig(max_batch=batch, max_seq_len=options.get("max_seq_len", max(contexts) + 64),
                               attention=options.get("attention"), block_size=size)
         runner = ModelRunner(model, config, AUDIO_CONSTRAINT.family, fixed_shape=fixed)
-        runner.rows_by_run = batch if rows_by_run is None else rows_by_run
+        if cpu_path is not None:
+            runner.cpu_decode = cpu_path
         name = f"{path}/{config.resolved_block_size}" if len(block_sizes) > 1 else path
         results[name] = {}
         for context in (c for c in contexts if c < config.max_seq_len):

@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 
 from lyre.engine.attention import CachedAttention, FlexBlocks, FlexDecode, FreshPrefill, StepRows
-from lyre.engine.cpu_decode import BlockDecode, BlockOwners, RunDecode
+from lyre.engine.cpu_decode import BlockDecode, BlockOwners, RunDecode, SpanDecode
 from lyre.engine.kv_cache import KVCache
 from lyre.models.llama import Llama
 
@@ -44,7 +44,8 @@ def prefill(model: Llama, cache: KVCache, prompts: list[list[int]], slots: list[
 def decode(model: Llama, cache: KVCache, backend: str, tokens: list[int], positions: list[int], slots: list[int],
            blocks: FlexBlocks | None = None, n_slots: int = 4, table: torch.Tensor | None = None) -> torch.Tensor:
     """One token per row at ``positions`` in ``slots`` (or in the rows of ``table``) -> logits (B, V).
-    ``backend``: sdpa (`CachedAttention`), blocks (`BlockDecode`), runs (`RunDecode`) or flex."""
+    ``backend``: sdpa (`CachedAttention`), blocks (`BlockDecode`), runs (`RunDecode`), spans
+    (`SpanDecode`) or flex."""
     slot_t, pos_t = torch.tensor(slots), torch.tensor(positions)
     all_tables = tables(cache, n_slots)
     table = all_tables[slot_t] if table is None else table
@@ -52,9 +53,10 @@ def decode(model: Llama, cache: KVCache, backend: str, tokens: list[int], positi
     if backend == "blocks":
         owners = BlockOwners.of(table, pos_t + 1, cache.block_size)
         return model.logits(model(torch.tensor(tokens)[:, None], pos_t[:, None], BlockDecode(cache, at, owners))[:, 0])
-    if backend == "runs":
-        runs = RunDecode(cache, at, table.tolist(), (pos_t + 1).tolist())
-        return model.logits(model(torch.tensor(tokens)[:, None], pos_t[:, None], runs)[:, 0])
+    if backend in ("runs", "spans"):
+        way = RunDecode if backend == "runs" else SpanDecode
+        in_place = way(cache, at, table.tolist(), (pos_t + 1).tolist())
+        return model.logits(model(torch.tensor(tokens)[:, None], pos_t[:, None], in_place)[:, 0])
     if backend == "flex":
         assert blocks is not None
         lengths = torch.zeros(n_slots + 1, dtype=torch.int32)

@@ -4,13 +4,22 @@
   blocks where they are one run of the pool (the block manager keeps tables
   in runs where it can); only a row whose blocks are scattered is copied.
 - `BlockDecode`: a step of many rows, block by block (flash-decoding's split
-  softmax): each block's scores against its row's query, its own max, sum
-  and weighted values, then one combine per row. It reads the spans of the
-  pool the rows' blocks lie in, as views: no key is copied but a shared
-  prefix block's for its second reader.
+  softmax): one fused attention call per span of the pool the rows' blocks
+  lie in, each block against its row's query, giving each block's output and
+  log-sum of weights; then one combine per row. The spans are read as views:
+  no key is copied but a shared prefix block's for its second reader.
 
-Row by row costs less at a few rows (one SDPA per row, no combine), block by
-block at many (a fixed number of operations per span, whatever the rows).
+- `SpanDecode`: a step of a few rows, one masked SDPA per group of rows over
+  the span of the pool their blocks lie in, in place: each row's query scores
+  every key of the span and the mask keeps its own. Scattered rows and shared
+  prefix blocks need no copy; only a row whose blocks spread wider than a
+  group may score is copied.
+
+Measured on 2 cores in the engine's thread (`benchmarks/step_figures.py`):
+each call's fixed cost dominates a step of a few short rows, so one masked
+call for 8 rows beats 8 calls over views (12.5 against 14.3-15.8 ms a step at
+batch 8); at 32 rows the span's extra scores outweigh it, and block by block
+(a fixed number of operations per span, whatever the rows) costs least.
 """
 
 from __future__ import annotations
@@ -23,7 +32,7 @@ import torch.nn.functional as F
 from lyre.engine.attention import write
 from lyre.engine.kv_cache import KVCache
 
-__all__ = ["BlockDecode", "BlockOwners", "RunDecode", "SPAN_GAP"]
+__all__ = ["BlockDecode", "BlockOwners", "RunDecode", "SPAN_GAP", "SPAN_KEYS", "SpanDecode", "SpanGroup"]
 
 SPAN_GAP = 16  # unread blocks between two runs that `BlockDecode` reads through rather than splitting its span
 
@@ -74,20 +83,16 @@ class BlockOwners:
 
 
 def _partial(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, count: torch.Tensor,
-             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """One block's share of a query's attention: q (kv, N, g, hd) against keys and values (kv, N, bs, hd), the
-    first ``count`` (N,) positions of each -> its max score, its sum of weights (kv, N, g), and its weighted
-    values (kv, N, g, hd), all relative to that max."""
-    # One batched matmul per kv head: a head's (N, bs, hd) run of the pool is one strided block, where
-    # (kv, N) together is not, and matmul would copy the whole pool to fold them.
-    scores = torch.stack([torch.bmm(q[h], keys[h].transpose(1, 2)) for h in range(q.shape[0])])  # (kv, N, g, bs)
-    scores *= q.shape[-1] ** -0.5
-    unread = torch.arange(keys.shape[2]) >= count[:, None]  # (N, bs)
-    scores.masked_fill_(unread[None, :, None, :], float("-inf"))
-    top = scores.amax(-1, keepdim=True).clamp_min(-1e30)  # a block nobody reads: weights 0, not NaN
-    weights = (scores - top).exp_()
-    weighted = torch.stack([torch.bmm(weights[h], values[h]) for h in range(q.shape[0])])  # (kv, N, g, hd)
-    return top[..., 0], weights.sum(-1), weighted
+             ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each block's share of its reader's attention: q (kv, N, g, hd) against keys and values (kv, N, bs, hd), the
+    first ``count`` (N,) positions of each -> the attention over that block alone (N, kv, g, hd) and the log of
+    its sum of weights (N, kv, g), from one fused call whose batch is the blocks and whose queries are a kv head's
+    g query heads. The views go in as they lie: the kernel reads by stride."""
+    unread = torch.arange(keys.shape[2]) >= count.clamp(min=1)[:, None]  # a block nobody reads keeps a key: no NaN
+    mask = torch.zeros(unread.shape, dtype=q.dtype).masked_fill_(unread, float("-inf"))[:, None, None]
+    out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+        q.transpose(0, 1), keys.transpose(0, 1), values.transpose(0, 1), attn_mask=mask)[:2]
+    return out, lse
 
 
 class BlockDecode:
@@ -113,15 +118,15 @@ class BlockDecode:
             extra_rows, blocks, counts = o.extra
             parts.append(_partial(grouped[extra_rows].transpose(0, 1), keys[:, blocks], values[:, blocks], counts))
             index.append(extra_rows)
-        top, total, weighted = (torch.cat(x, dim=1) for x in zip(*parts))  # (kv, N, g), (kv, N, g), (kv, N, g, hd)
+        outs, lses = zip(*parts)
+        part, lse = torch.cat(outs).float(), torch.cat(lses)  # (N, kv, g, hd), (N, kv, g)
         who = torch.cat(index)  # (N,) the row of each part; ``rows`` for nobody's
-        best = top.new_full((kv_heads, rows + 1, top.shape[2]), float("-inf"))
-        best.scatter_reduce_(1, who[None, :, None].expand_as(top), top, "amax")  # (kv, B + 1, g) each row's max
-        scale = (top - best[:, who]).exp()  # (kv, N, g)
-        norm = total.new_zeros(best.shape).index_add_(1, who, total * scale)
-        out = weighted.new_zeros(*best.shape, dim).index_add_(1, who, weighted * scale[..., None])
-        out = out[:, :rows] / norm[:, :rows, :, None]  # (kv, B, g, hd)
-        return out.transpose(0, 1).reshape(rows, heads, 1, dim)
+        best = lse.new_full((rows + 1, *lse.shape[1:]), float("-inf"))
+        best.scatter_reduce_(0, who[:, None, None].expand_as(lse), lse, "amax")  # (B + 1, kv, g) each row's max
+        weight = (lse - best[who]).exp_()  # (N, kv, g): each part's share of its row's sum of weights
+        norm = weight.new_zeros(best.shape).index_add_(0, who, weight)
+        out = part.new_zeros(*best.shape, dim).index_add_(0, who, part * weight[..., None])
+        return (out[:rows] / norm[:rows, :, :, None]).to(q.dtype).reshape(rows, heads, 1, dim)
 
 
 class RunDecode:
@@ -158,3 +163,99 @@ class RunDecode:
                 row_k, row_v = keys[:, :, read : read + length], values[:, :, read : read + length]
             out.append(F.scaled_dot_product_attention(queries[row : row + 1], row_k, row_v, enable_gqa=gqa))
         return torch.cat(out)  # (B, nh, 1, hd)
+
+
+SPAN_KEYS = 16384  # most (rows x keys) one masked call of `SpanDecode` scores: past it, the rows split into groups
+
+
+@dataclass
+class SpanGroup:
+    """Rows read with one masked SDPA: over the pool's positions [lo, hi) in place, or over their own blocks
+    copied (``blocks`` set: rows whose blocks lie too far apart to read through)."""
+
+    rows: torch.Tensor  # (R,) the step's rows, in the order of the mask's queries
+    lo: int
+    hi: int
+    mask: torch.Tensor  # (R, keys) additive: 0 where the row reads the key, -inf where not
+    blocks: torch.Tensor | None = None  # (R, n) each row's blocks, padded, for a copied group
+
+
+def _span_mask(tables: list[list[int]], lengths: list[int], lo: int, size: int, keys: int) -> torch.Tensor:
+    """(R, keys): 0 at each of a row's positions (block b's offsets from (b - lo) * size), -inf elsewhere."""
+    mask = torch.full((len(tables), keys + 1), float("-inf"))
+    for row, (blocks, length) in enumerate(zip(tables, lengths)):
+        n = -(-length // size)
+        at = (torch.tensor(blocks[:n]) - lo)[:, None] * size + torch.arange(size)  # (n, size)
+        at.view(-1)[length:] = keys  # the last block's unwritten tail: to the spare column
+        mask[row, at.view(-1)] = 0.0
+    return mask[:, :keys]
+
+
+class SpanDecode:
+    """One query per row, attending with one masked SDPA per group of rows over the span of the pool their blocks
+    lie in, read in place: a key is scored by every row of its group, and the mask keeps each row's own.
+
+    Rows sorted by their first block are grouped while (rows x span) stays within `SPAN_KEYS`; a row whose own
+    blocks spread wider than that is copied, with the other such rows, into one padded batch."""
+
+    def __init__(self, cache: KVCache, where: torch.Tensor, tables: list[list[int]], lengths: list[int]) -> None:
+        self.cache, self.where, size = cache, where, cache.block_size
+        reads = [blocks[: -(-length // size)] for blocks, length in zip(tables, lengths)]
+        extents = [(min(r), max(r) + 1) for r in reads]
+        order = sorted(range(len(reads)), key=lambda i: extents[i][0])
+        self.groups: list[SpanGroup] = []
+        far: list[int] = []
+        group: list[int] = []
+        lo = hi = 0
+
+        def close() -> None:
+            if group:
+                keys = (hi - lo) * size
+                mask = _span_mask([reads[i] for i in group], [lengths[i] for i in group], lo, size, keys)
+                self.groups.append(SpanGroup(torch.tensor(group), lo, hi, mask))
+
+        for i in order:
+            first, last = extents[i]
+            if (last - first) * size > SPAN_KEYS:
+                far.append(i)
+                continue
+            if group and (len(group) + 1) * (max(hi, last) - lo) * size > SPAN_KEYS:
+                close()
+                group = []
+            if not group:
+                lo, hi = first, last
+            group.append(i)
+            hi = max(hi, last)
+        close()
+        if far:
+            width = max(len(reads[i]) for i in far)
+            blocks = torch.tensor([reads[i] + [cache.trash] * (width - len(reads[i])) for i in far])
+            keys = torch.arange(width * size)
+            mask = torch.zeros(len(far), width * size).masked_fill_(
+                keys >= torch.tensor([lengths[i] for i in far])[:, None], float("-inf"))
+            self.groups.append(SpanGroup(torch.tensor(far), 0, 0, mask, blocks))
+        rows = torch.cat([g.rows for g in self.groups])
+        self.order = None if bool((rows == torch.arange(len(reads))).all()) else torch.argsort(rows)
+        self.gathered = len(far)
+
+    def __call__(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """q (B, 1, nh, hd), k and v (B, 1, n_kv, hd) -> (B, nh, 1, hd)."""
+        write(self.cache, layer, self.where, k, v)
+        keys, values = self.cache.pool(layer)  # (1, kv, positions, hd)
+        size, gqa = self.cache.block_size, k.shape[2] != q.shape[2]
+        queries = q[:, 0].transpose(0, 1)[None]  # (1, nh, B, hd): the rows as one sequence of queries
+        out = []
+        for g in self.groups:
+            mine = queries if self.order is None and len(self.groups) == 1 else queries[:, :, g.rows]
+            if g.blocks is None:  # in place: the span's keys, each row masked to its own
+                span_k, span_v = keys[:, :, g.lo * size : g.hi * size], values[:, :, g.lo * size : g.hi * size]
+                out.append(F.scaled_dot_product_attention(mine, span_k, span_v, attn_mask=g.mask, enable_gqa=gqa)[0])
+            else:  # too spread out: their blocks copied, one padded row each
+                row_k, row_v = self.cache.gather(layer, g.blocks)  # (R, kv, n * size, hd)
+                out.append(F.scaled_dot_product_attention(mine[0].transpose(0, 1)[:, :, None], row_k, row_v,
+                                                          attn_mask=g.mask[:, None, None], enable_gqa=gqa)
+                           [:, :, 0].transpose(0, 1))
+        joined = out[0] if len(out) == 1 else torch.cat(out, dim=1)  # (nh, B, hd) in the groups' order
+        if self.order is not None:
+            joined = joined[:, self.order]
+        return joined.transpose(0, 1)[:, :, None]  # (B, nh, 1, hd)

@@ -37,7 +37,7 @@ from lyre.engine.attention import CachedAttention, FlexBlocks, FlexDecode, Fresh
 from lyre.engine.batch import PrefillChunk
 from lyre.engine.block_tables import BlockTables
 from lyre.engine.config import EngineConfig
-from lyre.engine.cpu_decode import BlockDecode, BlockOwners, RunDecode
+from lyre.engine.cpu_decode import BlockDecode, BlockOwners, RunDecode, SpanDecode
 from lyre.engine.constraint import SliceFamily, TokenSlice
 from lyre.engine.graphs import DecodeGraphs, batch_buckets, context_buckets
 from lyre.engine.kv_cache import KVCache
@@ -52,10 +52,12 @@ from lyre.models.lora import LoraBank
 __all__ = ["ModelRunner"]
 
 _KEY_ROUND = 64  # eager decode reads keys up to the longest row, rounded up to this (fewer distinct shapes)
-# A CPU step of at most this many rows attends row by row over views of the pool (RunDecode); more rows
-# attend block by block over the spans their blocks lie in (BlockDecode), whose fixed cost is higher and
-# per-row cost lower (measured on 2 cores).
-_ROWS_BY_RUN = 8
+# How an eager CPU step reads the pool in place (lyre.engine.cpu_decode): "spans" (the default: one masked call
+# per group of rows over the span their blocks lie in, the fewest calls; past _SPAN_ROWS rows, block by block),
+# "runs" (one call per row over a view of its blocks, as the slot cache read its slots) or "blocks" (block by
+# block, a split softmax per row, whatever the rows).
+CPU_DECODE_PATHS = ("spans", "runs", "blocks")
+_SPAN_ROWS = 8  # measured on 2 cores: at more rows, block by block costs less than the span's extra scores
 
 
 class ModelRunner:
@@ -118,7 +120,7 @@ class ModelRunner:
         self.graphs = (DecodeGraphs(self._decode_fixed, self.shapes, device)
                        if config.cuda_graphs else None)
         self.forward_seconds = 0.0  # time in prefill and decode (forward, projection, sampling), cumulative
-        self.rows_by_run = _ROWS_BY_RUN
+        self.cpu_decode, self.span_rows = "spans", _SPAN_ROWS
 
     # -- admission ---------------------------------------------------------
     def _claim(self, req: Request) -> None:
@@ -207,12 +209,13 @@ class ModelRunner:
             return self._out[:n]
         slots = self._rows[SLOT, :n]
         self._use_adapters(reqs)
-        context: CachedAttention | FlexDecode | BlockDecode | RunDecode
-        if self.flex is None and self.device.type == "cpu":  # read in place: row by row in runs, or block by block
+        context: CachedAttention | FlexDecode | BlockDecode | RunDecode | SpanDecode
+        if self.flex is None and self.device.type == "cpu":  # read in place: masked spans, runs or blocks
             where = self.tables.where(self.tables.device[slots], self._rows[POSITION, :n])
-            if n <= self.rows_by_run:
-                context = RunDecode(self.cache, where, [r.kv.blocks for r in reqs],  # type: ignore[union-attr]
-                                    [r.num_tokens for r in reqs])
+            if self.cpu_decode == "runs" or (self.cpu_decode == "spans" and n <= self.span_rows):
+                way = SpanDecode if self.cpu_decode == "spans" else RunDecode
+                context = way(self.cache, where, [r.kv.blocks for r in reqs],  # type: ignore[union-attr]
+                              [r.num_tokens for r in reqs])
             else:
                 context = BlockDecode(self.cache, where, BlockOwners.of(
                     self.tables.host[[r.slot for r in reqs]],  # type: ignore[misc]

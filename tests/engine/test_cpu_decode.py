@@ -1,5 +1,5 @@
-"""The CPU's in-place decode attention against the gathered reference: row by row over views (`RunDecode`) and
-block by block over spans (`BlockDecode`), on tables laid out as a busy pool leaves them: in runs far apart,
+"""The CPU's in-place decode attention against the gathered reference: row by row over views (`RunDecode`),
+block by block over spans (`BlockDecode`) and masked groups of rows over spans (`SpanDecode`), on tables laid out as a busy pool leaves them: in runs far apart,
 scattered, and sharing a prefix block."""
 
 from __future__ import annotations
@@ -7,7 +7,10 @@ from __future__ import annotations
 import torch
 
 from lyre.engine.attention import CachedAttention, StepRows
-from lyre.engine.cpu_decode import SPAN_GAP, BlockDecode, BlockOwners, RunDecode
+import pytest
+
+from lyre.engine import cpu_decode
+from lyre.engine.cpu_decode import SPAN_GAP, BlockDecode, BlockOwners, RunDecode, SpanDecode
 from lyre.engine.kv_cache import KVCache
 from lyre.models.config import LlamaConfig
 
@@ -47,12 +50,13 @@ def _each_way(tables: list[list[int]], lengths: list[int], pool: int) -> dict[st
         "gathered": lambda c, w: CachedAttention(c, StepRows(w, padded, n - 1, n), 1),
         "blocks": lambda c, w: BlockDecode(c, w, BlockOwners.of(padded, n, BLOCK)),
         "runs": lambda c, w: RunDecode(c, w, tables, lengths),
+        "spans": lambda c, w: SpanDecode(c, w, tables, lengths),
     }
     return {name: _attend(way, _cache(pool), q, padded, n) for name, way in ways.items()}
 
 
 def _agree(outs: dict[str, torch.Tensor]) -> None:
-    for name in ("blocks", "runs"):
+    for name in ("blocks", "runs", "spans"):
         torch.testing.assert_close(outs[name], outs["gathered"], atol=1e-5, rtol=1e-5, msg=name)
 
 
@@ -73,3 +77,22 @@ def test_scattered_rows_and_a_shared_prefix_block_read_right_each_way() -> None:
     assert owners.extra is not None and owners.extra[1].tolist() == [0]
     assert RunDecode(_cache(16), torch.zeros(3, dtype=torch.long), tables, lengths).gathered == 2  # rows 0 and 1
     _agree(_each_way(tables, lengths, 16))
+
+
+def _groups(tables: list[list[int]], lengths: list[int]) -> list[tuple[list[int], int, int, bool]]:
+    return [(g.rows.tolist(), g.lo, g.hi, g.blocks is not None)
+            for g in SpanDecode(_cache(16), torch.zeros(len(tables), dtype=torch.long), tables, lengths).groups]
+
+
+def test_span_groups_keep_rows_times_keys_within_the_budget_and_copy_only_rows_spread_wider(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    tables = [[14, 15], [0, 7, 3], [0, 12], [5]]  # row 1 spreads over blocks 0-7, row 2 over 0-12
+    lengths = [BLOCK + 1, 2 * BLOCK + 3, BLOCK + 5, 4]
+    assert _groups(tables, lengths) == [([1, 2, 3, 0], 0, 16, False)]  # 4 rows x 128 keys: one call
+    _agree(_each_way(tables, lengths, 16))  # its queries taken in the mask's order, its outputs put back
+    monkeypatch.setattr(cpu_decode, "SPAN_KEYS", 8 * BLOCK)
+    # Row 2's own blocks spread over 13 blocks, past 8: copied. The others, by first block: rows 1 and 3 share
+    # blocks 0-7 (2 x 8 blocks would pass 8: split), row 0 alone.
+    assert _groups(tables, lengths) == [([1], 0, 8, False), ([3], 5, 6, False), ([0], 14, 16, False),
+                                        ([2], 0, 0, True)]
+    _agree(_each_way(tables, lengths, 16))  # and each group reads right, put back in the rows' order

@@ -17,7 +17,7 @@ from llama_calls import cache_for, decode, prefill, tables, where
 ATOL = 1e-4
 SEQ = 128
 PROMPT = [128259, 128000, 83, 5169, 25, 22691, 1070, 13, 128009, 128260, 128261, 128257]
-IN_PLACE = ("sdpa", "blocks", "runs")  # flex compiles for ~20 s on a CPU: its own test below
+IN_PLACE = ("sdpa", "blocks", "runs", "spans")  # flex compiles for ~20 s on a CPU: its own test below
 
 
 @pytest.fixture(scope="module")
