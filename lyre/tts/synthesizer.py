@@ -144,7 +144,8 @@ class TTS:
         decoder = SnacDecoder(load_snac(source.codec.local(), device=serving.device, dtype=serving.codec_dtype),
                               cuda_graphs=serving.codec_graphs)
         engine = Engine.from_folder(folder, serving.engine_config(), AUDIO_CONSTRAINT.family)
-        service = CodecService(decoder, codec_policy or BatchPolicy.for_device(serving.device))
+        service = CodecService(decoder, codec_policy or BatchPolicy.for_device(serving.device),
+                               threads=serving.threads()[1])
         return cls(engine, tokenizer, service, voices, config, serving.playback_rate, source)
 
     @property
@@ -279,7 +280,7 @@ class TTS:
         stats = self.engine.stats()
         if stats.behind > 0 or not self.config.admit_on_rates:
             return stats.behind > 0
-        step_s = stats.step_seconds / stats.steps if stats.steps else 0.0
+        step_s = stats.recent_step_seconds or (stats.step_seconds / stats.steps if stats.steps else 0.0)
         return self.context.listeners.refuse(self.playback_rate, step_s, self.codec.recent_seconds_per_frame,
                                              self.config.window) or False
 
