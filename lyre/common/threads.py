@@ -10,11 +10,12 @@ On a GPU neither thread computes on the CPU much; nothing is split there.
 
 from __future__ import annotations
 
+import os
 import threading
 
 import torch
 
-__all__ = ["split_cores", "use_threads"]
+__all__ = ["split_cores", "threads_apart", "use_threads"]
 
 
 def split_cores(cores: int) -> tuple[int, int]:
@@ -24,6 +25,12 @@ def split_cores(cores: int) -> tuple[int, int]:
         raise ValueError(f"cores must be >= 1, got {cores}")
     engine = max(1, cores // 2)
     return engine, max(1, cores - engine)
+
+
+def threads_apart(engine: int | None, codec: int | None) -> bool:
+    """Whether the engine's and the codec's threads (as set with `use_threads`) fit the cores this process may
+    run on side by side, so that neither slows the other."""
+    return engine is not None and codec is not None and engine + codec <= len(os.sched_getaffinity(0))
 
 
 def use_threads(threads: int | None) -> None:
