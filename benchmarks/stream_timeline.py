@@ -1,7 +1,7 @@
 """One streamed request's timeline, in process: where the time goes between the text and each chunk.
 
     flock -x /work/cpu.lock .venv/bin/python benchmarks/stream_timeline.py [--requests 3] [--engine-threads N]
-        [--codec-threads N] [--json PATH]
+        [--codec-threads N] [--concurrency 1] [--json PATH]
 
 Loads the demo model (or --model), warms up, then speaks the bench's built-in texts one at a time (280 tokens,
 seed k) and prints, per request: the prefill, every engine step (its length, whether the codec was decoding
@@ -60,6 +60,10 @@ async def one(tts: TTS, text: str, seed: int) -> dict:
     return {"t0": t0, "chunks": chunks, "gaps": list(stream.clock.gaps), "ttfa": stream.ttfa_s, "rates": rates}
 
 
+async def together(tts: TTS, ks: range) -> list[dict]:
+    return await asyncio.gather(*(one(tts, BUILTIN_TEXTS[k % len(BUILTIN_TEXTS)], k) for k in ks))
+
+
 def report(name: str, res: dict, log: dict) -> dict:
     t0 = res["t0"]
     steps = [s for s in log["steps"] if s[0] >= t0 - 0.01]
@@ -96,6 +100,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model")
     p.add_argument("--requests", type=int, default=3)
+    p.add_argument("--concurrency", type=int, default=1, help="requests started together")
     p.add_argument("--engine-threads", type=int)
     p.add_argument("--codec-threads", type=int)
     p.add_argument("--json")
@@ -106,9 +111,10 @@ def main() -> None:
     out = []
     try:
         asyncio.run(one(tts, BUILTIN_TEXTS[0], 0))  # warm-up
-        for k in range(args.requests):
-            res = asyncio.run(one(tts, BUILTIN_TEXTS[(k + 1) % len(BUILTIN_TEXTS)], k + 1))
-            out.append(report(f"request {k + 1}", res, log))
+        for k in range(0, args.requests, args.concurrency):
+            ks = range(k + 1, min(args.requests, k + args.concurrency) + 1)
+            results = asyncio.run(together(tts, ks))
+            out += [report(f"request {j}", res, log) for j, res in zip(ks, results)]
         print(f"torch threads: engine {log.get('engine_threads')}, codec {log.get('codec_threads')}")
     finally:
         tts.close()
