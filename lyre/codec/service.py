@@ -17,6 +17,7 @@ import asyncio
 import bisect
 import enum
 import itertools
+import statistics
 import threading
 import time
 from collections import deque
@@ -28,6 +29,7 @@ import torch
 from lyre.common.batching import BatchLimits
 from lyre.codec.snac import CodecWindow, SnacDecoder
 from lyre.common.loops import settle_futures
+from lyre.common.threads import use_threads
 
 __all__ = ["BatchPolicy", "CodecService", "CodecServiceClosed", "CodecStats"]
 
@@ -43,9 +45,13 @@ CPU_MAX_BATCH = 1
 CPU_MAX_WAIT_MS = 0.0
 # Queue waits kept for CodecStats.recent_waits_s.
 RECENT_WAITS = 256
-# Weight of the newest batch in the running (exponentially weighted) decode cost and queue wait: about the
-# last ten batches count, so the figures follow the device's load while serving.
+# Weight of the newest batch in the running (exponentially weighted) queue wait: about the last ten batches
+# count, so the figure follows the device's load while serving.
 EWMA_WEIGHT = 0.1
+# The decode cost per frame is the median of the last this many batches': it follows the load as well, and
+# one cold decode (the first of a window shape builds its kernels: on the 2-core CPU 2-3 times the cost) does
+# not inflate it for the next ten.
+RECENT_COSTS = 15
 # A window due later than this from now belongs to a stream far ahead of its listener...
 FAR_S = 0.5
 # ...and may wait this many times max_wait_ms for more windows to batch with.
@@ -120,15 +126,19 @@ class _Tally:
     recent: deque[float] = field(default_factory=lambda: deque(maxlen=RECENT_WAITS))
     decode_seconds: float = 0.0
     dropped: int = 0
-    recent_per_frame: float | None = None  # EWMA of decode seconds per frame, batch by batch
+    costs: deque[float] = field(default_factory=lambda: deque(maxlen=RECENT_COSTS))  # per frame, batch by batch
+    recent_per_frame: float | None = None  # their median
     recent_wait: float = 0.0  # EWMA of seconds a window waits in the queue
 
 
 class CodecService:
     """Batches decodes from every stream onto one worker thread."""
 
-    def __init__(self, decoder: SnacDecoder, policy: BatchPolicy | None = None) -> None:
+    def __init__(self, decoder: SnacDecoder, policy: BatchPolicy | None = None, threads: int | None = None) -> None:
+        """``threads``: torch's intra-op threads in the worker's thread (lyre.common.threads; None: the
+        process's default)."""
         self.decoder = decoder
+        self.threads = threads
         self.policy = policy or BatchPolicy.for_device(str(decoder.device))
         self._cond = threading.Condition()
         self._queues: dict[int, list[_Job]] = {}  # frame count -> jobs, most urgent first
@@ -162,8 +172,8 @@ class CodecService:
 
     @property
     def recent_seconds_per_frame(self) -> float:
-        """Decode seconds per frame (context frames included) as measured lately on this device: an EWMA over
-        the last batches (EWMA_WEIGHT), 0 before the first decode. Read without the lock."""
+        """Decode seconds per frame (context frames included) as measured lately on this device: the median of
+        the last RECENT_COSTS batches', 0 before the first decode. Read without the lock."""
         return self._tally.recent_per_frame or 0.0
 
     @property
@@ -217,6 +227,7 @@ class CodecService:
                 self._cond.notify()  # the worker may have been waiting on this window's deadline
 
     def _work(self) -> None:
+        use_threads(self.threads)
         while (batch := self._next_batch()) is not None:
             start = time.monotonic()
             outcomes: list[np.ndarray | BaseException]
@@ -234,8 +245,8 @@ class CodecService:
                 t.max_batch = max(t.max_batch, len(batch))
                 t.decode_seconds += elapsed
                 per_frame = elapsed / max(1, sum(job.window.n_frames for job in batch))
-                t.recent_per_frame = per_frame if t.recent_per_frame is None else (
-                    t.recent_per_frame + EWMA_WEIGHT * (per_frame - t.recent_per_frame))
+                t.costs.append(per_frame)
+                t.recent_per_frame = statistics.median(t.costs)
                 for job in batch:
                     job.state = _State.DONE
                     wait = start - job.arrival

@@ -62,6 +62,8 @@ class EngineConfig:
     # chunks across steps, so no step (and no playing stream) waits on a whole long prompt. None: 512, or
     # twice the rows a step decodes where that is more (see `step_tokens`).
     max_step_tokens: int | None = None
+    # torch's intra-op threads in the engine's thread (lyre.common.threads); None: the process's default.
+    threads: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("max_batch", "max_seq_len", "max_waiting"):
@@ -75,6 +77,8 @@ class EngineConfig:
                              f"got {self.attention!r}")
         if self.cuda_graphs and not self.device.startswith("cuda"):
             raise ValueError(f"EngineConfig.cuda_graphs needs a CUDA device, got {self.device!r}")
+        if self.threads is not None and self.threads < 1:
+            raise ValueError(f"EngineConfig.threads must be >= 1, got {self.threads!r}")
         if self.quantize not in (None, "fp8"):
             raise ValueError(f"EngineConfig.quantize must be None or 'fp8', got {self.quantize!r}")
         if self.compute_batch is not None and not 1 <= self.compute_batch <= self.max_batch:

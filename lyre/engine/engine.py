@@ -22,6 +22,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from lyre.common.threads import use_threads
 from lyre.engine.adapter_registry import AdapterRegistry
 from lyre.engine.adapters import EngineAdapters
 from lyre.engine.batch import ScheduledBatch
@@ -214,6 +215,7 @@ class Engine:
         """Step until shut down. A failure outside a step (or `_FAILED_STEPS_FATAL` failed steps in a row)
         cannot be pinned on some requests and would recur: it ends the loop, failing everything."""
         try:
+            use_threads(self.config.threads)
             while (batch := self._next_batch()) is not None:
                 if batch:
                     self._step(batch)

@@ -11,7 +11,9 @@ if TYPE_CHECKING:
     from lyre.engine.batch import ScheduledBatch
     from lyre.engine.scheduler import Scheduler
 
-__all__ = ["EngineStats", "StatsRecorder", "slack_percentiles"]
+__all__ = ["STEP_EWMA_WEIGHT", "EngineStats", "StatsRecorder", "slack_percentiles"]
+
+STEP_EWMA_WEIGHT = 0.05  # the newest decode step's weight in recent_step_seconds: about the last 20 count
 
 
 def slack_percentiles(slacks: list[float]) -> tuple[float, float, float] | None:
@@ -48,7 +50,10 @@ class EngineStats:
     failure: str | None = None  # why the engine stopped serving, once it has failed (a server is then not ready)
     kv_cache: CacheStats | None = None  # the pool's blocks and the prefix cache's hits (None: no block cache)
     block_size: int = 0  # positions per KV-cache block
-    preemptions: int = 0  # times a request's blocks were taken back (it then runs its tokens again)  # why the engine stopped serving, once it has failed (a server is then not ready)
+    preemptions: int = 0  # times a request's blocks were taken back (it then runs its tokens again)
+    # Seconds a step with no prompt in it took lately (an EWMA, STEP_EWMA_WEIGHT; 0 before the first): what
+    # one more token of each running stream costs now, the cold first steps forgotten.
+    recent_step_seconds: float = 0.0  # why the engine stopped serving, once it has failed (a server is then not ready)
 
     @property
     def mean_batch_size(self) -> float:
@@ -66,6 +71,7 @@ class StatsRecorder:
         self.queue_wait_total = 0.0
         self.queue_wait_max = 0.0
         self.last_batch_size = 0
+        self.recent_step_seconds = 0.0
         self.kv_cache_bytes = kv_cache_bytes
 
     def record_step(self, batch: ScheduledBatch, seconds: float) -> None:
@@ -74,6 +80,9 @@ class StatsRecorder:
         self.tokens += len(batch.sampled)
         self.step_seconds += seconds
         self.last_batch_size = size
+        if not batch.prefill:
+            self.recent_step_seconds = seconds if not self.recent_step_seconds else (
+                self.recent_step_seconds + STEP_EWMA_WEIGHT * (seconds - self.recent_step_seconds))
         for chunk in batch.prefill:
             if not chunk.first or chunk.req.preemptions:  # admitted once, whatever the chunks and resumptions
                 continue
@@ -102,5 +111,6 @@ class StatsRecorder:
             kv_cache=scheduler.blocks.stats(),
             block_size=scheduler.blocks.block_size,
             preemptions=scheduler.preemptions,
+            recent_step_seconds=self.recent_step_seconds,
             failure=failure,
         )

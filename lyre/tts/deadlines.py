@@ -40,7 +40,7 @@ class ListenerDeadlines:
 
     def rates(self, generation: GenerationPace) -> Rates | None:
         """The rates the window planner sizes this stream's windows by: the codec's measured cost on this
-        device, and this segment's measured generation (the engine's mean step until it has made frames).
+        device, and this segment's measured generation (the engine's recent step until it has made frames).
         None for a stream nobody plays as it comes: its windows do not depend on timing, so the same
         request gives the same audio."""
         if not self.streamed:
@@ -48,10 +48,18 @@ class ListenerDeadlines:
         generate_s = generation.seconds_per_frame
         if generate_s is None:
             stats = self._ctx.engine.stats()
-            generate_s = FRAME_TOKENS * stats.step_seconds / stats.steps if stats.steps else 0.0
+            step_s = stats.recent_step_seconds or (stats.step_seconds / stats.steps if stats.steps else 0.0)
+            generate_s = FRAME_TOKENS * step_s
         codec = self._ctx.codec
         return Rates(play_s=FRAME_SECONDS / self._clock.rate, generate_s=generate_s,
-                     decode_s=codec.recent_seconds_per_frame, wait_s=codec.recent_wait_s)
+                     decode_s=codec.recent_seconds_per_frame * self.sharing(), wait_s=codec.recent_wait_s)
+
+    def sharing(self) -> int:
+        """The streams whose windows the codec decodes in turn with this one's: every live listener where it
+        decodes one window at a time (a CPU's: lyre.codec.service), so that between two of this stream's
+        windows it decodes one of each other's, and a frame of this one costs that many frames' decode;
+        1 where it batches them (a GPU's), or for this listener alone."""
+        return max(1, len(self._ctx.listeners)) if self._ctx.codec.policy.max_batch == 1 else 1
 
     def decode_due(self) -> float | None:
         """When a window queued now must be decoded (None: first come, first decoded)."""

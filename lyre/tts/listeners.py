@@ -9,8 +9,9 @@ A new stream is refused (`Listeners.refuse`) when
   ``rate / FRAME_SECONDS`` frames a second, each costing the codec (k + context) / k decoded frames at its
   widest window k (the codec's recent cost per frame, lyre.codec), and the engine must run
   ``TOKENS_PER_SECOND * rate`` steps a second (a step advances every stream by one token) at its measured
-  step time; the engine and the codec share the device (on a CPU, its cores), so the two shares add, and
-  their sum must stay under one. A server with no other open stream always admits one.
+  step time; where the engine and the codec share the device (a GPU; a CPU whose cores they share), the two
+  shares add, and their sum must stay under one; where each has cores of its own (lyre.common.threads), each
+  share must. A server with no other open stream always admits one.
 """
 
 from __future__ import annotations
@@ -48,21 +49,24 @@ class Listeners:
         now = time.monotonic() if now is None else now
         return sum(c.last_gap_at is not None and now - c.last_gap_at < RECENT_S for c in self._clocks)
 
-    def load(self, streams: int, rate: float, step_s: float, decode_s: float, window: WindowPolicy) -> float:
+    def load(self, streams: int, rate: float, step_s: float, decode_s: float, window: WindowPolicy,
+             apart: bool = False) -> float:
         """The share of the device ``streams`` streams need at ``rate`` times real time, at the measured engine
-        step time ``step_s`` and codec cost ``decode_s`` per decoded frame (1: all of it)."""
+        step time ``step_s`` and codec cost ``decode_s`` per decoded frame (1: all of it); ``apart``: the engine
+        and the codec run on cores of their own, so the larger of their shares."""
         wide = window.max_new
         codec = streams * rate / FRAME_SECONDS * (wide + window.left + window.right) / wide * decode_s
         engine = TOKENS_PER_SECOND * rate * step_s if streams else 0.0
-        return codec + engine
+        return max(codec, engine) if apart else codec + engine
 
-    def refuse(self, rate: float, step_s: float, decode_s: float, window: WindowPolicy) -> str | None:
+    def refuse(self, rate: float, step_s: float, decode_s: float, window: WindowPolicy,
+               apart: bool = False) -> str | None:
         """Why the newest stream (already added) should be refused now, or None to admit it."""
         if len(self) <= 1:
             return None
         if starving := self.starving():
             return f"{starving} of its {len(self) - 1} streams ran dry in the last {RECENT_S:g} s"
-        need = self.load(len(self), rate, step_s, decode_s, window)
+        need = self.load(len(self), rate, step_s, decode_s, window, apart)
         if need > 1.0:
             return (f"one more stream would need {100 * need:.0f}% of the device at the measured rates "
                     f"(engine step {1000 * step_s:.1f} ms, codec {1000 * decode_s:.1f} ms a frame)")

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
+
 from lyre.common.device import resolve_device
+from lyre.common.threads import split_cores
 from lyre.engine import ATTENTION_BACKENDS, SCHEDULERS, EngineConfig, SamplingParams
 from lyre.engine.config import gib_to_bytes
 from lyre.tts.sampling import speech_sampling
@@ -74,6 +77,10 @@ class ServingConfig:
     codec_graphs: bool = False
     max_adapters: int = 0  # LoRA voices resident at once (0: none)
     lora_rank: int = 16  # the rank every adapter slot holds (adapters of lower rank are padded), at most 64
+    # torch's intra-op threads in the engine's thread and in the codec's (lyre.common.threads). None: on a CPU,
+    # the process's threads split between the two (`split_cores`); on a GPU, torch's default.
+    engine_threads: int | None = None
+    codec_threads: int | None = None
 
     def __post_init__(self) -> None:
         # Resolved once, here, so the engine and the codec see a concrete device (and bf16 follows CUDA).
@@ -86,6 +93,9 @@ class ServingConfig:
             raise ValueError(f"playback_rate must be > 0, got {self.playback_rate}")
         if self.codec_dtype not in ("float32", "bfloat16"):
             raise ValueError(f"codec_dtype must be float32 or bfloat16, got {self.codec_dtype!r}")
+        for name in ("engine_threads", "codec_threads"):
+            if (value := getattr(self, name)) is not None and not (isinstance(value, int) and value >= 1):
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
         self.engine_config()  # the engine's own checks, naming the field
 
     def engine_config(self, seed: int | None = None) -> EngineConfig:
@@ -94,4 +104,13 @@ class ServingConfig:
                             scheduler=self.scheduler, compute_batch=self.compute_batch, seed=seed,
                             max_adapters=self.max_adapters, lora_rank=self.lora_rank,
                             kv_cache_bytes=gib_to_bytes(self.kv_cache_gb), kv_cache_fraction=self.kv_cache_fraction,
-                            max_step_tokens=self.max_step_tokens, prefix_caching=self.prefix_caching)
+                            max_step_tokens=self.max_step_tokens, prefix_caching=self.prefix_caching,
+                            threads=self.threads()[0])
+
+    def threads(self) -> tuple[int | None, int | None]:
+        """(engine threads, codec threads): as given; on a CPU, what is not given from `split_cores`."""
+        engine, codec = self.engine_threads, self.codec_threads
+        if self.device == "cpu":
+            split = split_cores(torch.get_num_threads())
+            engine, codec = engine or split[0], codec or split[1]
+        return engine, codec

@@ -16,6 +16,7 @@ import numpy as np
 
 from lyre import orpheus
 from lyre.codec import BatchPolicy, CodecService, SnacDecoder, load_snac
+from lyre.common.threads import threads_apart
 from lyre.engine import Engine, EngineStats
 from lyre.models.choice import ModelChoice, choose_weights
 from lyre.models.folder import load_tokenizer
@@ -144,7 +145,8 @@ class TTS:
         decoder = SnacDecoder(load_snac(source.codec.local(), device=serving.device, dtype=serving.codec_dtype),
                               cuda_graphs=serving.codec_graphs)
         engine = Engine.from_folder(folder, serving.engine_config(), AUDIO_CONSTRAINT.family)
-        service = CodecService(decoder, codec_policy or BatchPolicy.for_device(serving.device))
+        service = CodecService(decoder, codec_policy or BatchPolicy.for_device(serving.device),
+                               threads=serving.threads()[1])
         return cls(engine, tokenizer, service, voices, config, serving.playback_rate, source)
 
     @property
@@ -279,9 +281,10 @@ class TTS:
         stats = self.engine.stats()
         if stats.behind > 0 or not self.config.admit_on_rates:
             return stats.behind > 0
-        step_s = stats.step_seconds / stats.steps if stats.steps else 0.0
+        step_s = stats.recent_step_seconds or (stats.step_seconds / stats.steps if stats.steps else 0.0)
+        apart = threads_apart(self.engine.config.threads, self.codec.threads)
         return self.context.listeners.refuse(self.playback_rate, step_s, self.codec.recent_seconds_per_frame,
-                                             self.config.window) or False
+                                             self.config.window, apart) or False
 
     def engine_stats(self) -> EngineStats:
         return self.engine.stats()

@@ -24,13 +24,17 @@ next chunk is ready before the audio already sent has played*, with a margin:
 - steady width k*: the narrowest window that keeps pace, the smallest n with
   max(n g, decode(n)) <= n p (frames are made while the codec decodes the
   window before; g: generation s per frame, p: playback s per frame at the
-  listener's rate, decode(n): the queue wait plus (n + context) frames' cost);
+  listener's rate, decode(n): the queue wait plus (n + context) frames'
+  cost; where the codec decodes one window at a time, as on a CPU, a frame
+  costs as many frames' decode as there are live streams, since it decodes
+  their windows in turn: lyre.tts.deadlines);
 - the first chunk (nothing playing yet): the smallest n whose audio covers
   making the next window of k* frames after it leaves, max(0, k* g -
   decode(n)) + decode(k*) + margin <= n p. Each frame more in the first
   chunk delays first audio by g + one frame's decode; on the 2-core CPU of
-  docs/benchmarks.md (g 45-60 ms, 40 ms a decoded frame) the rule asks for 2-4
-  frames instead of 1 (time to first audio p50 80-140 ms later), on a GPU for 1;
+  docs/benchmarks.md (g ~25 ms, ~25 ms a decoded frame, engine and codec on a
+  core each) the rule asks for 2-3 frames instead of 1 for one stream (time to
+  first audio p50 ~215 ms) and 8 for each of two; on a GPU for 1;
 - after that a window waits for one more frame only while the listener's
   buffer still covers it and the wider decode: ahead - g - decode(r + 1) >=
   margin; so a stream ahead of its listener widens its windows (up to

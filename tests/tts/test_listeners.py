@@ -56,3 +56,47 @@ def test_a_stream_dropped_without_closing_leaves_with_its_clock() -> None:
     listeners.add(PlaybackClock())
     gc.collect()
     assert len(listeners) == 0
+
+
+def test_with_cores_of_their_own_the_larger_share_counts() -> None:
+    listeners = Listeners()
+    codec = 2 / FRAME_SECONDS * 11 / 8 * 0.025
+    engine = TOKENS_PER_SECOND * 0.006
+    assert listeners.load(2, 1.0, 0.006, 0.025, WINDOW, apart=True) == pytest.approx(max(codec, engine))
+    running, new = PlaybackClock(), PlaybackClock()
+    listeners.add(running)
+    listeners.add(new)
+    assert listeners.refuse(1.0, 0.006, 0.025, WINDOW, apart=True) is None  # 0.81 of the codec's cores
+    why = listeners.refuse(1.0, 0.006, 0.035, WINDOW, apart=True)  # 2 x 0.57 of them
+    assert why is not None and "113% of the device" in why
+
+
+def test_threads_are_apart_only_when_both_are_set_and_fit_the_cores() -> None:
+    import os
+
+    from lyre.common.threads import threads_apart
+
+    cores = len(os.sched_getaffinity(0))
+    assert threads_apart(1, max(1, cores - 1)) is (cores >= 2)
+    assert not threads_apart(cores, 1) and not threads_apart(None, 1) and not threads_apart(1, None)
+
+
+def test_a_codec_decoding_one_window_at_a_time_is_shared_by_every_live_listener() -> None:
+    from types import SimpleNamespace
+
+    from lyre.codec import BatchPolicy
+    from lyre.tts.deadlines import GenerationPace, ListenerDeadlines
+
+    def rates(listeners: int, max_batch: int):
+        ctx = SimpleNamespace(listeners=Listeners(), codec=SimpleNamespace(
+            policy=BatchPolicy(max_batch=max_batch, max_wait_ms=0.0), recent_seconds_per_frame=0.025,
+            recent_wait_s=0.01), engine=SimpleNamespace(stats=lambda: SimpleNamespace(
+                recent_step_seconds=0.004, step_seconds=1.0, steps=10)))
+        clocks = [PlaybackClock() for _ in range(listeners)]
+        for clock in clocks:
+            ctx.listeners.add(clock)
+        return ListenerDeadlines(ctx, clocks[0], streamed=True).rates(GenerationPace())
+
+    one, two, batched = rates(1, 1), rates(2, 1), rates(2, 64)
+    assert (one.decode_s, two.decode_s, batched.decode_s) == pytest.approx((0.025, 0.05, 0.025))
+    assert one.generate_s == pytest.approx(7 * 0.004) and one.wait_s == 0.01
