@@ -53,7 +53,7 @@ class EngineStats:
     preemptions: int = 0  # times a request's blocks were taken back (it then runs its tokens again)
     # Seconds a step with no prompt in it took lately (an EWMA, STEP_EWMA_WEIGHT; 0 before the first): what
     # one more token of each running stream costs now, the cold first steps forgotten.
-    recent_step_seconds: float = 0.0  # why the engine stopped serving, once it has failed (a server is then not ready)
+    recent_step_seconds: float = 0.0
 
     @property
     def mean_batch_size(self) -> float:
