@@ -12,13 +12,14 @@ lyre runs twice: constrained to Orpheus's audio ids, the way TTS requests run
 over the full 156,940-id vocabulary, the like-for-like comparison.
 
 Then the decode step alone (at batch 32, or each of ``--context-batches``) for
-contexts of 128 to 2048 tokens, each path side by side (`PATHS`): ``runs``
-(row by row over a view of each row's blocks, as the old slot cache read them;
-the CPU's path at up to 8 rows), ``blocks`` (block by block over the spans the
-rows' blocks lie in; the CPU's path above 8 rows), ``gathered/2048`` and
-``gathered/8192`` (the fixed-shape step a CUDA graph replays, which copies each
-row's K/V up to the step's context bucket, at two ``max_seq_len``: the same cost
-at a given context), and with ``--flex`` compiled FlexAttention (reads the
+contexts of 128 to 2048 tokens, each path side by side (`PATHS`): ``spans``
+(the CPU's default: one masked call per group of rows over the span of the
+pool their blocks lie in, up to 8 rows; block by block above), ``runs`` (row by
+row over a view of each row's blocks, as the old slot cache read them),
+``blocks`` (block by block over the spans the rows' blocks lie in, whatever the
+rows), ``gathered/2048`` and ``gathered/8192`` (the fixed-shape step a CUDA
+graph replays, which copies each row's K/V up to the step's context bucket, at
+two ``max_seq_len``: the same cost at a given context), and with ``--flex`` compiled FlexAttention (reads the
 blocks in place; about 20 s of compiling per context on a CPU).
 
     .venv/bin/python benchmarks/engine.py
