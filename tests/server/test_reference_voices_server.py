@@ -75,6 +75,14 @@ def _speak(url: str, **body: object) -> httpx.Response:
     return httpx.post(url + "/v1/audio/speech", json={**SPEECH, **body}, timeout=60)
 
 
+def _alike(a: bytes, b: bytes) -> bool:
+    """The same speech: seeded, a request's tokens are the same every time, but a streamed request's audio is
+    decoded in windows its measured rates choose, and a window's edge differs from one decoded whole by a
+    little (up to about 2% of full scale seen). Another voice's or another seed's audio is unrelated."""
+    x, y = np.frombuffer(a, np.int16).astype(float), np.frombuffer(b, np.int16).astype(float)
+    return len(x) == len(y) > 0 and float(np.corrcoef(x, y)[0, 1]) > 0.999
+
+
 def _wav(seconds: float, loud: bool = True, seed: int = 1) -> bytes:
     n = int(24_000 * seconds)
     rng = np.random.default_rng(seed)
@@ -94,14 +102,15 @@ def test_an_uploaded_voice_is_listed_and_spoken_everywhere_a_voice_is(pair: Pair
     spoken = _speak(pair.a.url, voice="diner")
     assert spoken.status_code == 200, spoken.text
     assert len(spoken.content) == 4 * SAMPLES_PER_FRAME * 2
-    assert _speak(pair.a.url, voice="diner").content == spoken.content  # alone, seeded: the same every time
-    assert _speak(pair.a.url).content != spoken.content  # the model's own voice says it otherwise
+    assert _alike(_speak(pair.a.url, voice="diner").content, spoken.content)  # seeded: the same every time
+    assert not _alike(_speak(pair.a.url).content, spoken.content)  # the model's own voice says it otherwise
 
     with httpx.stream("POST", pair.a.url + "/v1/audio/speech", json={**SPEECH, "voice": "diner",
                                                                     "stream_format": "sse"}, timeout=60) as r:
         events = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: ")]
     assert events[-1]["type"] == "speech.audio.done"
-    assert b"".join(base64.b64decode(e["audio"]) for e in events if e["type"] == "speech.audio.delta") == spoken.content
+    assert _alike(b"".join(base64.b64decode(e["audio"]) for e in events if e["type"] == "speech.audio.delta"),
+                  spoken.content)
 
     async def over_the_socket() -> bytes:
         async with websockets.connect(pair.a.url.replace("http", "ws") + "/v1/tts/websocket") as ws:
@@ -114,7 +123,7 @@ def test_an_uploaded_voice_is_listed_and_spoken_everywhere_a_voice_is(pair: Pair
         assert messages[-1]["type"] == "done", messages[-1]
         return b"".join(base64.b64decode(m["data"]) for m in messages if m["type"] == "chunk")
 
-    assert asyncio.run(over_the_socket()) == spoken.content
+    assert _alike(asyncio.run(over_the_socket()), spoken.content)
 
     out = pair.folders[0].parent / "said.wav"
     said = subprocess.run([sys.executable, "-m", "lyre.cli", "say", "Hello there.", "--voice", "diner",
@@ -176,7 +185,7 @@ def test_a_request_may_carry_its_own_reference(pair: Pair) -> None:
     clip = base64.b64encode(speak_wav(SAID)).decode()
     own = _speak(pair.b.url, reference_audio=clip, reference_text=SAID)
     assert own.status_code == 200, own.text
-    assert len(own.content) == 4 * SAMPLES_PER_FRAME * 2 and own.content != _speak(pair.b.url).content
+    assert len(own.content) == 4 * SAMPLES_PER_FRAME * 2 and not _alike(own.content, _speak(pair.b.url).content)
     for body, param in (({"reference_audio": "%%% not base64"}, "reference_audio"),
                         ({"reference_audio": base64.b64encode(_wav(1.0)).decode(), "reference_text": "Hi."},
                          "reference_audio"),
@@ -192,7 +201,7 @@ def test_a_voice_uploaded_to_one_server_is_spoken_by_the_other_and_a_delete_reac
     assert eventually(lambda: "shared" in _references(pair.b.url), timeout=10)
     assert _references(pair.b.url)["shared"]["digest"] == _references(pair.a.url)["shared"]["digest"]
     on_b = _speak(pair.b.url, voice="shared")
-    assert on_b.status_code == 200 and on_b.content == _speak(pair.a.url, voice="shared").content
+    assert on_b.status_code == 200 and _alike(on_b.content, _speak(pair.a.url, voice="shared").content)
     assert not (pair.folders[1] / "shared.json").exists()  # B holds the fleet's voice in memory, not in its folder
 
     deleted = httpx.delete(pair.b.url + "/v1/audio/voices/shared", headers=ADMIN, timeout=10)
@@ -261,7 +270,7 @@ def test_a_request_s_own_reference_is_made_once_and_only_so_many_are_made_at_onc
     first, cached = made("made"), made("cached")
     one = _speak(pair.b.url, reference_audio=clip, reference_text=SAID)
     again = _speak(pair.b.url, reference_audio=clip, reference_text=SAID)
-    assert one.status_code == again.status_code == 200 and one.content == again.content, again.text
+    assert one.status_code == again.status_code == 200 and _alike(one.content, again.content), again.text
     assert made("made") == first + 1 and made("cached") == cached + 1
 
     async def at_once() -> tuple[list[httpx.Response], httpx.Response]:
@@ -289,4 +298,4 @@ def test_a_restarted_server_speaks_the_voices_it_kept(tmp_path: Path) -> None:
         before = _speak(first.url, voice="kept").content
     with running_server("--voices-dir", str(folder), "--max-streams", "4") as again:
         assert set(_references(again.url)) == {"kept"}
-        assert _speak(again.url, voice="kept").content == before
+        assert _alike(_speak(again.url, voice="kept").content, before)
