@@ -82,45 +82,68 @@ class BlockOwners:
         return cls(list(zip(firsts.tolist(), lasts.tolist())), owner, count, extra)
 
 
-def _partial(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, count: torch.Tensor,
+def _unread_mask(count: torch.Tensor, size: int, dtype: torch.dtype) -> torch.Tensor:
+    """(N, 1, 1, size) additive: -inf past each block's first ``count`` positions; a block nobody reads keeps
+    one key (its part is dropped, and a row of no keys would be NaN)."""
+    unread = torch.arange(size) >= count.clamp(min=1)[:, None]
+    return torch.zeros(unread.shape, dtype=dtype).masked_fill_(unread, float("-inf"))[:, None, None]
+
+
+def _partial(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor,
              ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Each block's share of its reader's attention: q (kv, N, g, hd) against keys and values (kv, N, bs, hd), the
-    first ``count`` (N,) positions of each -> the attention over that block alone (N, kv, g, hd) and the log of
-    its sum of weights (N, kv, g), from one fused call whose batch is the blocks and whose queries are a kv head's
+    """Each block's share of its reader's attention: q (N, kv, g, hd) against keys and values (kv, N, bs, hd)
+    under ``mask`` (`_unread_mask`) -> the attention over that block alone (N, kv, g, hd) and the log of its
+    sum of weights (N, kv, g), from one fused call whose batch is the blocks and whose queries are a kv head's
     g query heads. The views go in as they lie: the kernel reads by stride."""
-    unread = torch.arange(keys.shape[2]) >= count.clamp(min=1)[:, None]  # a block nobody reads keeps a key: no NaN
-    mask = torch.zeros(unread.shape, dtype=q.dtype).masked_fill_(unread, float("-inf"))[:, None, None]
     out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-        q.transpose(0, 1), keys.transpose(0, 1), values.transpose(0, 1), attn_mask=mask)[:2]
+        q, keys.transpose(0, 1), values.transpose(0, 1), attn_mask=mask)[:2]
     return out, lse
 
 
 class BlockDecode:
-    """One query per row, attending over the pool in place, a block at a time, combined per row."""
+    """One query per row, attending over the pool in place, a block at a time, combined per row.
+
+    What does not change from layer to layer (each part's reader, the masks) is worked out once a step, on the
+    first layer: in the engine's thread every tensor operation has a fixed cost a step of short rows feels."""
 
     def __init__(self, cache: KVCache, where: torch.Tensor, owners: BlockOwners) -> None:
         self.cache, self.where, self.owners = cache, where, owners
+        self._plan: tuple[torch.Tensor, list[torch.Tensor], torch.Tensor] | None = None
+
+    def _planned(self, rows: int, dtype: torch.dtype) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor]:
+        """(each part's query row, each call's mask, each part's row with ``rows`` for nobody's), parts in the
+        order the calls make them: the spans' blocks end to end, then the copied blocks of `BlockOwners.extra`."""
+        if self._plan is None:
+            o, size = self.owners, self.cache.block_size
+            masks, at = [], 0
+            for lo, hi in o.spans:
+                masks.append(_unread_mask(o.count[at : at + hi - lo], size, dtype))
+                at += hi - lo
+            who = o.owner
+            if o.extra is not None:
+                masks.append(_unread_mask(o.extra[2], size, dtype))
+                who = torch.cat([who, o.extra[0]])
+            self._plan = (who.clamp(max=rows - 1), masks, who)
+        return self._plan
 
     def __call__(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """q (B, 1, nh, hd), k and v (B, 1, n_kv, hd) -> (B, nh, 1, hd)."""
         write(self.cache, layer, self.where, k, v)
         o, kv_heads = self.owners, k.shape[2]
         rows, heads, dim = q.shape[0], q.shape[2], q.shape[3]
-        grouped = q.reshape(rows, kv_heads, heads // kv_heads, dim)  # query head h reads kv head h // g
+        pick, masks, who = self._planned(rows, q.dtype)
+        # Query head h reads kv head h // g; a block nobody reads takes any row's query, and is dropped.
+        readers = q.reshape(rows, kv_heads, heads // kv_heads, dim)[pick]  # (N, kv, g, hd)
         keys, values = self.cache.k[layer], self.cache.v[layer]  # (kv, blocks + 1, bs, hd)
-        readers = grouped[o.owner.clamp(max=rows - 1)].transpose(0, 1)  # an unread block: any query, count 0
-        parts, index, at = [], [o.owner], 0
-        for lo, hi in o.spans:
-            parts.append(_partial(readers[:, at : at + hi - lo], keys[:, lo:hi], values[:, lo:hi],
-                                  o.count[at : at + hi - lo]))
+        parts, at = [], 0
+        for (lo, hi), mask in zip(o.spans, masks):
+            parts.append(_partial(readers[at : at + hi - lo], keys[:, lo:hi], values[:, lo:hi], mask))
             at += hi - lo
         if o.extra is not None:  # other readers of shared blocks: those blocks copied, one per reader
-            extra_rows, blocks, counts = o.extra
-            parts.append(_partial(grouped[extra_rows].transpose(0, 1), keys[:, blocks], values[:, blocks], counts))
-            index.append(extra_rows)
-        outs, lses = zip(*parts)
-        part, lse = torch.cat(outs).float(), torch.cat(lses)  # (N, kv, g, hd), (N, kv, g)
-        who = torch.cat(index)  # (N,) the row of each part; ``rows`` for nobody's
+            blocks = o.extra[1]
+            parts.append(_partial(readers[at:], keys[:, blocks], values[:, blocks], masks[-1]))
+        part, lse = parts[0] if len(parts) == 1 else (torch.cat(x) for x in zip(*parts))
+        part = part.float()  # (N, kv, g, hd); lse (N, kv, g)
         best = lse.new_full((rows + 1, *lse.shape[1:]), float("-inf"))
         best.scatter_reduce_(0, who[:, None, None].expand_as(lse), lse, "amax")  # (B + 1, kv, g) each row's max
         weight = (lse - best[who]).exp_()  # (N, kv, g): each part's share of its row's sum of weights
