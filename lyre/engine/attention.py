@@ -14,7 +14,7 @@ worked out from each row's block table.
   with a mask by position and length: runs anywhere, and is what a
   fixed-shape (CUDA graph) step captures.
 - On a CPU, decode steps read the pool in place (`lyre.engine.cpu_decode`):
-  row by row over views for a few rows, block by block for many.
+  masked spans of rows for a few rows, block by block for many.
 - `FlexDecode`: a decode step that reads the pool in place and only each
   row's live blocks: FlexAttention with a block mask whose indices are the
   rows' physical blocks, kept in persistent buffers (`FlexBlocks`) so a CUDA

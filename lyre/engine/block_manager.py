@@ -22,10 +22,9 @@ of its least-recently-used turn for this (but the one next to a growing
 table when every free block is cached): when no run is free, a table takes
 the blocks next in eviction order, sorted. Requests whose output no later
 prompt repeats (speech) seal only their prompt's blocks, so their output's
-blocks come back unsealed, in runs. A CPU decode step reads a row whose
-blocks are one run in place, as a view; only a scattered row (its neighbour
-was taken, or it reuses a shared prefix) is copied
-(`lyre.engine.cpu_decode.RunDecode`).
+blocks come back unsealed, in runs. A CPU decode step reads the spans the
+rows' blocks lie in, in place (`lyre.engine.cpu_decode`): tables kept whole
+keep those spans short.
 """
 
 from __future__ import annotations
