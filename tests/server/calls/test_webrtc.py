@@ -90,12 +90,15 @@ def test_speech_over_a_reply_clears_its_audio_and_cancels_it(server: Server) -> 
     sentence = speak_pcm16(SENTENCES[6])  # before the call, as above
 
     async def run() -> tuple[Peer, float]:
+        # The reply is still being made when the caller speaks: its think step holds its second sentence
+        # (tests/scripted_thinker.py). A one-sentence reply's speech can all be made, and the response done,
+        # before the caller's sentence is heard: the server makes speech faster than the track plays it.
         peer, call_id = await call(server.url, {
             **SESSION, "max_speech_tokens": 1500,
             "audio": {"input": {"transcription": {"language": "en"},
                                 "turn_detection": {"type": "server_vad", "create_response": False}}}})
         peer.send({"type": "conversation.item.create", "item": {
-            "type": "message", "role": "user", "content": [{"type": "input_text", "text": "Tell me a long story."}]}})
+            "type": "message", "role": "user", "content": [{"type": "input_text", "text": IN_TWO_PARTS}]}})
         peer.send({"type": "response.create"})
         await peer.until("output_audio_buffer.started")
         peer.mic.say(sentence)
@@ -109,7 +112,12 @@ def test_speech_over_a_reply_clears_its_audio_and_cancels_it(server: Server) -> 
         await peer.close()
         return peer, cleared_at
 
-    peer, cleared_at = asyncio.run(run())
+    try:
+        peer, cleared_at = asyncio.run(run())
+    finally:  # the cancelled think step's wait for its second sentence ends, and the next test's starts clean
+        SECOND_PART.set()
+        time.sleep(0.2)
+        SECOND_PART.clear()
     kinds = peer.kinds()
     assert kinds.index("input_audio_buffer.speech_started") < kinds.index("output_audio_buffer.cleared")
     assert peer.of("response.done")[0]["response"]["status"] == "cancelled"
