@@ -6,14 +6,12 @@
 - `BlockDecode`: a step of many rows, block by block (flash-decoding's split
   softmax): one fused attention call per span of the pool the rows' blocks
   lie in, each block against its row's query, giving each block's output and
-  log-sum of weights; then one combine per row. The spans are read as views:
-  no key is copied but a shared prefix block's for its second reader.
-
+  log-sum of weights; then each row's blocks side by side, weighted by a
+  softmax of those sums. No key is copied but a shared block's for its second reader.
 - `SpanDecode`: a step of a few rows, one masked SDPA per group of rows over
   the span of the pool their blocks lie in, in place: each row's query scores
-  every key of the span and the mask keeps its own. Scattered rows and shared
-  prefix blocks need no copy; only a row whose blocks spread wider than a
-  group may score is copied.
+  every key of the span and the mask keeps its own. Only a row whose blocks
+  spread wider than a group may score is copied.
 
 Measured on 2 cores in the engine's thread (`benchmarks/step_figures.py`):
 each call's fixed cost dominates a step of a few short rows, so one masked
@@ -41,15 +39,12 @@ SPAN_GAP = 16  # unread blocks between two runs that `BlockDecode` reads through
 class BlockOwners:
     """Which row reads each block of a decode step, for `BlockDecode`.
 
-    The blocks read lie in ``spans`` of the pool, each ``(lo, hi)`` read in
-    place as one view: the rows' blocks in order, with a gap of a few unread
-    blocks between two runs bridged rather than split (a span costs a few
-    operations per layer, an unread block only its share of one). Over the
-    spans laid end to end, ``owner[i]`` is the row that reads the i-th block
-    (``rows``, one past the last row, for a block no row reads) and
-    ``count[i]`` how many of its positions it reads. A block that several
-    rows read (a shared prefix) has one owner there; each other reader is a
-    pair in ``extra`` (row, block, count), whose block is copied for it.
+    The blocks read lie in ``spans`` of the pool, each ``(lo, hi)`` read in place as one view: the rows' blocks in
+    order, a gap of a few unread blocks between two runs bridged rather than split (a span costs a few operations
+    a layer, an unread block only its share of one). Over the spans end to end, ``owner[i]`` is the row that reads
+    the i-th block (``rows`` for a block nobody reads) and ``count[i]`` how many of its positions it reads. A block
+    several rows read (a shared prefix) has one owner there; each other reader is a pair in ``extra`` (row, block,
+    count), whose block is copied for it.
     """
 
     spans: list[tuple[int, int]]
@@ -101,18 +96,15 @@ def _partial(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: to
 
 
 class BlockDecode:
-    """One query per row, attending over the pool in place, a block at a time, combined per row.
-
-    What does not change from layer to layer (each part's reader, the masks) is worked out once a step, on the
-    first layer: in the engine's thread every tensor operation has a fixed cost a step of short rows feels."""
+    """One query per row, attending over the pool in place, a block at a time, combined per row. What the layers
+    share is worked out once a step: in the engine's thread every tensor operation has a fixed cost."""
 
     def __init__(self, cache: KVCache, where: torch.Tensor, owners: BlockOwners) -> None:
         self.cache, self.where, self.owners = cache, where, owners
-        self._plan: tuple[torch.Tensor, list[torch.Tensor], torch.Tensor] | None = None
+        self._plan: _BlockPlan | None = None
 
-    def _planned(self, rows: int, dtype: torch.dtype) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor]:
-        """(each part's query row, each call's mask, each part's row with ``rows`` for nobody's), parts in the
-        order the calls make them: the spans' blocks end to end, then the copied blocks of `BlockOwners.extra`."""
+    def _planned(self, rows: int, dtype: torch.dtype) -> _BlockPlan:
+        """The step's plan, on its first layer; parts in the calls' order (spans end to end, then the extra)."""
         if self._plan is None:
             o, size = self.owners, self.cache.block_size
             masks, at = [], 0
@@ -123,7 +115,19 @@ class BlockDecode:
             if o.extra is not None:
                 masks.append(_unread_mask(o.extra[2], size, dtype))
                 who = torch.cat([who, o.extra[0]])
-            self._plan = (who.clamp(max=rows - 1), masks, who)
+            order = torch.argsort(who, stable=True)
+            mine = torch.bincount(who, minlength=rows + 1)[:rows]
+            read = order[: int(mine.sum())]  # the parts some row reads, row by row
+            owner = who[read]
+            column = torch.arange(read.shape[0]) - (torch.cumsum(mine, 0) - mine)[owner]
+            grid = torch.zeros(rows, int(mine.max()), dtype=torch.long)
+            grid[owner, column] = read
+            bias = None
+            if bool((mine < grid.shape[1]).any()):
+                bias = torch.full(grid.shape, float("-inf"))
+                bias[owner, column] = 0.0
+                bias = bias[:, :, None, None]
+            self._plan = _BlockPlan(who.clamp(max=rows - 1), masks, grid, bias)
         return self._plan
 
     def __call__(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -131,25 +135,37 @@ class BlockDecode:
         write(self.cache, layer, self.where, k, v)
         o, kv_heads = self.owners, k.shape[2]
         rows, heads, dim = q.shape[0], q.shape[2], q.shape[3]
-        pick, masks, who = self._planned(rows, q.dtype)
+        plan = self._planned(rows, q.dtype)
         # Query head h reads kv head h // g; a block nobody reads takes any row's query, and is dropped.
-        readers = q.reshape(rows, kv_heads, heads // kv_heads, dim)[pick]  # (N, kv, g, hd)
+        readers = q.reshape(rows, kv_heads, heads // kv_heads, dim)[plan.pick]  # (N, kv, g, hd)
         keys, values = self.cache.k[layer], self.cache.v[layer]  # (kv, blocks + 1, bs, hd)
         parts, at = [], 0
-        for (lo, hi), mask in zip(o.spans, masks):
+        for (lo, hi), mask in zip(o.spans, plan.masks):
             parts.append(_partial(readers[at : at + hi - lo], keys[:, lo:hi], values[:, lo:hi], mask))
             at += hi - lo
         if o.extra is not None:  # other readers of shared blocks: those blocks copied, one per reader
             blocks = o.extra[1]
-            parts.append(_partial(readers[at:], keys[:, blocks], values[:, blocks], masks[-1]))
+            parts.append(_partial(readers[at:], keys[:, blocks], values[:, blocks], plan.masks[-1]))
         part, lse = parts[0] if len(parts) == 1 else (torch.cat(x) for x in zip(*parts))
-        part = part.float()  # (N, kv, g, hd); lse (N, kv, g)
-        best = lse.new_full((rows + 1, *lse.shape[1:]), float("-inf"))
-        best.scatter_reduce_(0, who[:, None, None].expand_as(lse), lse, "amax")  # (B + 1, kv, g) each row's max
-        weight = (lse - best[who]).exp_()  # (N, kv, g): each part's share of its row's sum of weights
-        norm = weight.new_zeros(best.shape).index_add_(0, who, weight)
-        out = part.new_zeros(*best.shape, dim).index_add_(0, who, part * weight[..., None])
-        return (out[:rows] / norm[:rows, :, :, None]).to(q.dtype).reshape(rows, heads, 1, dim)
+        # part (N, kv, g, hd), lse (N, kv, g): each row's parts side by side, weighted by a softmax of their lse.
+        if plan.grid.shape[1] == 1:
+            out = part[plan.grid[:, 0]]
+        else:
+            lse = lse.float()[plan.grid]  # (B, P, kv, g)
+            weight = torch.softmax(lse if plan.bias is None else lse + plan.bias, dim=1)
+            out = (part.float()[plan.grid] * weight[..., None]).sum(1)
+        return out.to(q.dtype).reshape(rows, heads, 1, dim)
+
+
+@dataclass
+class _BlockPlan:
+    """What `BlockDecode`'s layers share in a step: each part's query row, each call's mask, each row's parts
+    (B, P), padded with part 0 where a row has fewer, and there ``bias`` (B, P, 1, 1) -inf (None: no padding)."""
+
+    pick: torch.Tensor
+    masks: list[torch.Tensor]
+    grid: torch.Tensor
+    bias: torch.Tensor | None
 
 
 class RunDecode:

@@ -79,6 +79,15 @@ def test_scattered_rows_and_a_shared_prefix_block_read_right_each_way() -> None:
     _agree(_each_way(tables, lengths, 16))
 
 
+def test_rows_of_one_block_each_take_their_block_as_it_is() -> None:
+    # One part a row, so no combine: two rows of the same one block (the second reads a copy) and one alone.
+    tables = [[3], [3], [9]]
+    lengths = [BLOCK, 5, 1]
+    assert BlockDecode(_cache(16), torch.zeros(3, dtype=torch.long), BlockOwners.of(
+        torch.tensor(tables), torch.tensor(lengths), BLOCK))._planned(3, torch.float32).grid.shape == (3, 1)
+    _agree(_each_way(tables, lengths, 16))
+
+
 def _groups(tables: list[list[int]], lengths: list[int]) -> list[tuple[list[int], int, int, bool]]:
     return [(g.rows.tolist(), g.lo, g.hi, g.blocks is not None)
             for g in SpanDecode(_cache(16), torch.zeros(len(tables), dtype=torch.long), tables, lengths).groups]
