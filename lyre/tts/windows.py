@@ -30,23 +30,36 @@ next chunk is ready before the audio already sent has played*, with a margin:
   their windows in turn: lyre.tts.deadlines);
 - the first chunk (nothing playing yet): the smallest n whose audio covers
   making the next window of k* frames after it leaves, max(0, k* g -
-  decode(n)) + decode(k*) + margin <= n p. Each frame more in the first
+  decode(n)) + slow(k*) + margin <= n p. Each frame more in the first
   chunk delays first audio by g + one frame's decode; on the 2-core CPU of
-  docs/benchmarks.md (g ~25 ms, ~25 ms a decoded frame, engine and codec on a
-  core each) the rule asks for 2-3 frames instead of 1 for one stream (time to
-  first audio p50 ~215 ms) and 8 for each of two; on a GPU for 1;
+  docs/benchmarks.md (g ~30 ms, ~25 ms a decoded frame, engine and codec on a
+  core each) the rule asks for 3 frames instead of 1 for one stream (time to
+  first audio p50 250-270 ms in process) and 8 for each of two; on a GPU for 1;
 - after that a window waits for one more frame only while the listener's
-  buffer still covers it and the wider decode: ahead - g - decode(r + 1) >=
+  buffer still covers it and the wider decode: ahead - g - slow(r + 1) >=
   margin; so a stream ahead of its listener widens its windows (up to
   max_new), and one near running dry decodes what it has at once;
-- a window decoded takes the most ready frames whose decode still fits in the
-  listener's buffer (at most max_new; at least one); when not even one frame's
-  window fits (the listener will run dry whatever it does), it takes every
-  ready frame: one-frame windows cost four frames' decode each, and taking
-  them one by one would make every later chunk late too.
+- a window decoded takes the most ready frames whose slow decode still fits
+  in the listener's buffer (at most max_new), but never fewer than k* of
+  them while k* are ready: narrower, a window costs more than it plays (on
+  the CPU a one-frame window costs four frames' decode, more than a frame
+  plays), and a stream that took them one by one drained its buffer while
+  frames piled up, until its listener ran dry and one wide window ended
+  the run with a gap of 60-120 ms.
 
-(Tried on the 2-core CPU: holding later windows to at least k* frames made the
-second chunk wait for k* frames' generation and gave longer gaps, not fewer.)
+slow(n) = (1 + spread) decode(n): a window is planned as if its decode took
+half again its measured cost (`WindowPolicy.spread`). On the 2-core CPU a
+window's cost per frame spreads from 0.87 to 1.18 times its median (5th to
+95th percentile of 95 decodes, up to 1.6), and windows sized by the median
+left 3 requests of 84 with a gap of 38-120 ms at one stream, in process;
+at the slow end none of 84, for about 55 ms more time to first audio (a
+third frame in the first chunk: docs/benchmarks.md, "Planning at the slow
+end"; benchmarks/window_replay.py replays the planner on such costs).
+
+(Tried on the 2-core CPU: holding later windows to at least k* frames by
+waiting for frames not yet made made the second chunk wait for k* frames'
+generation and gave longer gaps, not fewer: the floor takes only frames
+that are ready.)
 """
 
 from __future__ import annotations
@@ -71,6 +84,9 @@ class WindowPolicy:
     max_new: int = 8  # emitted frames per window, at most
     ahead_s: float = 0.5  # audio buffered ahead of playback before windows widen (without measured rates)
     margin_s: float = 0.03  # with measured rates: buffer kept beyond a window's cost, for the clocks' jitter
+    # With measured rates: a window is planned as if its decode took (1 + spread) times its measured cost, so
+    # that one slower than usual still comes before the listener runs dry.
+    spread: float = 0.5
     # With measured rates: the first chunk's frames at most (None: as many as the rule asks). A cap trades
     # gaps for time to first audio, where the device is too slow to have both.
     first_most: int | None = None
@@ -86,6 +102,8 @@ class WindowPolicy:
             raise ValueError(f"ahead_s must be >= 0, got {self.ahead_s}")
         if self.margin_s < 0:
             raise ValueError(f"margin_s must be >= 0, got {self.margin_s}")
+        if self.spread < 0:
+            raise ValueError(f"spread must be >= 0, got {self.spread}")
         if self.first_most is not None and not self.first_new <= self.first_most <= self.max_new:
             raise ValueError(f"first_most must be in [first_new, max_new], got {self.first_most}")
 
@@ -137,12 +155,8 @@ class WindowPlanner:
         if ready < least or self._slack(ahead_s, rates, ready) is not None:
             return None
         new = min(ready, self.policy.max_new)
-        context = min(self.policy.left, self._emitted) + self.policy.right
-        # The widest that is decoded before the listener runs dry (at least `least`); if not even that is,
-        # a gap comes anyway: all that is ready, so that the codec catches up instead of falling further behind.
-        if rates is not None and rates.decode(least + context) + self.policy.margin_s <= ahead_s:
-            while new > least and rates.decode(new + context) + self.policy.margin_s > ahead_s:
-                new -= 1
+        if rates is not None:
+            new = self._fit(new, least, ahead_s, rates, min(self.policy.left, self._emitted) + self.policy.right)
         return self._window(new, end=len(self._frames))
 
     def frames_wanted(self, ahead_s: float, rates: Rates | None = None) -> int:
@@ -170,12 +184,25 @@ class WindowPlanner:
         """The first chunk's frames: the fewest (at least ``first_new``, at most ``first_most``) whose audio
         covers making the next window of `steady_frames` frames after it leaves."""
         steady, most = self.steady_frames(rates), self.policy.first_most or self.policy.max_new
-        after = rates.decode(steady + self.policy.left + self.policy.right)
+        after = self._slow(rates, steady + self.policy.left + self.policy.right)
         for n in range(self.policy.first_new, most):
             meanwhile = rates.decode(n + self.policy.right)  # frames keep coming while the first one decodes
             if max(0.0, steady * rates.generate_s - meanwhile) + after + self.policy.margin_s <= n * rates.play_s:
                 return n
         return most
+
+    def _fit(self, new: int, least: int, ahead_s: float, rates: Rates, context: int) -> int:
+        """Of ``new`` ready frames, how many to decode now: the widest window that is decoded before the
+        listener runs dry, at its slow end, margin aside; never narrower than k* (narrower, a window costs more
+        than it plays and the buffer only shrinks) or than ``least``."""
+        floor = max(least, min(new, self.steady_frames(rates)))
+        while new > floor and self._slow(rates, new + context) + self.policy.margin_s > ahead_s:
+            new -= 1
+        return new
+
+    def _slow(self, rates: Rates, frames: int) -> float:
+        """A window's decode at the slow end of its spread (`WindowPolicy.spread`)."""
+        return (1.0 + self.policy.spread) * rates.decode(frames)
 
     def _ready(self) -> int:
         """Frames not emitted whose right context has come."""
@@ -195,7 +222,7 @@ class WindowPlanner:
         if rates is None:
             return ahead_s - self.policy.ahead_s if ahead_s >= self.policy.ahead_s else None
         context = min(self.policy.left, self._emitted) + self.policy.right
-        slack = ahead_s - rates.generate_s - rates.decode(ready + 1 + context) - self.policy.margin_s
+        slack = ahead_s - rates.generate_s - self._slow(rates, ready + 1 + context) - self.policy.margin_s
         return slack if slack >= 0 and ahead_s > 0 else None
 
     def finish(self) -> list[CodecWindow]:
