@@ -106,7 +106,7 @@ class _Context:
     async def _speak(self) -> None:
         state, stream, timer = self._session.state, self.stream, self.timer
         metrics = state.metrics
-        words = None
+        words, heard = None, 0  # heard: the listener's underruns counted so far, as they come
         if timer is not None:  # each segment aligned as soon as its audio is out; sent as soon as aligned
             stream.on_spoken(lambda ended: timer.segment(ended.text, ended.start, ended.end, ended.said))
             words = asyncio.create_task(self._send_words(timer), name=f"lyre-ws-words-{self.id}")
@@ -116,6 +116,7 @@ class _Context:
                 async for chunk in stream:
                     if stream.samples == len(chunk) and (ttfa := stream.ttfa_s) is not None:
                         metrics.ttfa.labels(_API).observe(ttfa)  # from the context's first text
+                    heard = metrics.count_underruns(_API, stream.clock.gaps, heard)
                     if timer is not None:
                         timer.add(chunk)
                     data = base64.b64encode(chunk.astype("<i2", copy=False).tobytes()).decode("ascii")
@@ -131,7 +132,7 @@ class _Context:
             await stream.aclose()  # aborts the engine requests and drops codec work if we stopped early
         metrics.audio.labels(_API).inc(stream.audio_seconds)
         metrics.trimmed.observe(stream.trimmed_ms / 1000)
-        metrics.count_underruns(_API, stream.clock.gaps, 0)
+        metrics.count_underruns(_API, stream.clock.gaps, heard)
 
     async def _send_words(self, timer: WordTimer) -> None:
         """Each segment's words as a Cartesia timestamps message, as soon as it is aligned (the segment's
