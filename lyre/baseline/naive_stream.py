@@ -39,6 +39,7 @@ class NaivePipeline(Protocol):
     config: TTSConfig
     cuts: CutCounts
     front: TextFront
+    playback_rate: float  # its listeners play at this times real time
 
 
 class NaiveSpeechStream:
@@ -54,7 +55,7 @@ class NaiveSpeechStream:
         """``prompt``: ready-made prompt ids instead of text (then no text may be pushed); ``text``: how the
         text is read (normalised or not, its language); ``capped``: the client set ``sampling.max_tokens``
         (else it is the reference's own cap); ``streamed``: played as it comes, its listener modelled at real
-        time from the first chunk (``clock``), as lyre's streams' are."""
+        time (or the pipeline's ``playback_rate``) from the first chunk (``clock``), as lyre's streams' are."""
         self.request_id = request_id
         self.voice = voice
         self.segments = 1
@@ -70,7 +71,7 @@ class NaiveSpeechStream:
         self.first_chunk_at: float | None = None
         self.samples = 0
         self.streamed = streamed
-        self.clock = PlaybackClock()
+        self.clock = PlaybackClock(tts.playback_rate)
         self.segment_started: list[float] = []
         self.segment_done: list[float] = []
         self.spoken: list[SpokenSegment] = []  # the one segment, once its audio is all out (for word times)

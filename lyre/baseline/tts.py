@@ -67,14 +67,19 @@ class NaiveTTS:
     """Text to speech the naive way: a transformers generate and a sliding-window decode per request."""
 
     def __init__(self, engine: NaiveEngine, tokenizer: TextTokenizer, codec: NaiveCodec, voices: Voices,
-                 config: TTSConfig | None = None, source: ModelChoice | None = None) -> None:
-        """``source``: where the model and codec came from, for the start-up summary (None: not known)."""
+                 config: TTSConfig | None = None, source: ModelChoice | None = None,
+                 playback_rate: float = 1.0) -> None:
+        """``source``: where the model and codec came from, for the start-up summary (None: not known);
+        ``playback_rate``: the listeners its streams model play at this times real time, as lyre's do."""
+        if not playback_rate > 0:
+            raise ValueError(f"playback rate must be > 0, got {playback_rate}")
         self.engine = engine
         self.tokenizer = tokenizer
         self.codec = codec
         self.voices = voices
         self.config = config or TTSConfig()
         self.source = source
+        self.playback_rate = playback_rate
         self.adapters = None  # serves no cloned voices
         self.references = None  # nor voices from a reference clip
         self.cuts = CutCounts()
@@ -83,7 +88,8 @@ class NaiveTTS:
 
     @classmethod
     def load(cls, model: str | Path | None = None, codec: str | Path | None = None, device: str = "cpu",
-             config: TTSConfig | None = None, valid_audio_only: bool | None = None) -> NaiveTTS:
+             config: TTSConfig | None = None, valid_audio_only: bool | None = None,
+             playback_rate: float = 1.0) -> NaiveTTS:
         """Load model and codec folders (or hub ids); the demo model when none is named.
 
         The codec is chosen as `TTS.load` chooses it (`lyre.models.choice`).
@@ -101,7 +107,7 @@ class NaiveTTS:
         config = config or TTSConfig()
         voices = load_voices(folder, dict(config.voice_aliases))
         return cls(NaiveEngine(llama, valid_audio_only), load_tokenizer(folder), NaiveCodec(decoder), voices, config,
-                   source)
+                   source, playback_rate)
 
     @property
     def max_tokens_limit(self) -> int:

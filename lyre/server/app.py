@@ -60,7 +60,8 @@ def _load(config: ServerConfig) -> Synthesizer:
         # Needs transformers: imported only when asked for.
         from lyre.baseline import NaiveTTS
 
-        return NaiveTTS.load(config.model, config.codec, config.serving.device, tts_config)
+        return NaiveTTS.load(config.model, config.codec, config.serving.device, tts_config,
+                             playback_rate=config.serving.playback_rate)
     return TTS.load(config.model, config.codec, config.serving, tts_config)
 
 

@@ -152,6 +152,23 @@ def test_stream_drops_frame_zero_and_the_last_two(naive: NaiveTTS) -> None:
     assert naive.engine.stats().running == 0 and naive.engine.stats().tokens >= 70
 
 
+def test_its_listener_plays_at_the_pipeline_s_playback_rate(naive: NaiveTTS) -> None:
+    slow = NaiveTTS(naive.engine, naive.tokenizer, naive.codec, naive.voices, naive.config, playback_rate=0.25)
+
+    async def run() -> object:
+        stream = slow.stream("Hello there.", "tara", SpeechOptions(max_tokens=35, seed=3))
+        async for _ in stream:
+            pass
+        return stream
+
+    stream = asyncio.run(run())
+    # Its 2 frames' audio (2 x 85 ms) plays for four times as long at a quarter of real time.
+    assert stream.clock.rate == 0.25 and stream.samples == 2 * orpheus.SAMPLES_PER_FRAME
+    assert stream.clock.runs_dry_at() - stream.clock.started_at >= 4 * stream.audio_seconds - 1e-9
+    with pytest.raises(ValueError, match="playback rate"):
+        NaiveTTS(naive.engine, naive.tokenizer, naive.codec, naive.voices, playback_rate=0.0)
+
+
 def test_concurrent_requests_each_run_their_own_generate(naive: NaiveTTS) -> None:
     async def one(seed: int) -> int:
         stream = naive.stream("Two at once.", "leo", SpeechOptions(max_tokens=35, seed=seed))
