@@ -48,9 +48,9 @@ RECENT_WAITS = 256
 # Weight of the newest batch in the running (exponentially weighted) queue wait: about the last ten batches
 # count, so the figure follows the device's load while serving.
 EWMA_WEIGHT = 0.1
-# The decode cost per frame is the median of the last this many batches': it follows the load as well, and
-# one cold decode (the first of a window shape builds its kernels: on the 2-core CPU 2-3 times the cost) does
-# not inflate it for the next ten.
+# The decode cost per frame is the median of the last this many batches': it follows the load, and one cold
+# decode (a shape's first builds its kernels: 2-3 times the cost on the 2-core CPU) does not inflate it. The
+# median of warm decodes only is what the device sustains, for admission: early on most decodes are cold.
 RECENT_COSTS = 15
 # A window due later than this from now belongs to a stream far ahead of its listener...
 FAR_S = 0.5
@@ -128,6 +128,9 @@ class _Tally:
     dropped: int = 0
     costs: deque[float] = field(default_factory=lambda: deque(maxlen=RECENT_COSTS))  # per frame, batch by batch
     recent_per_frame: float | None = None  # their median
+    shapes: set[tuple[int, int]] = field(default_factory=set)  # (frames, windows) of the batches decoded so far
+    warm_costs: deque[float] = field(default_factory=lambda: deque(maxlen=RECENT_COSTS))  # the same, warm ones
+    warm_per_frame: float | None = None  # their median
     recent_wait: float = 0.0  # EWMA of seconds a window waits in the queue
 
 
@@ -175,6 +178,12 @@ class CodecService:
         """Decode seconds per frame (context frames included) as measured lately on this device: the median of
         the last RECENT_COSTS batches', 0 before the first decode. Read without the lock."""
         return self._tally.recent_per_frame or 0.0
+
+    @property
+    def warm_seconds_per_frame(self) -> float:
+        """The same median over warm decodes only (a shape's first decode builds its kernels and is left out):
+        what the device sustains once warm. 0 before a shape is decoded twice. Read without the lock."""
+        return self._tally.warm_per_frame or 0.0
 
     @property
     def recent_wait_s(self) -> float:
@@ -247,6 +256,10 @@ class CodecService:
                 per_frame = elapsed / max(1, sum(job.window.n_frames for job in batch))
                 t.costs.append(per_frame)
                 t.recent_per_frame = statistics.median(t.costs)
+                if (shape := (batch[0].window.n_frames, len(batch))) in t.shapes:
+                    t.warm_costs.append(per_frame)
+                    t.warm_per_frame = statistics.median(t.warm_costs)
+                t.shapes.add(shape)
                 for job in batch:
                     job.state = _State.DONE
                     wait = start - job.arrival

@@ -254,3 +254,39 @@ def test_windows_far_ahead_wait_longer_to_share_a_batch(decoder: RecordingDecode
 
     asyncio.run(main())
     assert decoder.batches == [[2], [2, 2, 2]]
+
+
+class ColdFirstDecoder(SnacDecoder):
+    """The real decoder, plus ``cold_s`` of waiting the first time it meets a batch shape, as building a
+    shape's kernels costs on a device."""
+
+    def __init__(self, model: SNAC, cold_s: float) -> None:
+        super().__init__(model)
+        self.cold_s = cold_s
+        self.seen: set[tuple[int, int]] = set()
+
+    def decode_windows(self, windows: Sequence[CodecWindow]) -> list[np.ndarray]:
+        if (shape := (windows[0].n_frames, len(windows))) not in self.seen:
+            self.seen.add(shape)
+            time.sleep(self.cold_s)
+        return super().decode_windows(windows)
+
+
+def test_the_warm_cost_leaves_out_each_shapes_first_decode(demo: DemoPaths) -> None:
+    cold_s = 1.0  # 250 ms a frame on a 4-frame window: far above any real decode of the demo codec
+    service = CodecService(ColdFirstDecoder(load_snac(demo.codec), cold_s), BatchPolicy(max_batch=2, max_wait_ms=0.0))
+    try:
+        async def decode(*windows: CodecWindow) -> None:
+            await asyncio.gather(*(service.decode(w) for w in windows))
+
+        asyncio.run(decode(window(n=4, seed=1)))
+        assert service.recent_seconds_per_frame > cold_s / 4  # every decode counts in the recent cost...
+        assert service.warm_seconds_per_frame == 0.0  # ...but no shape has been decoded warm yet
+        asyncio.run(decode(window(n=4, seed=2)))
+        warm = service.warm_seconds_per_frame
+        assert 0.0 < warm < cold_s / 4 / 2  # the second decode of the shape alone
+        assert service.recent_seconds_per_frame > cold_s / 4 / 2  # the median of both holds half the cold one
+        asyncio.run(decode(window(n=5, seed=3)))  # a new shape: cold again, left out of the warm cost
+        assert service.warm_seconds_per_frame == warm
+    finally:
+        service.close()
