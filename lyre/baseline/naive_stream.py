@@ -142,6 +142,9 @@ class NaiveSpeechStream:
     async def __anext__(self) -> np.ndarray:
         return await self._agen.__anext__()
 
+    def leave(self) -> None:
+        """Nothing: the naive pipeline counts no listeners for admission (`SpeechStream.leave`)."""
+
     async def aclose(self) -> None:
         self._cancel.set()
         await self._agen.aclose()

@@ -53,13 +53,11 @@ def to_int16(pcm: np.ndarray) -> np.ndarray:
 class SpeechStream:
     """Async iterator of int16 PCM chunks for one utterance; `push` and `end` feed it text.
 
-    It holds one seed for its whole life. Each segment (a sentence or a few)
-    is one engine request, submitted as soon as the segment before it has
-    finished generating, so it generates while that one's tail is decoded and
-    played; every segment is trimmed by the same rules. A streamed request
-    (``streamed``) tells the engine and the codec when its listener would run
-    dry, so the most pressing streams go first. Closing it (or cancelling the
-    task that iterates it) aborts its engine requests and drops its codec work.
+    It holds one seed for its whole life. Each segment (a sentence or a few) is one engine request, submitted as
+    soon as the segment before it has finished generating, so it generates while that one's tail is decoded and
+    played; every segment is trimmed by the same rules. A streamed request (``streamed``) tells the engine and
+    the codec when its listener would run dry, so the most pressing streams go first. Closing it (or cancelling
+    the task that iterates it) aborts its engine requests and drops its codec work.
     """
 
     def __init__(self, context: PipelineContext, request_id: str, voice: str | None, sampling: SamplingParams,
@@ -163,9 +161,13 @@ class SpeechStream:
     async def __anext__(self) -> np.ndarray:
         return await self._agen.__anext__()
 
+    def leave(self) -> None:
+        """Its listener no longer counts for admission: for a stream dropped before it ran (`aclose` does it too)."""
+        self._ctx.listeners.discard(self.clock)
+
     async def aclose(self) -> None:
         self._closed = True
-        self._ctx.listeners.discard(self.clock)
+        self.leave()
         await self._agen.aclose()
         if self._lease is not None:  # held by `hold_voice` before the stream ever ran
             self._lease.release()
@@ -234,9 +236,8 @@ class SpeechStream:
                 for window in planner.finish():
                     if (chunk := self._out(await self._decode(window), trimmer)) is not None:
                         yield chunk
-                if trimmer is not None:
-                    if (chunk := self._out(trimmer.flush(), None)) is not None:
-                        yield chunk
+                if trimmer is not None and (chunk := self._out(trimmer.flush(), None)) is not None:
+                    yield chunk
                 self._live.remove(current)
                 self.segment_done.append(time.perf_counter())
                 self._said.ended(self.samples)
@@ -246,7 +247,7 @@ class SpeechStream:
                     yield silence
                 current = following
         finally:
-            self._ctx.listeners.discard(self.clock)
+            self.leave()
             for stream in self._live:
                 await stream.aclose()
             self._live.clear()
@@ -274,8 +275,7 @@ class SpeechStream:
 
     def _finished(self, stream: RequestStream, frames: int, index: int) -> None:
         self.frames += frames
-        reason = stream.finish_reason
-        if reason is not None:
+        if (reason := stream.finish_reason) is not None:
             self.finish_reasons.append(reason)
         if reason is FinishReason.LENGTH:  # ran out of tokens before end-of-speech: words may be missing
             self.budgets.ran_out(index)

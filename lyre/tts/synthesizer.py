@@ -68,16 +68,15 @@ class Synthesizer(Protocol):
         """The most tokens one segment may ask for."""
 
     def segments_cut(self) -> dict[str, int]:
-        """Segments ended on their token budget, not end-of-speech, since start, by reason (budget,
-        max_tokens)."""
+        """Segments ended on their token budget, not end-of-speech, since start, by reason (budget, max_tokens)."""
 
     def open(self, voice: str | None = None, options: SpeechOptions | None = None, trim: bool = True,
              streamed: bool = True, idle_timeout_s: float | None = None, reference: ReferenceVoice | None = None,
              text: TextOptions | None = None) -> Any:
         """A stream fed with `push`/`end`, iterated for int16 PCM; ValueError for a bad voice or options.
         ``reference`` (a voice made for this request alone) speaks instead of ``voice``; ``text``: how the
-        text is read (normalised, its language, SSML).
-        Its ``hold_voice()`` readies a cloned voice first (AdapterBusy, AdapterError), before any audio."""
+        text is read (normalised, its language, SSML). Its ``hold_voice()`` readies a cloned voice first
+        (AdapterBusy, AdapterError), before any audio; ``leave()`` uncounts a stream dropped before it ran."""
 
     def stream(self, text: str, voice: str | None = None, options: SpeechOptions | None = None, trim: bool = True,
                streamed: bool = True, request_id: str | None = None, reference: ReferenceVoice | None = None,
@@ -242,27 +241,28 @@ class TTS:
     def stream(self, text: str, voice: str | None = None, options: SpeechOptions | None = None, trim: bool = True,
                streamed: bool = True, request_id: str | None = None, reference: ReferenceVoice | None = None,
                reading: TextOptions | None = None) -> SpeechStream:
-        """Speak ``text``; iterate the result for int16 PCM chunks as they are made.
-
-        Raises ValueError (naming what was wrong) for empty or over-long text,
-        an unknown voice, bad options, or a segment too long for the engine,
-        before any work starts. ``reading``: how the text is read (normalised or not, its language, SSML:
-        malformed SSML is a ValueError naming the problem).
-        """
+        """Speak ``text``; iterate the result for int16 PCM chunks as they are made. Raises ValueError (naming what
+        was wrong) for empty or over-long text, an unknown voice, bad options, or a segment too long for the
+        engine, before any work starts. ``reading``: how the text is read (normalised or not, its language, SSML:
+        malformed SSML is a ValueError naming the problem)."""
         stream = self._open(voice, options, trim, streamed, None, request_id, True, reference, reading)
-        if stream.text.ssml:
-            stream.push(text)
-            stream.end()  # reads the document, segments and pauses
-        else:  # each segment read once, here, so a segment too long for the engine is refused before any work
-            front, how = self.context.front, stream.text
-            for segment in split_segments(normalize(text, self.config.max_input_chars), stream.intake.segment_chars):
-                stream.intake.add(front.read(segment, how.language, how.normalize))
-            stream.end()
-        for said in stream.intake.pending():
-            if isinstance(said, Said):
-                prompt = len(stream.prefix) + len(orpheus.prompt_ids(self.tokenizer, said.spoken, stream.voice))
-                self.context.check_room(prompt, dataclasses.replace(
-                    stream.sampling, max_tokens=stream.budgets.tokens(said.spoken, self.context.positions_after(prompt))))
+        try:  # refused before any work: its listener must not count against the next stream
+            if stream.text.ssml:
+                stream.push(text)
+                stream.end()  # reads the document, segments and pauses
+            else:  # each segment read once, here, so a segment too long for the engine is refused before any work
+                front, how, chars = self.context.front, stream.text, stream.intake.segment_chars
+                for segment in split_segments(normalize(text, self.config.max_input_chars), chars):
+                    stream.intake.add(front.read(segment, how.language, how.normalize))
+                stream.end()
+            for said in stream.intake.pending():
+                if isinstance(said, Said):
+                    prompt = len(stream.prefix) + len(orpheus.prompt_ids(self.tokenizer, said.spoken, stream.voice))
+                    tokens = stream.budgets.tokens(said.spoken, self.context.positions_after(prompt))
+                    self.context.check_room(prompt, dataclasses.replace(stream.sampling, max_tokens=tokens))
+        except BaseException:
+            stream.leave()
+            raise
         return stream
 
     async def synthesize(self, text: str, voice: str | None = None, options: SpeechOptions | None = None,

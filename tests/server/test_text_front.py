@@ -155,3 +155,29 @@ def test_no_normalize_turns_reading_off_for_the_whole_server() -> None:
         response = _speech(server, input="It costs $5.20.", response_format="wav", timestamps=True)
         assert response.status_code == 200, response.text
         assert response.json()["spoken_text"] == "It costs $5.20."
+
+
+def test_refused_text_leaves_nothing_that_counts_against_the_next_stream(server: Server) -> None:
+    """Malformed SSML (HTTP 400) and a context whose first text is over the limit (refused before its task
+    ran) each opened a stream whose listener admission counts: they must leave with the refusal. Eight of them
+    left behind would make a lone next stream look like nine and be refused at these rates."""
+    for _ in range(4):
+        assert _speech(server, input="<speak><sub>Hi</sub></speak>").status_code == 400
+
+    async def talk() -> list[dict[str, Any]]:
+        async with connect(f"{server.ws_url}/v1/tts/websocket", max_size=None) as ws:
+            for i in range(4):
+                await ws.send(json.dumps({"context_id": f"big{i}", "voice": {"mode": "id", "id": "tara"},
+                                          "transcript": "x" * 5000, "continue": True}))
+                refused = json.loads(await asyncio.wait_for(ws.recv(), 60))
+                assert refused["type"] == "error" and "over the limit" in refused["error"], refused
+            await ws.send(json.dumps({"context_id": "ok", "voice": {"mode": "id", "id": "tara"},
+                                      "transcript": "Hello there.", "max_tokens": TOKENS}))
+            messages = []
+            while not (messages and messages[-1]["done"]):
+                messages.append(json.loads(await asyncio.wait_for(ws.recv(), 120)))
+            return messages
+
+    messages = asyncio.run(talk())
+    assert messages[-1]["type"] == "done", messages[-1]
+    assert _speech(server, input="Hello again.", priority="realtime").status_code == 200

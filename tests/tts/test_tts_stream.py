@@ -14,7 +14,7 @@ import pytest
 from lyre.models.demo import DemoPaths
 from lyre.engine import FinishReason
 from lyre.orpheus import SAMPLES_PER_FRAME
-from lyre.tts import TTS, IdleStream, ServingConfig, SpeechOptions, TextError, TTSConfig
+from lyre.tts import TTS, IdleStream, ServingConfig, SpeechOptions, TextError, TextOptions, TTSConfig
 from polling import eventually, eventually_async
 
 
@@ -207,12 +207,18 @@ def test_cancelling_the_consumer_aborts_generation(tts: TTS) -> None:
         ({"text": "Hi.", "voice": "nobody"}, ValueError, "unknown voice 'nobody'.*tara"),
         ({"text": "Hello there.", "options": SpeechOptions(max_tokens=1015)}, ValueError,
          "max_tokens: 1015 is over this server's limit of 768"),
+        ({"text": "<speak><sub>Hi</sub></speak>", "reading": TextOptions(ssml=True)}, ValueError, "needs an alias"),
     ],
 )
 def test_bad_input_is_refused_before_any_work(tts: TTS, kwargs: dict, error: type, match: str) -> None:
-    with pytest.raises(error, match=match):
-        tts.stream(**kwargs)
-    assert tts.engine.stats().waiting == 0
+    gc.disable()  # the refused stream's listener must leave at once, not whenever a collection finds it
+    try:
+        with pytest.raises(error, match=match):
+            tts.stream(**kwargs)
+        assert tts.engine.stats().waiting == 0
+        assert len(tts.context.listeners) == 0  # else the next client is refused for streams that never ran
+    finally:
+        gc.enable()
 
 
 def test_text_pushed_past_the_limit_is_refused() -> None:

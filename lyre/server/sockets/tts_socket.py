@@ -70,6 +70,8 @@ class _Context:
         self.outcome = "cancelled"  # for the requests metric, unless it ends otherwise
         self._session = session
         self.task = asyncio.create_task(self._run(), name=f"lyre-ws-{context_id}")
+        # A context ended before its task ran (its first text refused) never reaches `_speak`'s close.
+        self.task.add_done_callback(lambda _: stream.leave())
 
     def add(self, text: str, last: bool) -> None:
         """The context's next text (TextError when its total is too long)."""
