@@ -28,7 +28,8 @@ from lyre.bench.metrics import Chunk
 from lyre.bench.playback import first_audible
 from lyre.orpheus import SAMPLE_RATE
 
-__all__ = ["SPEECH_PATH", "WEBSOCKET_PATH", "Channel", "Job", "Result", "Transport", "make_transport"]
+__all__ = ["RETRY_AFTER_MAX_S", "SPEECH_PATH", "WEBSOCKET_PATH", "Channel", "Job", "Result", "Transport",
+           "make_transport", "retry_after"]
 
 SPEECH_PATH = "/v1/audio/speech"
 WEBSOCKET_PATH = "/v1/tts/websocket"
@@ -43,6 +44,7 @@ _QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
 _NUMBER = re.compile(r"\d+(?:\.\d+)?")
 _WS_MAX_MESSAGE = 16 * 2**20  # a wide window on a fast GPU is far larger than websockets' 1 MiB default
 _KEEPALIVE = 1024  # pooled connections kept open: more than any sweep's streams
+RETRY_AFTER_MAX_S = 30.0  # a closed-loop stream refused waits its Retry-After, at most this, before its next request
 _OUTPUT_FORMAT = {"container": "raw", "encoding": "pcm_s16le", "sample_rate": SAMPLE_RATE}
 
 
@@ -66,6 +68,7 @@ class Result:
     detail: str | None = None
     ttfb_s: float | None = None  # the response's first byte: HTTP headers, or the socket's first message for it
     leading_silence_s: float | None = None  # audio before the first audible sample (None: none came)
+    retry_after_s: float | None = None  # a refusal's Retry-After: when the server asked to be tried again
 
 
 class _Timeline:
@@ -161,10 +164,19 @@ class _HttpChannel(Channel):
             if response.status_code != 200:
                 result.error = f"http_{response.status_code}"
                 result.detail = (await response.aread()).decode(errors="replace")[:_DETAIL_CHARS]
+                result.retry_after_s = retry_after(response.headers.get("retry-after"), response.status_code)
                 return
             # Raw reads: pcm has no content encoding, and decoding would only add buffering.
             async for piece in response.aiter_raw():
                 timeline.add(piece)
+
+
+def retry_after(header: str | None, status: int) -> float | None:
+    """Seconds a refusal (429, 503) asks to wait: its Retry-After in seconds, else 1; None if not a refusal."""
+    if status not in (429, 503):
+        return None
+    seconds = header.strip() if header else ""
+    return min(RETRY_AFTER_MAX_S, float(seconds)) if seconds.isdigit() else 1.0
 
 
 def _ws_error_kind(message: str) -> str:

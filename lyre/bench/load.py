@@ -2,6 +2,9 @@
 
 Closed loop (``concurrency``): N workers, each with its own channel, send
 requests back to back; each worker's first ``warmup`` requests are excluded.
+A refused request (429 or 503) counts as sent; its stream then waits the
+server's Retry-After before its next, as a client that honours it would
+(resending at once would only measure refusals).
 Open loop (``rate``): requests arrive at ``rate`` per second with gamma
 inter-arrival times (shape ``burstiness``: 1 is Poisson, below 1 burstier),
 each on an idle channel or a new one; arrivals in the first ``warmup``
@@ -123,12 +126,13 @@ class _Level:
         index, self._next_index = self._next_index, self._next_index + 1
         return index
 
-    async def send(self, channel: Channel, index: int, warmup: bool) -> None:
+    async def send(self, channel: Channel, index: int, warmup: bool) -> Result:
         text_index, job = self.jobs(index)
         sent_at = time.perf_counter() - self.start
         record = RequestRecord(index, text_index, warmup, sent_at, await channel.speak(job))
         self.records.append(record)
         self.on_record(record)
+        return record.result
 
 
 async def _closed_loop(level: _Level, pool: ChannelPool, streams: int) -> None:
@@ -137,8 +141,10 @@ async def _closed_loop(level: _Level, pool: ChannelPool, streams: int) -> None:
         try:
             sent = 0
             while (index := level.claim(warmup := sent < level.plan.warmup)) is not None:
-                await level.send(channel, index, warmup)
+                result = await level.send(channel, index, warmup)
                 sent += 1
+                if result.retry_after_s:
+                    await asyncio.sleep(result.retry_after_s)
         finally:
             pool.release(channel)
 
