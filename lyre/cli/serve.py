@@ -77,9 +77,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     serve.add_argument("--no-normalize", action="store_true",
                        help="speak text as written: no reading of numbers, amounts, dates, units, abbreviations "
                             "and symbols as words (a request's \"normalize\": false does it for one request)")
-    serve.add_argument("--admit-on-rates", action="store_true",
-                       help="also refuse (429) a new stream while a live stream's listener ran dry in the last "
-                            "2 s, or when the measured engine and codec rates cannot serve one more without gaps")
+    serve.add_argument("--admit-on-rates", action=argparse.BooleanOptionalAction, default=True,
+                       help="refuse (429) a new stream while a live stream's listener ran dry in the last 2 s, "
+                            "or when the measured engine and codec rates cannot serve one more without gaps "
+                            "(default: on; --no-admit-on-rates admits up to --max-streams whatever they say)")
     serve.add_argument("--max-first-frames", type=int, default=None, metavar="N",
                        help="the first audio chunk's frames at most (85 ms each), whatever the measured rates ask "
                             "to play without gaps: less time to first audio on a device too slow for both "

@@ -103,10 +103,12 @@ async def _load_adapters(tts: Synthesizer, config: ServerConfig) -> None:
 
 
 async def _warm_up(tts: Synthesizer) -> None:
-    """One short utterance through engine and codec, so the first user does not pay for it."""
+    """One short utterance through engine and codec, so the first user does not pay for it; twice, so that the
+    codec's warm cost (what admission reads, lyre.tts.listeners) is measured before the first user comes."""
     options = SpeechOptions(max_tokens=min(21, tts.max_tokens_limit), seed=0)  # a tiny KV cache allows less
-    async for _ in tts.stream("Ready.", None, options, trim=False, streamed=False, request_id=WARM_UP):
-        pass
+    for _ in range(2):
+        async for _ in tts.stream("Ready.", None, options, trim=False, streamed=False, request_id=WARM_UP):
+            pass
 
 
 async def _warm_up_stt(stt: Transcriber) -> None:

@@ -48,8 +48,8 @@ class TTSConfig:
     # Read numbers, amounts, dates, abbreviations... as words before the model sees them (--no-normalize: off).
     normalize: bool = True
     # Admission also refuses a new stream while a live listener ran dry lately, or when the measured rates
-    # cannot serve one more without gaps (lyre.tts.listeners; --admit-on-rates).
-    admit_on_rates: bool = False
+    # cannot serve one more without gaps (lyre.tts.listeners; --no-admit-on-rates: off).
+    admit_on_rates: bool = True
 
     def __post_init__(self) -> None:
         if not self.flush_after_s > 0:

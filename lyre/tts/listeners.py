@@ -7,11 +7,15 @@ A new stream is refused (`Listeners.refuse`) when
   cannot keep up, and one more would only make every one of them stutter; or
 - the measured rates say the streams, with one more, need more than the device has: each stream needs
   ``rate / FRAME_SECONDS`` frames a second, each costing the codec (k + context) / k decoded frames at its
-  widest window k (the codec's recent cost per frame, lyre.codec), and the engine must run
+  widest window k (the codec's recent cost per frame once warm: each window shape's first decode, which
+  builds its kernels, left out; lyre.codec), and the engine must run
   ``TOKENS_PER_SECOND * rate`` steps a second (a step advances every stream by one token) at its measured
   step time; where the engine and the codec share the device (a GPU; a CPU whose cores they share), the two
   shares add, and their sum must stay under one; where each has cores of its own (lyre.common.threads), each
   share must. A server with no other open stream always admits one.
+
+The server admits this way by default (`lyre serve --no-admit-on-rates` admits up to ``--max-streams``
+whatever the listeners say); ``Retry-After: 1`` tells a refused client when to try again.
 """
 
 from __future__ import annotations

@@ -283,8 +283,8 @@ class TTS:
             return stats.behind > 0
         step_s = stats.recent_step_seconds or (stats.step_seconds / stats.steps if stats.steps else 0.0)
         apart = threads_apart(self.engine.config.threads, self.codec.threads)
-        return self.context.listeners.refuse(self.playback_rate, step_s, self.codec.recent_seconds_per_frame,
-                                             self.config.window, apart) or False
+        decode_s = self.codec.warm_seconds_per_frame or self.codec.recent_seconds_per_frame  # once warm, if known
+        return self.context.listeners.refuse(self.playback_rate, step_s, decode_s, self.config.window, apart) or False
 
     def engine_stats(self) -> EngineStats:
         return self.engine.stats()

@@ -12,6 +12,7 @@ import httpx
 import pytest
 from websockets.asyncio.client import connect
 
+from lyre.bench.clients import Job, Result, make_transport
 from polling import eventually
 from serving import running_server
 
@@ -75,3 +76,32 @@ def test_when_streams_fall_behind_their_listeners_new_requests_get_429() -> None
             more = [len(next(chunks)) for _ in range(4)]  # the stream already running carries on
             assert all(more) and time.monotonic() - started < 60
         assert server.metric("lyre_engine_deadline_misses_total") >= 1
+
+
+async def _at_once(url: str, streams: int) -> list[Result]:
+    """``streams`` speech requests sent together, each on its own connection, by the bench's HTTP client."""
+    transport = make_transport(url, "http", api_key=None, timeout_s=60, pooled=True)
+    try:
+        jobs = [Job(f"Caller number {i} says hello.", "tara", 70, i) for i in range(streams)]
+        return list(await asyncio.gather(*(transport.channel().speak(job) for job in jobs)))
+    finally:
+        await transport.aclose()
+
+
+def test_by_default_a_stream_the_measured_rates_cannot_serve_is_refused_and_told_when_to_retry() -> None:
+    # Listeners taken to play 4 times faster than real time: the rates this CPU measures serve one such stream
+    # at most, whatever its speed (two need 8 real-time streams' worth of codec and engine).
+    with running_server("--playback-rate", "4", "--max-seq-len", "512") as server:
+        results = asyncio.run(_at_once(server.url, 4))
+        refused = [r for r in results if r.error is not None]
+        served = [r for r in results if r.error is None]
+        assert served and all(r.chunks for r in served)  # the first is alone, and always admitted
+        assert refused and all(r.error == "http_429" for r in refused)
+        for r in refused:
+            assert r.detail is not None and "of the device at the measured rates" in r.detail
+            assert r.retry_after_s == 1.0
+        counted = httpx.get(f"{server.url}/metrics", timeout=10).text
+        assert f'lyre_errors_total{{kind="overloaded"}} {len(refused)}.0' in counted
+    with running_server("--playback-rate", "4", "--max-seq-len", "512", "--no-admit-on-rates") as server:
+        results = asyncio.run(_at_once(server.url, 4))  # admitted up to --max-streams, whatever the rates say
+        assert [r.error for r in results] == [None] * 4 and all(r.chunks for r in results)

@@ -48,7 +48,8 @@ class _Server:
 @pytest.fixture(scope="module")
 def server(demo: DemoPaths) -> Iterator[_Server]:
     tts = TTS.load(demo.model, demo.codec, ServingConfig(max_streams=4, max_seq_len=1024),
-                   TTSConfig(max_input_chars=400, flush_after_s=FLUSH_AFTER_S))
+                   TTSConfig(max_input_chars=400, flush_after_s=FLUSH_AFTER_S, admit_on_rates=False))
+    # admit_on_rates off: contexts interleave here; admission by the rates is tested in test_server_scheduling
     config = ServerConfig(ws_max_contexts=3, ws_max_message_bytes=2048, ws_flush_after_s=FLUSH_AFTER_S,
                           max_input_chars=400)
     state = ServerState(config=config, tts=tts, admission=Admission(4, 8, 10.0),
