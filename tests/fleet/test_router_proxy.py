@@ -183,6 +183,55 @@ def test_past_the_inflight_limit_a_request_gets_503_at_once(fleet: Fleet) -> Non
     assert eventually(fleet.idle, timeout=10), fleet.inflight()
 
 
+def test_a_busy_server_is_passed_over_once_and_its_refusal_reaches_the_client_when_none_takes_it(
+        fleet: Fleet) -> None:
+    """A 429 (at capacity) or 503 (draining) goes to the next server; with every server busy the client gets the
+    last one's own answer and Retry-After, not a 502. Over HTTP and at a socket's handshake alike."""
+    speech = fleet.router.url + "/v1/audio/speech"
+    home = httpx.post(speech, json={"voice": "busy"}, headers=AUTH, timeout=10).headers["x-lyre-server"]
+    other = ({fleet.plain.url, fleet.talker.url} - {home}).pop()
+    before = _retries(fleet)
+    for status in (429, 503):
+        moved = httpx.post(speech + f"?refuse={home}&status={status}", json={"voice": "busy"}, headers=AUTH,
+                           timeout=10)
+        assert moved.status_code == 200 and moved.headers["x-lyre-server"] == other, moved.text
+        assert json.loads(moved.content.splitlines()[0])["server"] == other
+        refused = httpx.post(speech + f"?refuse=all&status={status}", json={"voice": "busy"}, headers=AUTH,
+                             timeout=10)
+        assert refused.status_code == status and refused.headers["retry-after"] == "7", refused.text
+        assert refused.headers["x-lyre-server"] == other
+        assert refused.json()["error"]["message"] == f"server {other} is busy"
+
+    async def sockets() -> tuple[str, InvalidStatus]:
+        async with connect(fleet.ws + f"/v1/tts/websocket?voice=busy&refuse={home}", additional_headers=AUTH) as ws:
+            served_by = json.loads(await ws.recv())["server"]
+        with pytest.raises(InvalidStatus) as refused:
+            async with connect(fleet.ws + "/v1/tts/websocket?voice=busy&refuse=all", additional_headers=AUTH):
+                pass
+        return served_by, refused.value
+
+    served_by, refused = asyncio.run(sockets())
+    assert served_by == other
+    assert refused.response.status_code == 429 and refused.response.headers["retry-after"] == "7"
+    assert refused.response.headers["x-lyre-server"] == other and b"is busy" in refused.response.body
+    after = _retries(fleet)
+    assert after["at_capacity"] - before["at_capacity"] == 4 and after["unavailable"] - before["unavailable"] == 2
+    assert eventually(fleet.idle, timeout=10), fleet.inflight()
+
+
+def _retries(fleet: Fleet) -> dict[str, float]:
+    """The router's ``lyre_router_retries_total`` by reason."""
+    metrics = httpx.get(fleet.router.url + "/metrics", headers=AUTH, timeout=5)
+    assert metrics.status_code == 200, metrics.text
+    text = metrics.text
+    counts = {"at_capacity": 0.0, "unavailable": 0.0}
+    for line in text.splitlines():
+        if line.startswith("lyre_router_retries_total{"):
+            reason = line.split('reason="', 1)[1].split('"', 1)[0]
+            counts[reason] = float(line.rsplit(" ", 1)[1])
+    return counts
+
+
 def test_a_socket_that_names_no_voice_must_send_its_first_message_in_time(fleet: Fleet) -> None:
     async def run() -> int | None:
         async with connect(fleet.ws + "/v1/tts/websocket", additional_headers=AUTH) as ws:

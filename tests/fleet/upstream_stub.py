@@ -10,7 +10,9 @@ router passed on, when, and how much.
 - ``POST /v1/audio/speech`` ``{"delay_s": D, "chunks": N, "chunk_s": S, "chunk_bytes": B}`` waits D before
   its headers, then streams N chunks of B bytes (default 1 KiB) S apart;
 - ``GET /v1/models`` answers with a hop-by-hop header of its own (``Connection: x-up-hop``, ``X-Up-Hop``);
-- any other route echoes what came, with its method.
+- any other route echoes what came, with its method;
+- ``?refuse=URL&status=S`` on the speech route or a socket: the server at URL (or every server, for ``all``)
+  refuses it with S (default 429) and ``Retry-After: 7``, as a busy server does.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import uvicorn
-from fastapi import FastAPI, Request, WebSocket
+from fastapi import FastAPI, Request, Response, WebSocket
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.websockets import WebSocketDisconnect
 
@@ -50,6 +52,14 @@ def create_stub(url: str, redis_url: str, services: tuple[str, ...]) -> FastAPI:
         return {"server": url, "path": request.url.path, "query": dict(request.query_params),
                 "headers": [[k, v] for k, v in request.headers.items()]}
 
+    def refusal(request: Request | WebSocket) -> JSONResponse | None:
+        """The busy answer the request asks this server for, or None."""
+        if request.query_params.get("refuse") not in (url, "all"):
+            return None
+        status = int(request.query_params.get("status", "429"))
+        return JSONResponse({"error": {"message": f"server {url} is busy", "type": "rate_limit_error"}}, status,
+                            headers={"Retry-After": "7"})
+
     @app.get("/ready")
     async def ready() -> dict[str, bool]:
         return {"ready": True}
@@ -70,8 +80,10 @@ def create_stub(url: str, redis_url: str, services: tuple[str, ...]) -> FastAPI:
         return {"bytes": progress[key]}
 
     @app.post("/v1/audio/speech")
-    async def speech(request: Request) -> StreamingResponse:
+    async def speech(request: Request) -> Response:
         body = await request.json()
+        if (busy := refusal(request)) is not None:
+            return busy
         await asyncio.sleep(float(body.get("delay_s", 0)))
 
         async def chunks() -> AsyncIterator[bytes]:
@@ -83,6 +95,9 @@ def create_stub(url: str, redis_url: str, services: tuple[str, ...]) -> FastAPI:
         return StreamingResponse(chunks(), media_type="application/octet-stream")
 
     async def socket(ws: WebSocket) -> None:
+        if (busy := refusal(ws)) is not None:
+            await ws.send_denial_response(busy)
+            return
         await ws.accept()
         await ws.send_text(json.dumps(seen(ws)))
         try:

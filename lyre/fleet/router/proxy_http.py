@@ -13,8 +13,12 @@ to the server as it arrives, and the server applies its own limits. The
 response is never held: its bytes go to the client as the server writes them.
 
 A request whose server cannot be reached, or answers 503 (draining, not
-ready), is retried once on the next server, while nothing has reached the
-client and no byte of a streamed body has left. Once the response has
+ready) or 429 (at capacity: its streams, queue or adapter slots are full, or
+its measured rates cannot serve one more stream without gaps), is retried
+once on the next server, while nothing has reached the client and no byte of
+a streamed body has left. When no other server takes it, the client gets a
+server's own refusal (the next one's, else the first's) with its
+``Retry-After``, not a 502. Once the response has
 started, a server that dies ends it: an SSE stream gets an ``error`` event
 naming the server, any other body is cut short (the client's HTTP library
 reports an incomplete body), and the next request goes elsewhere.
@@ -38,11 +42,12 @@ from lyre.fleet.router.identity import (SERVER_HEADER, IdentityError, call_of, i
                                   service_of)
 from lyre.fleet.router.state import Lease, RouterState
 
-__all__ = ["error_response", "forward"]
+__all__ = ["RETRY_REASONS", "error_response", "forward"]
 
 log = logging.getLogger("lyre.fleet.router")
 
-_RETRY_STATUS = 503  # draining or not ready: the next server may take it
+# Draining or not ready (503), at capacity (429): the next server may take it.
+RETRY_REASONS = {503: "unavailable", 429: "at_capacity"}
 _SMALL = 64 * 1024  # a response with a length at most this is read whole and sent in one write; others stream
 _CLIENT_LEFT = 499  # nginx's code for it: written nowhere, since nobody is there to read it
 
@@ -87,6 +92,7 @@ async def forward(request: Request) -> Response:
                               keep_length=body is None, scheme=request.url.scheme)
     target = path + (f"?{request.url.query}" if request.url.query else "")
     failed: list[str] = []
+    refusal: Response | None = None  # the first server's 503 or 429, passed on when there is no next server
     for attempt in range(1 if pinned else 2):  # the first server, then once more on the next
         if pinned is None:
             route = state.choose(identity, service, path, exclude=failed)
@@ -120,15 +126,17 @@ async def forward(request: Request) -> Response:
             lease.release()
             raise
         state.metrics.upstream_first_byte.observe(time.perf_counter() - sent)
-        if response.status == _RETRY_STATUS and attempt == 0 and (upload is None or not upload.started):
-            response.release()
-            lease.release()
+        if (response.status in RETRY_REASONS and attempt == 0 and not pinned
+                and (upload is None or not upload.started)):
+            refusal = await _small(response, url, lease, state)  # a short error: read whole, kept to pass on
             failed.append(url)
-            state.metrics.retries.labels("unavailable").inc()
+            state.metrics.retries.labels(RETRY_REASONS[response.status]).inc()
             continue
         if response.content_length is not None and response.content_length <= _SMALL:  # a whole answer: one write
             return await _small(response, url, lease, state)
         return _Relayed(response, url, lease, state)
+    if refusal is not None and refusal.status_code in RETRY_REASONS:
+        return refusal  # no next server, or it could not be reached: the first one's reason and Retry-After
     if failed:
         state.metrics.failures.labels("no_answer").inc()
         return error_response(502, f"no server answered {path}: tried {', '.join(failed)}")

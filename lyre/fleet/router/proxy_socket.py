@@ -11,7 +11,9 @@ connects (its handshake cannot name the server, which is not chosen yet).
 A realtime socket is a conversation unless it asks for transcription
 (``?intent=transcription``), and goes only to a server that can hold one.
 
-A server that cannot be reached is tried once more on the next server. A
+A server that cannot be reached, or refuses the handshake with 503 (draining)
+or 429 (at capacity), is tried once more on the next server; when no other
+takes the socket, the client gets a server's refusal with its ``Retry-After``. A
 server that dies while the socket is open gets every context still open an
 ``error`` message naming the server, then a close with 1011; the client opens
 a new socket, which goes elsewhere.
@@ -29,13 +31,13 @@ from fastapi import Response, WebSocket
 from starlette.websockets import WebSocketDisconnect
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.client import ClientProtocol
-from websockets.http11 import Request
+from websockets.http11 import Request, Response as HandshakeResponse
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
 
 from lyre.common.api_keys import authorized
 from lyre.fleet.router.headers import request_headers
 from lyre.fleet.router.identity import SERVER_HEADER, Identity, IdentityError, identity_of, service_of, voice_in_message
-from lyre.fleet.router.proxy_http import error_response
+from lyre.fleet.router.proxy_http import RETRY_REASONS, error_response
 from lyre.fleet.router.state import RouterState
 
 __all__ = ["relay_socket"]
@@ -133,7 +135,8 @@ async def _connect(ws: WebSocket, state: RouterState, identity: Identity,
     service = service_of(path, ws.query_params)
     offered = [p.strip() for p in ws.headers.get("sec-websocket-protocol", "").split(",") if p.strip()]
     failed: list[str] = []
-    for _ in range(2):
+    refused: tuple[str, HandshakeResponse] | None = None  # (server, its refusal): passed on if no other takes it
+    for attempt in range(2):
         route = state.choose(identity, service, path, exclude=failed)
         if route is None:
             break
@@ -144,20 +147,19 @@ async def _connect(ws: WebSocket, state: RouterState, identity: Identity,
                                  max_size=_MAX_MESSAGE, compression=None, ping_interval=None,  # type: ignore[arg-type]
                                  create_connection=asked)
             return url, conn
-        except InvalidStatus as exc:  # the server refused the handshake (no key, service off): pass it on
-            refused = exc.response
-            if accepted:
-                await ws.close(1008, f"server refused the socket ({refused.status_code})")
-            else:
-                await ws.send_denial_response(Response(refused.body or b"", refused.status_code,
-                                                       headers={"content-type": refused.headers.get(
-                                                           "content-type", "application/json"),
-                                                           SERVER_HEADER: url}))
-            return None
+        except InvalidStatus as exc:  # refused: no key, service off, or busy (the next server may take it)
+            refused = url, exc.response
+            if attempt > 0 or exc.response.status_code not in RETRY_REASONS:
+                break
+            failed.append(url)
+            state.metrics.retries.labels(RETRY_REASONS[exc.response.status_code]).inc()
         except (OSError, TimeoutError, InvalidHandshake) as exc:
             log.warning("WebSocket %s: server %s unreachable (%r)", path, url, exc)
             failed.append(url)
             state.metrics.retries.labels("unreachable").inc()
+    if refused is not None:  # the client hears the server's own reason
+        await _refuse(ws, accepted, *refused)
+        return None
     state.metrics.failures.labels("no_answer" if failed else "no_server").inc()
     reason = (f"no server answered: tried {', '.join(failed)}" if failed
               else _NONE_SERVES.get(service or "", f"no server in the fleet serves {service} now"))
@@ -166,6 +168,19 @@ async def _connect(ws: WebSocket, state: RouterState, identity: Identity,
     else:
         await ws.send_denial_response(error_response(502 if failed else 503, reason))
     return None
+
+
+async def _refuse(ws: WebSocket, accepted: bool, url: str, refused: HandshakeResponse) -> None:
+    """A server's refused handshake passed on as that answer, or, on a socket already accepted (routed by its first
+    message), as a close: 1013 when the server was busy, else 1008."""
+    if accepted:
+        code = _TRY_AGAIN_LATER if refused.status_code in RETRY_REASONS else _POLICY
+        await ws.close(code, f"server refused the socket ({refused.status_code})")
+        return
+    headers = {"content-type": refused.headers.get("content-type", "application/json"), SERVER_HEADER: url}
+    if (retry_after := refused.headers.get("retry-after")) is not None:
+        headers["retry-after"] = retry_after
+    await ws.send_denial_response(Response(bytes(refused.body or b""), refused.status_code, headers=headers))
 
 
 class _AsAsked(ClientConnection):
