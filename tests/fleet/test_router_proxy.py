@@ -14,12 +14,14 @@ import socket
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 from pathlib import Path
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
@@ -219,17 +221,13 @@ def test_a_busy_server_is_passed_over_once_and_its_refusal_reaches_the_client_wh
     assert eventually(fleet.idle, timeout=10), fleet.inflight()
 
 
-def _retries(fleet: Fleet) -> dict[str, float]:
-    """The router's ``lyre_router_retries_total`` by reason."""
+def _retries(fleet: Fleet) -> Counter[str]:
+    """The router's ``lyre_router_retries_total`` by reason (0 for a reason not yet seen)."""
     metrics = httpx.get(fleet.router.url + "/metrics", headers=AUTH, timeout=5)
     assert metrics.status_code == 200, metrics.text
-    text = metrics.text
-    counts = {"at_capacity": 0.0, "unavailable": 0.0}
-    for line in text.splitlines():
-        if line.startswith("lyre_router_retries_total{"):
-            reason = line.split('reason="', 1)[1].split('"', 1)[0]
-            counts[reason] = float(line.rsplit(" ", 1)[1])
-    return counts
+    return Counter({sample.labels["reason"]: sample.value for family in text_string_to_metric_families(metrics.text)
+                    if family.name == "lyre_router_retries" for sample in family.samples
+                    if sample.name == "lyre_router_retries_total"})
 
 
 def test_a_socket_that_names_no_voice_must_send_its_first_message_in_time(fleet: Fleet) -> None:
