@@ -6,8 +6,11 @@ appends at real time, each followed by silence; after a turn it waits for the
 reply to end, then speaks the next. Every condition runs in the same process,
 one after another, at each level:
 
-- speculative on or off (``speculative`` in session.update);
-- Smart Turn on or off (``smart_turn``).
+- speculative on or off (``speculative`` in session.update's ``lyre`` settings);
+- Smart Turn on or off (``smart_turn``);
+- and, with ``--detections``, the turn detection: ``server_vad`` (``--silence-ms``) or ``semantic_vad`` at an
+  eagerness (``semantic-low``, ``semantic-medium``, ``semantic-high``), as OpenAI's Agents SDKs and LiveKit open
+  every session with; ``--default-only`` keeps speculative and Smart Turn on, as a session has them by default.
 
 Per turn: the end of the person's speech (when the append holding the last
 sample above 2% of the peak was sent; espeak-ng's own trailing silence is not speech) to the first assistant audio delta (p50/p90); how often the first
@@ -18,6 +21,8 @@ speech, first audio made.
 
     .venv/bin/python benchmarks/agent.py
     .venv/bin/python benchmarks/agent.py --levels 1 2 4 --turns 2 --json agent.json
+    .venv/bin/python benchmarks/agent.py --levels 1 --turns 6 --default-only \
+        --detections server_vad semantic-low semantic-medium semantic-high
 """
 
 from __future__ import annotations
@@ -51,6 +56,7 @@ class Turn:
     speculative: bool
     smart_turn: bool
     sessions: int
+    detection: str = "server_vad"
     speech_end_to_audio_s: float = float("nan")
     speech_end_to_stopped_s: float = float("nan")  # endpointing, as the client sees it
     ready_before_release: bool = False  # the first audio was made before the confirmed end released it
@@ -93,20 +99,27 @@ class _Inbox:
         self._task.cancel()
 
 
+def _detection(name: str, silence_ms: int) -> dict[str, Any]:
+    if name == "server_vad":
+        return {"type": "server_vad", "silence_duration_ms": silence_ms}
+    return {"type": "semantic_vad", "eagerness": name.removeprefix("semantic-")}
+
+
 async def _conversation(url: str, speculative: bool, smart_turn: bool, sessions: int, turns: int, offset: int,
-                        silence_s: float, max_speech_tokens: int, silence_ms: int) -> list[Turn]:
+                        silence_s: float, max_speech_tokens: int, silence_ms: int, detection: str) -> list[Turn]:
     out = []
     async with connect(url, max_size=None) as ws:
         inbox = _Inbox(ws)
         await ws.send(json.dumps({"type": "session.update", "session": {
-            "type": "realtime", "speculative": speculative, "smart_turn": smart_turn,
-            "max_speech_tokens": max_speech_tokens, "instructions": "Answer in one short sentence.",
-            "audio": {"input": {"transcription": {"language": "en"}, "turn_detection": {
-                "type": "server_vad", "silence_duration_ms": silence_ms}}}}}))
+            "type": "realtime", "instructions": "Answer in one short sentence.",
+            "lyre": {"events": True, "speculative": speculative, "smart_turn": smart_turn,
+                     "max_speech_tokens": max_speech_tokens},
+            "audio": {"input": {"transcription": {"language": "en"},
+                                "turn_detection": _detection(detection, silence_ms)}}}}))
         for t in range(turns):
             sentence = SENTENCES[TURN_SENTENCES[(offset + t) % len(TURN_SENTENCES)]]
             out.append(await _turn(ws, inbox, speak_pcm16(sentence), silence_s,
-                                   Turn(speculative, smart_turn, sessions)))
+                                   Turn(speculative, smart_turn, sessions, detection)))
         inbox.close()
     return out
 
@@ -155,17 +168,19 @@ def _ms(values: list[float | None]) -> str:
 
 
 def _report(turns: list[Turn]) -> str:
-    lines = ["| sessions | speculative | smart turn | turns | speech end to first audio p50 s | p90 s | "
+    lines = ["| sessions | turn detection | speculative | smart turn | turns | speech end to first audio p50 s | p90 s | "
              "speech end to confirmed end p50 s | audio ready before release | discarded | "
              "LLM first token ms | to speech ms | first audio made ms | released ms |",
-             "|---:|:---|:---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    keys = sorted({(t.sessions, t.speculative, t.smart_turn) for t in turns}, key=lambda k: (k[0], not k[1], not k[2]))
-    for sessions, speculative, smart in keys:
-        group = [t for t in turns if (t.sessions, t.speculative, t.smart_turn) == (sessions, speculative, smart)]
+             "|---:|:---|:---|:---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    keys = sorted({(t.sessions, t.detection, t.speculative, t.smart_turn) for t in turns},
+                  key=lambda k: (k[0], k[1], not k[2], not k[3]))
+    for sessions, detection, speculative, smart in keys:
+        group = [t for t in turns if (t.sessions, t.detection, t.speculative, t.smart_turn)
+                 == (sessions, detection, speculative, smart)]
         audio = [t.speech_end_to_audio_s for t in group]
         ready = sum(t.ready_before_release for t in group)
         lines.append(
-            f"| {sessions} | {'on' if speculative else 'off'} | {'on' if smart else 'off'} | {len(group)} | "
+            f"| {sessions} | {detection} | {'on' if speculative else 'off'} | {'on' if smart else 'off'} | {len(group)} | "
             f"{_pct(audio, 50):.2f} | {_pct(audio, 90):.2f} | {_pct([t.speech_end_to_stopped_s for t in group], 50):.2f}"
             f" | {ready}/{len(group) if speculative else 0} | {max(t.discarded for t in group)} | "
             f"{_ms([t.timing.get('llm_first_token_ms') for t in group])} | "
@@ -177,13 +192,16 @@ def _report(turns: list[Turn]) -> str:
 
 async def _run(url: str, args: argparse.Namespace) -> list[Turn]:
     turns: list[Turn] = []
+    conditions = ((True, True),) if args.default_only else ((True, True), (False, True), (True, False), (False, False))
     for sessions in args.levels:
-        for speculative, smart in ((True, True), (False, True), (True, False), (False, False)):
-            print(f"{sessions} session(s), speculative {speculative}, smart turn {smart}", file=sys.stderr, flush=True)
-            results = await asyncio.gather(*(
-                _conversation(url, speculative, smart, sessions, args.turns, offset, args.silence,
-                              args.max_speech_tokens, args.silence_ms) for offset in range(sessions)))
-            turns += [t for r in results for t in r]
+        for detection in args.detections:
+            for speculative, smart in conditions:
+                print(f"{sessions} session(s), {detection}, speculative {speculative}, smart turn {smart}",
+                      file=sys.stderr, flush=True)
+                results = await asyncio.gather(*(
+                    _conversation(url, speculative, smart, sessions, args.turns, offset, args.silence,
+                                  args.max_speech_tokens, args.silence_ms, detection) for offset in range(sessions)))
+                turns += [t for r in results for t in r]
     return turns
 
 
@@ -194,6 +212,11 @@ def main() -> int:
     parser.add_argument("--silence", type=float, default=1.2, help="seconds of silence after each sentence")
     parser.add_argument("--silence-ms", type=int, default=500, help="turn_detection.silence_duration_ms")
     parser.add_argument("--max-speech-tokens", type=int, default=140, help="audio tokens per spoken segment")
+    parser.add_argument("--detections", nargs="+", default=["server_vad"],
+                        choices=["server_vad", "semantic-low", "semantic-medium", "semantic-high", "semantic-auto"],
+                        help="turn detections to run (default: server_vad)")
+    parser.add_argument("--default-only", action="store_true",
+                        help="only speculative and Smart Turn on, as a session has them by default")
     parser.add_argument("--json", type=Path, default=None, help="also write every turn here")
     parser.add_argument("--serve-args", nargs=argparse.REMAINDER, default=[], help="more `lyre serve` arguments")
     args = parser.parse_args()

@@ -52,6 +52,10 @@ class ToolCalls:
         self._sent[piece.index] = len(call["arguments"])
         return call, self._position(piece.index), call["arguments"][sent:]
 
+    def by_id(self, item_id: str) -> dict[str, Any]:
+        """The call whose item is ``item_id`` (KeyError if none)."""
+        return next(call for call in self._calls.values() if call["id"] == item_id)
+
     def finished(self) -> tuple[list[dict[str, Any]], list[str]]:
         """The declared calls in index order, completed; and the names of the calls that were not declared."""
         made = [call for _, call in sorted(self._calls.items()) if call["name"] in self._declared]

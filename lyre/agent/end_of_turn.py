@@ -14,9 +14,17 @@ import numpy as np
 from lyre.stt import RealtimeSession
 from lyre.stt.utterances import Utterance
 
-__all__ = ["EndOfTurn", "confirm_end"]
+__all__ = ["EndOfTurn", "confirm_end", "threshold_for"]
 
 EndOfTurn = Callable[[np.ndarray], Awaitable[float]]  # 16 kHz audio -> probability the turn is over
+# semantic_vad's eagerness: how sure the model must be to end a turn at a pause (medium and auto: the
+# session's configured threshold). Low waits for a surer end; high takes a likelier one.
+_EAGERNESS_THRESHOLD = {"low": 0.8, "high": 0.3}
+
+
+def threshold_for(eagerness: str | None, default: float) -> float:
+    """The probability that ends a turn at a pause, for a ``semantic_vad`` ``eagerness`` (None: server_vad)."""
+    return _EAGERNESS_THRESHOLD.get(eagerness or "", default)
 
 
 async def confirm_end(ear: RealtimeSession, item: Utterance, model: EndOfTurn, threshold: float) -> None:

@@ -1,53 +1,75 @@
 """The conversation protocol on the wire: settings read from ``session.update``, the session object, event names.
 
-GA shape (the OpenAI SDK's realtime client)::
+GA shape (the OpenAI SDK's realtime client, the Agents SDKs, LiveKit, Pipecat)::
 
     {"type": "session.update", "session": {"type": "realtime", "instructions": "...",
+        "output_modalities": ["audio"], "max_output_tokens": "inf",
         "audio": {"input": {"format": ..., "transcription": ..., "turn_detection": ...},
                   "output": {"format": {"type": "audio/pcm", "rate": 24000}, "voice": "tara"}},
-        "tools": [{"type": "function", "name": ..., "parameters": ...}],
-        "speculative": true, "first_sentences": 2, "smart_turn": true}}
+        "tools": [{"type": "function", "name": ..., "parameters": ...}], "tool_choice": "auto",
+        "lyre": {"events": true, "speculative": true, "first_sentences": 2, "smart_turn": true,
+                 "max_speech_tokens": null}}}
 
 Beta shape (older clients): ``instructions``, ``voice``, ``input_audio_format``,
 ``output_audio_format`` ("pcm16"), ``input_audio_transcription``,
 ``turn_detection`` and ``tools`` at the top of ``session``; a session updated
 in the beta shape is answered with the beta event names (``response.audio.delta``
-and so on). ``speculative``, ``first_sentences`` and ``smart_turn`` are lyre's
-own. The input settings are read by the transcription session
-(lyre.stt.realtime_events); this module reads the rest.
+and so on); a GA session never sees one.
+
+An update applies field by field: a field that is wrong (a bad type, an
+unknown voice) is named in an ``error`` event and the rest still applies. A
+field lyre cannot honour but the session can live without (tools where the
+chat model takes none, noise reduction, another speed, a hosted prompt) is
+not an error: the session goes on without it, and ``session.updated`` says
+so under ``lyre.refused``. ``lyre`` holds lyre's own settings (also taken at
+the top of ``session``, as older lyre clients send them); with
+``"events": true`` the session also gets lyre's own events (``lyre.*``) and
+the ``lyre`` fields of responses, which a GA client otherwise never sees. The
+input settings are read by the transcription session (lyre.stt.realtime_events);
+this module reads the rest.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from lyre.stt.realtime_events import RealtimeError, expect_object, new_id
 
-__all__ = ["BETA", "GA", "AgentSettings", "EventNames", "input_update", "new_id", "read_agent_update",
+__all__ = ["BETA", "GA", "AgentSettings", "EventNames", "SessionUpdate", "input_update", "new_id", "no_tools",
+           "read_agent_update", "read_max_output_tokens", "read_modalities", "read_tool_choice", "read_tools",
            "session_object"]
 
 _MAX_INSTRUCTIONS = 16_000
 _MAX_TOOLS = 32
 _MAX_FIRST_SENTENCES = 8
+_MAX_OUTPUT_TOKENS = 4096  # the think step's tokens for one response
+_LYRE_FIELDS = ("events", "speculative", "first_sentences", "smart_turn", "max_speech_tokens")
 
 
 @dataclass(frozen=True)
 class EventNames:
-    """Server event names that differ between the GA protocol and the beta one."""
+    """Server event names and content types that differ between the GA protocol and the beta one."""
 
     item_added: str
     audio_delta: str
     audio_done: str
     transcript_delta: str
     transcript_done: str
-    audio_part: str  # the content part type of spoken output
+    text_delta: str
+    text_done: str
+    audio_item_part: str  # spoken output's content type in an item
+    text_item_part: str  # written output's content type in an item
+    # response.content_part.* events type their part "audio" or "text" in both shapes
 
 
 GA = EventNames("conversation.item.added", "response.output_audio.delta", "response.output_audio.done",
-                "response.output_audio_transcript.delta", "response.output_audio_transcript.done", "output_audio")
+                "response.output_audio_transcript.delta", "response.output_audio_transcript.done",
+                "response.output_text.delta", "response.output_text.done", "output_audio", "output_text")
 BETA = EventNames("conversation.item.created", "response.audio.delta", "response.audio.done",
-                  "response.audio_transcript.delta", "response.audio_transcript.done", "audio")
+                  "response.audio_transcript.delta", "response.audio_transcript.done",
+                  "response.text.delta", "response.text.done", "audio", "text")
 
 
 @dataclass(frozen=True)
@@ -55,70 +77,121 @@ class AgentSettings:
     instructions: str = "You are a helpful voice assistant. Answer in one or two short spoken sentences."
     voice: str | None = "tara"
     tools: tuple[dict[str, Any], ...] = ()
+    tool_choice: str | dict[str, Any] = "auto"  # "auto", "none", "required" or {"type": "function", "name"}
+    max_output_tokens: int | None = None  # the think step's tokens per response; None: "inf" (its own limit)
+    modalities: tuple[str, ...] = ("audio",)  # ("audio",): spoken (with its transcript); ("text",): written
     create_response: bool = True  # a detected end of turn starts a reply
     interrupt_response: bool = True  # speech while a reply plays cancels it (barge-in)
     speculative: bool = True  # start thinking at a possible end of turn
     first_sentences: int = 2  # a speculative reply goes to speech after this many sentences
     smart_turn: bool = True  # a semantic end-of-turn model may confirm the turn before the silence is out
     max_speech_tokens: int | None = None  # audio tokens per speech segment (about 82 a second); None: the default
+    lyre_events: bool = False  # lyre's own events and fields go out too
     names: EventNames = GA
 
 
-def read_agent_update(event: dict[str, Any], current: AgentSettings, supports_tools: bool) -> AgentSettings:
-    """The settings after a ``session.update`` (either shape); RealtimeError naming a bad field."""
+@dataclass
+class SessionUpdate:
+    """What a ``session.update`` did: the settings after it, the client's mistakes (``error`` events, one per
+    field) and what lyre goes on without (``session.updated``'s ``lyre.refused``)."""
+
+    settings: AgentSettings
+    errors: list[RealtimeError] = field(default_factory=list)
+    refused: list[RealtimeError] = field(default_factory=list)
+
+
+def read_agent_update(event: dict[str, Any], current: AgentSettings, supports_tools: bool,
+                      max_speech_tokens: int = 4096) -> SessionUpdate:
+    """The settings after a ``session.update`` (either shape), field by field; RealtimeError only if the
+    update as a whole cannot be read."""
     session = expect_object(event.get("session"), "session")
     beta = "type" not in session and any(k in session for k in ("voice", "modalities", "input_audio_format",
                                                                   "output_audio_format", "input_audio_transcription"))
-    changes: dict[str, Any] = {"names": BETA if beta else GA}
     kind = session.get("type", "realtime")
     if kind != "realtime":
         raise RealtimeError(f"session.type {kind!r} cannot change on a conversation session: it is 'realtime' "
                             "(connect with ?intent=transcription for a transcription session)", param="session.type")
-    if "instructions" in session:
-        text = session["instructions"]
-        if not isinstance(text, str) or len(text) > _MAX_INSTRUCTIONS:
-            raise RealtimeError(f"session.instructions must be a string of at most {_MAX_INSTRUCTIONS} characters",
-                                "invalid_type", "session.instructions")
-        changes["instructions"] = text
-    output = expect_object(expect_object(session.get("audio") or {}, "session.audio").get("output") or {},
-                           "session.audio.output")
-    where = "session.voice" if beta else "session.audio.output.voice"
-    if (voice := session.get("voice") if beta else output.get("voice")) is not None:
-        if not isinstance(voice, str) or not voice:
-            raise RealtimeError(f"{where} must be a voice name", "invalid_type", where)
-        changes["voice"] = voice
-    if beta and session.get("output_audio_format", "pcm16") != "pcm16":
-        raise RealtimeError(f"session.output_audio_format {session['output_audio_format']!r} is not supported: "
-                            "lyre speaks 'pcm16' (24 kHz)", param="session.output_audio_format")
-    if not beta and (fmt := output.get("format")) is not None:
-        fmt = expect_object(fmt, "session.audio.output.format")
-        if fmt.get("type") != "audio/pcm" or fmt.get("rate", 24_000) != 24_000:
-            raise RealtimeError(f"session.audio.output.format {fmt!r} is not supported: lyre speaks "
-                                "{'type': 'audio/pcm', 'rate': 24000}", param="session.audio.output.format")
+    update = SessionUpdate(replace(current, names=BETA if beta else GA))
+    changes: dict[str, Any] = {}
+
+    def read(step: Callable[[], None]) -> None:
+        try:
+            step()
+        except RealtimeError as exc:
+            update.errors.append(exc)
+
+    audio = _object_at(session, "audio", "session") if not beta else {}
+    output = _object_at(audio, "output", "session.audio") if audio else {}
+    read(lambda: _read_instructions(session, changes))
+    read(lambda: _read_voice(session.get("voice") if beta else output.get("voice"),
+                             "session.voice" if beta else "session.audio.output.voice", changes))
+    read(lambda: _read_output(session, output, beta, update))
+    read(lambda: _read_modalities(session, beta, changes))
     if "tools" in session:
-        changes["tools"] = _tools(session["tools"], supports_tools)
-    detection_at = session if beta else expect_object(
-        expect_object(session.get("audio") or {}, "session.audio").get("input") or {}, "session.audio.input")
+        def tools() -> None:
+            changes["tools"] = read_tools(session["tools"], "session.tools")
+            if changes["tools"] and not supports_tools:
+                update.refused.append(no_tools("session.tools"))
+        read(tools)
+    if "tool_choice" in session:
+        read(lambda: changes.update(tool_choice=read_tool_choice(session["tool_choice"], "session.tool_choice")))
+    key = "max_response_output_tokens" if beta else "max_output_tokens"
+    if key in session:
+        read(lambda: changes.update(max_output_tokens=read_max_output_tokens(session[key], f"session.{key}")))
+    if not beta and session.get("prompt") is not None:
+        update.refused.append(RealtimeError("session.prompt: prompt templates are kept by OpenAI's service; "
+                                            "send the instructions themselves", param="session.prompt"))
+    detection_at = session if beta else _object_at(audio, "input", "session.audio") if audio else {}
+    if not beta and detection_at.get("noise_reduction") is not None:
+        update.refused.append(RealtimeError("session.audio.input.noise_reduction: lyre hears the audio as sent",
+                                            param="session.audio.input.noise_reduction"))
     if isinstance(detection := detection_at.get("turn_detection"), dict):
         for name in ("create_response", "interrupt_response"):
             if name in detection:
-                changes[name] = _flag(detection[name], f"turn_detection.{name}")
-    for name in ("speculative", "smart_turn"):
-        if name in session:
-            changes[name] = _flag(session[name], f"session.{name}")
-    if "max_speech_tokens" in session:
-        n = session["max_speech_tokens"]
-        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or not 7 <= n <= 4096):
-            raise RealtimeError(f"session.max_speech_tokens must be null or a whole number from 7 to 4096, got {n!r}",
-                                param="session.max_speech_tokens")
-        changes["max_speech_tokens"] = n
-    if "first_sentences" in session:
-        n = session["first_sentences"]
-        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= _MAX_FIRST_SENTENCES:
-            raise RealtimeError(f"session.first_sentences must be a whole number from 1 to {_MAX_FIRST_SENTENCES}, "
-                                f"got {n!r}", param="session.first_sentences")
-        changes["first_sentences"] = n
-    return replace(current, **changes)
+                read(lambda name=name: changes.update({name: _flag(detection[name], f"turn_detection.{name}")}))
+        if detection.get("idle_timeout_ms") is not None:
+            update.refused.append(RealtimeError("turn_detection.idle_timeout_ms: lyre does not prompt a quiet "
+                                                "user; the session stays open", param="turn_detection.idle_timeout_ms"))
+    read(lambda: _read_lyre(session, changes, max_speech_tokens))
+    update.settings = replace(update.settings, **changes)
+    return update
+
+
+def read_tools(value: object, param: str) -> tuple[dict[str, Any], ...]:
+    if not isinstance(value, list) or len(value) > _MAX_TOOLS:
+        raise RealtimeError(f"{param} must be a list of at most {_MAX_TOOLS} tools", "invalid_type", param)
+    tools = []
+    for i, tool in enumerate(value):
+        tool = expect_object(tool, f"{param}[{i}]")
+        if tool.get("type", "function") != "function" or not isinstance(tool.get("name"), str):
+            raise RealtimeError(f"{param}[{i}]: only function tools with a name are supported", param=f"{param}[{i}]")
+        tools.append(tool)
+    return tuple(tools)
+
+
+def read_tool_choice(value: object, param: str) -> str | dict[str, Any]:
+    if value in ("auto", "none", "required"):
+        return value  # type: ignore[return-value]
+    if isinstance(value, dict) and value.get("type") == "function" and isinstance(value.get("name"), str):
+        return {"type": "function", "name": value["name"]}
+    raise RealtimeError(f"{param} must be 'auto', 'none', 'required' or {{\"type\": \"function\", \"name\": ...}}, "
+                        f"got {value!r}", param=param)
+
+
+def read_max_output_tokens(value: object, param: str) -> int | None:
+    if value == "inf" or value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= _MAX_OUTPUT_TOKENS:
+        raise RealtimeError(f"{param} must be 'inf' or a whole number from 1 to {_MAX_OUTPUT_TOKENS}, got "
+                            f"{value!r}", param=param)
+    return value
+
+
+def read_modalities(value: object, param: str) -> tuple[str, ...]:
+    """``["audio"]`` or ``["text"]`` (beta's ``["audio", "text"]`` is spoken, as ``["audio"]``)."""
+    if not isinstance(value, list) or not value or any(m not in ("audio", "text") for m in value):
+        raise RealtimeError(f"{param} must be ['audio'] or ['text'], got {value!r}", param=param)
+    return ("audio",) if "audio" in value else ("text",)
 
 
 def input_update(event: dict[str, Any]) -> dict[str, Any] | None:
@@ -134,50 +207,130 @@ def input_update(event: dict[str, Any]) -> dict[str, Any] | None:
             return None
         return {"type": "transcription_session.update", **named, "session": {k: session[k] for k in keys}}
     audio = session.get("audio")
-    if not isinstance(audio, dict) or "input" not in audio:
+    if not isinstance(audio, dict) or not isinstance(audio.get("input"), dict):
         return None
     return {"type": "session.update", **named,
             "session": {"type": "transcription", "audio": {"input": audio["input"]}}}
 
 
-def session_object(settings: AgentSettings, heard: dict[str, Any], session_id: str, model: str) -> dict[str, Any]:
+def session_object(settings: AgentSettings, heard: dict[str, Any], session_id: str, model: str,
+                   refused: list[RealtimeError] | None = None) -> dict[str, Any]:
     """The session as ``session.created`` / ``session.updated`` carry it; ``heard``: the transcription
-    session's own object in the same shape (its input settings)."""
-    extras = {"speculative": settings.speculative, "first_sentences": settings.first_sentences,
-              "smart_turn": settings.smart_turn, "max_speech_tokens": settings.max_speech_tokens}
+    session's own object in the same shape (its input settings); ``refused``: what the update asked that the
+    session goes on without (under ``lyre``, which is there only then or when the client turned lyre's own
+    events on)."""
+    own: dict[str, Any] = {}
+    if settings.lyre_events or refused:
+        own = {"lyre": {"events": settings.lyre_events, "speculative": settings.speculative,
+                        "first_sentences": settings.first_sentences, "smart_turn": settings.smart_turn,
+                        "max_speech_tokens": settings.max_speech_tokens,
+                        "refused": [{"param": r.param, "message": str(r)} for r in refused or ()]}}
+    max_tokens: int | str = "inf" if settings.max_output_tokens is None else settings.max_output_tokens
     if settings.names is BETA:
-        return {"id": session_id, "object": "realtime.session", "model": model, "modalities": ["audio", "text"],
+        return {"id": session_id, "object": "realtime.session", "model": model,
+                "modalities": ["audio", "text"] if settings.modalities == ("audio",) else ["text"],
                 "instructions": settings.instructions, "voice": settings.voice, "output_audio_format": "pcm16",
                 "input_audio_format": heard.get("input_audio_format"),
                 "input_audio_transcription": heard.get("input_audio_transcription"),
-                "turn_detection": heard.get("turn_detection"), "tools": list(settings.tools), "tool_choice": "auto",
-                **extras}
+                "turn_detection": _detection(heard.get("turn_detection"), settings), "tools": list(settings.tools),
+                "tool_choice": settings.tool_choice, "max_response_output_tokens": max_tokens, **own}
     audio_in = dict(heard.get("audio", {}).get("input", {}))
+    audio_in["turn_detection"] = _detection(audio_in.get("turn_detection"), settings)
     return {"id": session_id, "object": "realtime.session", "type": "realtime", "model": model,
-            "output_modalities": ["audio"], "instructions": settings.instructions,
+            "output_modalities": list(settings.modalities), "instructions": settings.instructions,
             "audio": {"input": audio_in, "output": {"format": {"type": "audio/pcm", "rate": 24_000},
                                                      "voice": settings.voice, "speed": 1.0}},
-            "tools": list(settings.tools), "tool_choice": "auto", **extras}
+            "tools": list(settings.tools), "tool_choice": settings.tool_choice, "max_output_tokens": max_tokens,
+            **own}
+
+
+def _detection(vad: dict[str, Any] | None, settings: AgentSettings) -> dict[str, Any] | None:
+    """The transcription session's turn detection with the agent's part of it."""
+    if vad is None:
+        return None
+    return {**vad, "create_response": settings.create_response, "interrupt_response": settings.interrupt_response}
+
+
+def _object_at(parent: dict[str, Any], key: str, where: str) -> dict[str, Any]:
+    value = parent.get(key)
+    return {} if value is None else expect_object(value, f"{where}.{key}")
+
+
+def _read_instructions(session: dict[str, Any], changes: dict[str, Any]) -> None:
+    if "instructions" in session:
+        text = session["instructions"]
+        if not isinstance(text, str) or len(text) > _MAX_INSTRUCTIONS:
+            raise RealtimeError(f"session.instructions must be a string of at most {_MAX_INSTRUCTIONS} characters",
+                                "invalid_type", "session.instructions")
+        changes["instructions"] = text
+
+
+def _read_voice(voice: object, where: str, changes: dict[str, Any]) -> None:
+    if voice is None:
+        return
+    if isinstance(voice, dict):  # GA's custom voice object, {"id": ...}
+        voice = voice.get("id")
+    if not isinstance(voice, str) or not voice:
+        raise RealtimeError(f"{where} must be a voice name", "invalid_type", where)
+    changes["voice"] = voice
+
+
+def _read_output(session: dict[str, Any], output: dict[str, Any], beta: bool, update: SessionUpdate) -> None:
+    if beta:
+        if session.get("output_audio_format", "pcm16") != "pcm16":
+            raise RealtimeError(f"session.output_audio_format {session['output_audio_format']!r} is not supported: "
+                                "lyre speaks 'pcm16' (24 kHz)", param="session.output_audio_format")
+        return
+    if (fmt := output.get("format")) is not None:
+        fmt = expect_object(fmt, "session.audio.output.format")
+        if fmt.get("type") != "audio/pcm" or fmt.get("rate", 24_000) != 24_000:
+            raise RealtimeError(f"session.audio.output.format {fmt!r} is not supported: lyre speaks "
+                                "{'type': 'audio/pcm', 'rate': 24000}", param="session.audio.output.format")
+    if (speed := output.get("speed")) is not None and speed != 1.0:
+        update.refused.append(RealtimeError(f"session.audio.output.speed {speed!r}: lyre speaks at 1.0",
+                                            param="session.audio.output.speed"))
+
+
+def _read_modalities(session: dict[str, Any], beta: bool, changes: dict[str, Any]) -> None:
+    key = "modalities" if beta else "output_modalities"
+    if session.get(key) is not None:
+        changes["modalities"] = read_modalities(session[key], f"session.{key}")
+
+
+def _read_lyre(session: dict[str, Any], changes: dict[str, Any], max_speech_tokens: int) -> None:
+    """lyre's own settings, under ``session.lyre`` or (as older lyre clients send them) at the top."""
+    own = {k: (session[k], f"session.{k}") for k in _LYRE_FIELDS[1:] if k in session}  # (value, where)
+    if session.get("lyre") is not None:
+        block = expect_object(session["lyre"], "session.lyre")
+        unknown = sorted(set(block) - set(_LYRE_FIELDS))
+        if unknown:
+            raise RealtimeError(f"session.lyre.{unknown[0]} is not one of lyre's settings: "
+                                f"{', '.join(_LYRE_FIELDS)}", param=f"session.lyre.{unknown[0]}")
+        own.update({k: (v, f"session.lyre.{k}") for k, v in block.items()})
+    for name in ("events", "speculative", "smart_turn"):
+        if name in own:
+            changes["lyre_events" if name == "events" else name] = _flag(*own[name])
+    if "max_speech_tokens" in own:
+        n, where = own["max_speech_tokens"]
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or not 7 <= n <= max_speech_tokens):
+            raise RealtimeError(f"{where} must be null or a whole number from 7 to {max_speech_tokens} (this "
+                                f"server's limit), got {n!r}", param=where)
+        changes["max_speech_tokens"] = n
+    if "first_sentences" in own:
+        n, where = own["first_sentences"]
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= _MAX_FIRST_SENTENCES:
+            raise RealtimeError(f"{where} must be a whole number from 1 to {_MAX_FIRST_SENTENCES}, got {n!r}",
+                                param=where)
+        changes["first_sentences"] = n
+
+
+def no_tools(param: str) -> RealtimeError:
+    """The refusal of tools the chat model cannot take (the session goes on without them)."""
+    return RealtimeError(f"{param}: this server's chat model takes no tools, so they are not offered to it; "
+                         "serve with --llm-url pointing at an endpoint that does", "tools_unsupported", param)
 
 
 def _flag(value: object, param: str) -> bool:
     if not isinstance(value, bool):
         raise RealtimeError(f"{param} must be true or false, got {value!r}", "invalid_type", param)
     return value
-
-
-def _tools(value: object, supports_tools: bool) -> tuple[dict[str, Any], ...]:
-    if not isinstance(value, list) or len(value) > _MAX_TOOLS:
-        raise RealtimeError(f"session.tools must be a list of at most {_MAX_TOOLS} tools", "invalid_type",
-                            "session.tools")
-    tools = []
-    for i, tool in enumerate(value):
-        tool = expect_object(tool, f"session.tools[{i}]")
-        if tool.get("type", "function") != "function" or not isinstance(tool.get("name"), str):
-            raise RealtimeError(f"session.tools[{i}]: only function tools with a name are supported",
-                                param=f"session.tools[{i}]")
-        tools.append(tool)
-    if tools and not supports_tools:
-        raise RealtimeError("session.tools: this server's chat model takes no tools; serve with --llm-url pointing "
-                            "at an endpoint that does", "tools_unsupported", "session.tools")
-    return tuple(tools)

@@ -1,7 +1,8 @@
 """A conversation's replies: the one the client hears, and each, once over, in the history cut to what was heard.
 
     replies = Replies(conversation, aligner, send, report, spawn)
-    replies.start(reply)            # a new Reply runs; once over, a heard one joins the history
+    replies.start(reply)            # a new Reply runs
+    replies.ended(reply)            # its response.done went out: it joins the history, cut to what was heard
     replies.replace(reply)          # the client hears ``reply`` from now on; the one before it is cancelled
     replies.barge_in()              # the person speaks over the reply playing
     replies.truncate(item_id, content_index, audio_end_ms)   # the client's conversation.item.truncate
@@ -49,8 +50,7 @@ class Replies:
         self._spoken = SpokenReplies(_SPOKEN_KEPT)
 
     def start(self, reply: Reply) -> None:
-        """Run ``reply``; once it is over, unless it was held, it joins the history cut to what was played."""
-        reply.done.add_done_callback(lambda _: self._ended(reply))
+        """Run ``reply``."""
         reply.start()
 
     def replace(self, reply: Reply) -> None:
@@ -87,15 +87,14 @@ class Replies:
                            audio_end_ms=audio_end_ms, transcript=text, words=word_objects(words))
         self._spawn(placed())
 
-    def _ended(self, reply: Reply) -> None:
-        """A reply is over: a heard one joins the conversation, cut to what was played."""
-        if reply.held:
-            return
+    def ended(self, reply: Reply) -> None:
+        """A reply's ``response.done`` went out (a held one's never does if it is thrown away): its message
+        in the conversation takes what was played of it."""
         if reply.status == "failed":  # response.done says it too; an error event names it for simple clients
             self._report(RealtimeError(f"response {reply.id} failed: {reply.error}", "response_failed",
                                        kind="server_error"))
         heard = reply.played_ms() if reply.status == "cancelled" else reply.audio_ms
-        self._conversation.add_reply(reply.item_id, reply.text, reply.audio_ms, heard, reply.calls)
+        self._conversation.add_reply(reply.item_id, reply.text, reply.audio_ms, heard)
         if reply.text and reply.audio_samples:
             self._spoken.add(reply.item_id, reply)
             if heard < reply.audio_ms:

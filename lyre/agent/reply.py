@@ -3,15 +3,18 @@
     reply = Reply(ReplySpec(...), thinker, tts, emit)
     reply.start()               # a task: think, speak, emit
     reply.release()             # a held (speculative) reply: its events go out now, and from now on
-    reply.cancel()              # stops thinking and speaking; the engine slots are freed within a step
+    reply.cancel(reason)        # stops thinking and speaking; the engine slots are freed within a step
     await reply.done            # the reply's end, whichever it was
 
 A held reply (started speculatively, before the turn is confirmed) emits
 nothing until `release` (lyre.agent.response_events). Speculative replies send
 text to speech only once ``first_sentences`` sentences are written (or the
 reply ends), so a reply cancelled early costs little speech work. Text goes to
-the client as the audio transcript as it goes to speech; with tools, function
-calls come out as function_call items after the message.
+the client as the audio transcript as it goes to speech; a written reply
+(``modality`` "text") sends it as output text and speaks nothing. With tools,
+each function call's item is added as its arguments begin to stream.
+``response.done`` carries the tokens used: the think step's text in and out,
+and the speech engine's audio tokens out.
 """
 
 from __future__ import annotations
@@ -32,8 +35,9 @@ from lyre.agent.events import EventNames, new_id
 from lyre.agent.gate import SentenceGate
 from lyre.agent.heard import heard_words
 from lyre.agent.response_events import ResponseEvents
-from lyre.agent.think import ThinkError, Thinker, ToolCallDelta
+from lyre.agent.think import ThinkError, Thinker, ThinkOptions, ThinkUsage, ToolCallDelta
 from lyre.stt import AlignedWord, WordAligner
+from lyre.orpheus import FRAME_TOKENS
 from lyre.tts import SpeechOptions, Synthesizer, TextOptions
 
 __all__ = ["Reply", "ReplySpec", "ReplyTimes"]
@@ -56,6 +60,12 @@ class ReplySpec:
     max_speech_tokens: int | None = None  # per speech segment; None: the pipeline's default
     discarded: int = 0  # the session's speculative replies thrown away before this one
     language: str | None = None  # how the reply's text is read (the language the caller is heard in; None: English)
+    modality: str = "audio"  # "audio": spoken, with its transcript; "text": written only
+    think: ThinkOptions = ThinkOptions()
+    metadata: dict[str, str] | None = None  # the client's, echoed on response.created and .done
+    in_conversation: bool = True  # False: out of band (conversation "none"); nothing of it joins the history
+    conversation_id: str | None = None  # the session's conversation, as response objects name it
+    lyre_events: bool = False  # lyre's own events (segment cuts) and fields (timing) go out too
 
 
 @dataclass
@@ -96,9 +106,13 @@ class Reply:
         self.audio_samples = 0
         self._cuts_told = 0  # the speech stream's cut segments told the client so far
         self.status = "in_progress"
+        self.cancel_reason = "turn_detected"
         self.error: str | None = None
+        self.usage = ThinkUsage(0, 0)  # the think step's tokens
+        self.audio_tokens = 0  # the speech engine's
         self.times = ReplyTimes()
-        self._events = ResponseEvents(self.id, self.item_id, spec.names, emit, spec.held)
+        self._events = ResponseEvents(self.id, self.item_id, spec.names, emit, spec.held, spec.modality,
+                                      spec.in_conversation)
         self._gate = SentenceGate(spec.first_sentences)
         self._speaking: Any = None  # the speech stream, while text may go to it
         self._stream: Any = None  # the speech stream, from its start (its segments tell which text is where)
@@ -125,9 +139,11 @@ class Reply:
         if self._speaking is not None and (text := self._gate.open()):
             self._to_speech(self._speaking, text)
 
-    def cancel(self) -> None:
-        """Stop the reply (a no-op once it is over); a released one ends with response.done, cancelled."""
+    def cancel(self, reason: str = "turn_detected") -> None:
+        """Stop the reply (a no-op once it is over); a released one ends with response.done, cancelled for
+        ``reason`` (OpenAI's: turn_detected, client_cancelled)."""
         if self._task is not None and not self._task.done():
+            self.cancel_reason = reason
             self._task.cancel()
 
     @property
@@ -142,6 +158,10 @@ class Reply:
     @property
     def audio_ms(self) -> float:
         return 1000 * self.audio_samples / _SAMPLE_RATE
+
+    def call(self, item_id: str) -> dict[str, Any]:
+        """The function call whose item is ``item_id``, as it stands (its arguments may still be streaming)."""
+        return self._calls.by_id(item_id)
 
     def played_ms(self) -> float:
         """How much of the audio the client can have played by now, at real time from its first delta."""
@@ -159,8 +179,11 @@ class Reply:
     async def _run(self) -> None:
         self._events.open(self._object())
         try:
-            async with self._admit():
-                await self._speak()
+            if self.spec.modality == "audio":
+                async with self._admit():
+                    await self._speak()
+            else:
+                await self._write()
             self.status = "completed"
         except asyncio.CancelledError:
             self.status = "cancelled"
@@ -196,8 +219,8 @@ class Reply:
         thinking = self._think()
         try:
             async for piece in thinking:
-                if isinstance(piece, ToolCallDelta):
-                    self._call_delta(piece)
+                if not isinstance(piece, str):
+                    self._took(piece)
                     continue
                 if self.times.first_token is None:
                     self.times.first_token = time.perf_counter()
@@ -215,6 +238,29 @@ class Reply:
                 audio.cancel()
                 await asyncio.wait({audio})
             await stream.aclose()  # aborts its engine requests if speech stopped early
+            self.audio_tokens = stream.frames * FRAME_TOKENS
+
+    async def _write(self) -> None:
+        """A written reply: the think step's text as output text, and its calls."""
+        thinking = self._think()
+        try:
+            async for piece in thinking:
+                if not isinstance(piece, str):
+                    self._took(piece)
+                    continue
+                if self.times.first_token is None:
+                    self.times.first_token = time.perf_counter()
+                self.text += piece
+                self._events.send(self._events.text_delta, **self._events.where, delta=piece)
+        finally:
+            await thinking.aclose()
+
+    def _took(self, piece: ToolCallDelta | ThinkUsage) -> None:
+        """A piece of the answer that is not its text."""
+        if isinstance(piece, ThinkUsage):
+            self.usage = piece
+        else:
+            self._call_delta(piece)
 
     def _open_speech(self) -> Any:
         options = None if self.spec.max_speech_tokens is None else SpeechOptions(max_tokens=self.spec.max_speech_tokens)
@@ -222,14 +268,14 @@ class Reply:
                               text=TextOptions(language=self.spec.language))
 
     def _think(self) -> Any:
-        return self._thinker.reply(self.spec.messages, self.spec.tools)
+        return self._thinker.reply(self.spec.messages, self.spec.tools, self.spec.think)
 
     def _to_speech(self, stream: Any, text: str) -> None:
         if self.times.to_speech is None:
             self.times.to_speech = time.perf_counter()
         stream.push(text)
         self.text += text
-        self._events.send(self.spec.names.transcript_delta, **self._events.where, delta=text)
+        self._events.send(self._events.text_delta, **self._events.where, delta=text)
 
     async def _audio(self, stream: Any) -> None:
         async for chunk in stream:
@@ -252,6 +298,7 @@ class Reply:
     def _call_delta(self, piece: ToolCallDelta) -> None:
         if (streamed := self._calls.push(piece)) is not None:
             call, position, delta = streamed
+            self._events.call_added(call, 1 + position)
             self._events.send("response.function_call_arguments.delta", response_id=self.id, item_id=call["id"],
                               output_index=1 + position, call_id=call["call_id"], delta=delta)
 
@@ -263,16 +310,28 @@ class Reply:
             self.done.set_result(None)
 
     def _object(self, output: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-        details = None
+        spec, details = self.spec, None
         if self.status == "failed":
             details = {"type": "failed", "error": {"type": "server_error", "code": "reply_failed",
                                                    "message": self.error}}
         elif self.status == "cancelled":
-            details = {"type": "cancelled", "reason": "turn_detected"}
-        return {"id": self.id, "object": "realtime.response", "status": self.status, "status_details": details,
-                "output": output or [], "output_modalities": ["audio"],
-                "usage": {"total_tokens": 0, "input_tokens": 0, "output_tokens": 0,
-                          "output_token_details": {"audio_seconds": round(self.audio_samples / _SAMPLE_RATE, 3)}},
-                "metadata": None, "lyre": {"timing": self.times.report(), "speculative": self.spec.held,
-                         "discarded": self.spec.discarded}}
-
+            details = {"type": "cancelled", "reason": self.cancel_reason}
+        text_out = self.usage.output_tokens
+        response: dict[str, Any] = {
+            "id": self.id, "object": "realtime.response", "status": self.status, "status_details": details,
+            "output": output or [], "output_modalities": [spec.modality],
+            "conversation_id": spec.conversation_id if spec.in_conversation else None,
+            "max_output_tokens": "inf" if spec.think.max_tokens is None else spec.think.max_tokens,
+            "metadata": spec.metadata,
+            "usage": {"total_tokens": self.usage.input_tokens + text_out + self.audio_tokens,
+                      "input_tokens": self.usage.input_tokens, "output_tokens": text_out + self.audio_tokens,
+                      "input_token_details": {"text_tokens": self.usage.input_tokens, "audio_tokens": 0,
+                                              "cached_tokens": 0},
+                      "output_token_details": {"text_tokens": text_out, "audio_tokens": self.audio_tokens}}}
+        if spec.modality == "audio":
+            response["audio"] = {"output": {"format": {"type": "audio/pcm", "rate": _SAMPLE_RATE},
+                                            "voice": spec.voice}}
+        if spec.lyre_events:
+            response["lyre"] = {"timing": self.times.report(), "speculative": spec.held, "discarded": spec.discarded,
+                                "audio_seconds": round(self.audio_samples / _SAMPLE_RATE, 3)}
+        return response

@@ -21,21 +21,23 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import numpy as np
 
 from lyre.agent.client_events import ClientEvents
-from lyre.agent.conversation import Conversation, item_object
-from lyre.agent.end_of_turn import EndOfTurn, confirm_end
-from lyre.agent.events import BETA, AgentSettings, new_id, session_object
+from lyre.agent.conversation import LAST, Conversation, item_object
+from lyre.agent.end_of_turn import EndOfTurn, confirm_end, threshold_for
+from lyre.agent.events import BETA, AgentSettings, SessionUpdate, new_id, session_object
 from lyre.agent.replies import Replies
 from lyre.agent.reply import Reply, ReplySpec
+from lyre.agent.response_request import ResponseRequest
 from lyre.agent.speculation import Speculator
-from lyre.agent.think import Thinker
+from lyre.agent.think import Thinker, ThinkOptions
 from lyre.stt import PcmResampler, RealtimeConfig, RealtimeError, RealtimeSession, Transcriber, WordAligner, error_event
 from lyre.stt.realtime_events import session_object as heard_object
 from lyre.stt.utterances import Utterance
@@ -43,6 +45,8 @@ from lyre.stt.whisper import Transcript
 from lyre.tts import Synthesizer
 
 __all__ = ["AgentConfig", "AgentSession"]
+
+log = logging.getLogger("lyre.agent")
 
 
 @dataclass(frozen=True)
@@ -75,9 +79,10 @@ class AgentSession:
         self._emit = emit
         self._end_of_turn = end_of_turn
         self._admit = admit
-        self._ear_errors = 0
+        self.conversation_id = new_id("conv")
         self._untranscribed: set[str] = set()  # committed utterances whose final pass is still running
-        self._reply_when_transcribed = False  # a response.create waits for them
+        self._reply_when_transcribed: ResponseRequest | None = None  # a response.create waits for them
+        self._side: set[Reply] = set()  # out-of-band replies running
         self._tasks: set[asyncio.Task[Any]] = set()
         self._replies = Replies(self.conversation, aligner if aligner is not None else transcriber, self._send,
                                 self.report, self._spawn)
@@ -120,12 +125,13 @@ class AgentSession:
         """Cancel every pass and reply; nothing more is emitted."""
         self._emit = _drop
         self._speculator.drop()
-        if self.reply is not None:
-            self.reply.cancel()
+        replies = [r for r in (self.reply, *self._side) if r is not None]
+        for reply in replies:
+            reply.cancel()
         await self.ear.close()
         for task in list(self._tasks):
             task.cancel()
-        pending = [t for t in self._tasks] + ([self.reply.done] if self.reply is not None else [])
+        pending = [t for t in self._tasks] + [reply.done for reply in replies]
         if pending:
             await asyncio.wait(pending, timeout=5.0)
 
@@ -134,23 +140,34 @@ class AgentSession:
     def listen(self, event: dict[str, Any]) -> Awaitable[None] | None:
         return self.ear.handle(event)
 
-    async def update(self, settings: AgentSettings, heard: dict[str, Any] | None) -> None:
-        """New settings; the transcription session takes its part first, and if it refuses (its error event
-        says why), nothing changes."""
+    async def update(self, update: SessionUpdate, heard: dict[str, Any] | None,
+                     client_event_id: str | None = None) -> None:
+        """New settings, field by field: the transcription session takes its part first (naming in error
+        events what of it it refuses), then the rest; each field in error is named and left as it was, and
+        what the session goes on without is logged and told in ``session.updated``."""
+        settings = update.settings
         if settings.voice != self.settings.voice:
             try:
-                self._tts.check_voice(settings.voice)
-            except ValueError as exc:
-                where = "session.voice" if settings.names is BETA else "session.audio.output.voice"
-                raise RealtimeError(f"{where}: {exc}", "invalid_value", where) from None
+                self.check_voice(settings.voice, "session.voice" if settings.names is BETA
+                                 else "session.audio.output.voice")
+            except RealtimeError as exc:
+                update.errors.append(exc)
+                settings = replace(settings, voice=self.settings.voice)
         if heard is not None:
-            errors = self._ear_errors
             await self.ear.receive(json.dumps(heard))
-            if self._ear_errors != errors:
-                return
+        for error in update.errors:
+            self.report(error, client_event_id)
+        for refusal in update.refused:
+            log.info("session %s goes on without %s: %s", self.id, refusal.param, refusal)
         self.settings = settings
         self.ear.pause_ms = self.config.realtime.pause_ms if settings.speculative else None
-        self._send("session.updated", session=self._session_object())
+        self._send("session.updated", session=self._session_object(update.refused))
+
+    def check_voice(self, voice: str | None, param: str) -> None:
+        try:
+            self._tts.check_voice(voice)
+        except ValueError as exc:
+            raise RealtimeError(f"{param}: {exc}", "invalid_value", param) from None
 
     async def transcribe(self, pcm: bytes) -> str:
         resampler = PcmResampler(self.ear.settings.rate)
@@ -158,26 +175,47 @@ class AgentSession:
         transcript = await self._stt.transcribe(audio, self.ear.settings.options(), session=self.id)
         return transcript.text
 
-    def add_item(self, entry: dict[str, Any]) -> None:
-        previous = self.conversation.last_id
-        self.conversation.add(entry)
-        shown = item_object(entry)
+    def add_item(self, entry: dict[str, Any], after: object = LAST) -> None:
+        previous = self.conversation.add(entry, after)
+        shown = item_object(entry, self.settings.names)
         self._send(self.settings.names.item_added, item=shown, previous_item_id=previous)
         self._send("conversation.item.done", item=shown, previous_item_id=previous)
+
+    def retrieve_item(self, item_id: object) -> None:
+        if (item := self.conversation.find(item_id)) is None:
+            raise RealtimeError(f"item_id {item_id!r} names no item of this conversation",
+                                "item_retrieve_invalid_item_id", "item_id")
+        self._send("conversation.item.retrieved", item=item_object(item, self.settings.names))
+
+    def delete_item(self, item_id: object) -> None:
+        if not self.conversation.remove(item_id):
+            raise RealtimeError(f"item_id {item_id!r} names no item of this conversation",
+                                "item_delete_invalid_item_id", "item_id")
+        self._send("conversation.item.deleted", item_id=item_id)
 
     def truncate(self, item_id: object, content_index: object, audio_end_ms: object) -> None:
         self._replies.truncate(item_id, content_index, audio_end_ms)
 
-    def respond(self) -> None:
+    def respond(self, request: ResponseRequest | None = None, items: list[dict[str, Any]] | None = None) -> None:
+        """A response, as the session's settings make it or as ``request`` asks; ``items``: an out-of-band
+        one's own input."""
+        request = request or ResponseRequest.of(self.settings)
+        if not request.in_conversation:  # out of band: beside whatever the conversation is doing
+            messages = self.conversation.messages(request.instructions, items=items)
+            reply = self._new_reply(messages, held=False, request=request)
+            self._side.add(reply)
+            reply.done.add_done_callback(lambda _: self._side.discard(reply))
+            reply.start()
+            return
         if (self.reply is not None and not self.reply.over) or self._reply_when_transcribed:
             raise RealtimeError("Conversation already has an active response in progress"
                                 + (f": {self.reply.id}" if self.reply is not None and not self.reply.over else ""),
                                 "conversation_already_has_active_response")
         self._speculator.drop()
         if self._untranscribed:  # what the person just said must be in the prompt: answer once it is
-            self._reply_when_transcribed = True
+            self._reply_when_transcribed = request
             return
-        self._start_reply(held=False)
+        self._start_reply(held=False, request=request)
 
     def hush(self) -> None:
         """Stop replying now (the listener cannot hear for a while): the reply under way is cancelled, its
@@ -186,10 +224,16 @@ class AgentSession:
         if self.reply is not None:
             self.reply.cancel()
 
-    def cancel_response(self) -> None:
-        if self.reply is None or self.reply.over:
-            raise RealtimeError("Cancellation failed: no active response found", "response_cancel_not_active")
-        self.reply.cancel()
+    def cancel_response(self, response_id: object = None) -> None:
+        """``response.cancel``: the reply the client hears, or the one ``response_id`` names (an out-of-band
+        one too)."""
+        running = [r for r in (self.reply, *self._side) if r is not None and not r.over and not r.held]
+        reply = next((r for r in running if r.id == response_id), None) if response_id else (
+            self.reply if self.reply in running else None)
+        if reply is None:
+            raise RealtimeError("Cancellation failed: no active response found"
+                                + (f" with id {response_id!r}" if response_id else ""), "response_cancel_not_active")
+        reply.cancel("client_cancelled")
 
     # -- what the transcription session hears --
 
@@ -197,22 +241,24 @@ class AgentSession:
         kind = event["type"]
         if kind in ("transcription_session.created", "transcription_session.updated", "session.updated"):
             return  # this session answers for itself
-        if kind == "error":
-            self._ear_errors += 1
+        if kind == "input_audio_buffer.committed":  # it joins the conversation here, after whatever is last
+            entry = {"id": event["item_id"], "type": "message", "role": "user", "text": None, "audio": True}
+            event["previous_item_id"] = self.conversation.add(entry)
         self._emit(event)
         if kind == "input_audio_buffer.speech_started" and self.settings.interrupt_response:
             self._replies.barge_in()
         elif kind == "input_audio_buffer.committed":
             self._untranscribed.add(event["item_id"])
-            item = {"id": event["item_id"], "type": "message", "role": "user", "status": "completed",
-                    "content": [{"type": "input_audio", "transcript": None}]}
-            self._send(self.settings.names.item_added, item=item, previous_item_id=event.get("previous_item_id"))
+            self._send(self.settings.names.item_added, item=item_object(entry, self.settings.names),
+                       previous_item_id=event["previous_item_id"])
 
     def paused(self, item: Utterance, sample: int, early: asyncio.Task[Transcript]) -> None:
         if self.ear.settings.turn_detection is None:
             return
         if self._end_of_turn is not None and self.settings.smart_turn:
-            self._spawn(confirm_end(self.ear, item, self._end_of_turn, self.config.end_of_turn_threshold))
+            vad = self.ear.settings.turn_detection
+            threshold = threshold_for(vad.eagerness, self.config.end_of_turn_threshold)
+            self._spawn(confirm_end(self.ear, item, self._end_of_turn, threshold))
         if not (self.settings.speculative and self.settings.create_response):
             return
         if self.reply is not None and not self.reply.over:
@@ -223,14 +269,20 @@ class AgentSession:
         self._speculator.resumed(item)
 
     def transcribed(self, item: Utterance, transcript: Transcript | None) -> None:
+        committed = item.id in self._untranscribed
         self._untranscribed.discard(item.id)
         heard = transcript.text.strip() if transcript is not None else ""
-        if heard:
-            self.conversation.add({"id": item.id, "type": "message", "role": "user", "text": heard})
-        if self._reply_when_transcribed and not self._untranscribed:
-            self._reply_when_transcribed = False
+        entry = self.conversation.find(item.id)
+        if entry is None and not committed and heard:  # a turn never committed to the client: it joins now
+            entry = {"id": item.id, "type": "message", "role": "user", "text": None, "audio": True}
+            self.conversation.add(entry)
+        if entry is not None:  # (a committed one the client deleted meanwhile stays deleted)
+            entry["text"] = heard
+            self._send("conversation.item.done", item=item_object(entry, self.settings.names))
+        if (request := self._reply_when_transcribed) is not None and not self._untranscribed:
+            self._reply_when_transcribed = None
             self._speculator.drop()
-            self._start_reply(held=False)  # the client's response.create, waiting for this transcript
+            self._start_reply(held=False, request=request)  # the client's response.create, waiting for this
             return
         if not heard or not (self.settings.create_response and self.ear.settings.turn_detection):
             self._speculator.drop()
@@ -243,38 +295,63 @@ class AgentSession:
 
     # -- replies --
 
-    def _start_reply(self, held: bool) -> Reply:
-        reply = self._new_reply(self.conversation.messages(self.settings.instructions), held)
+    def _start_reply(self, held: bool, request: ResponseRequest | None = None) -> Reply:
+        request = request or ResponseRequest.of(self.settings)
+        reply = self._new_reply(self.conversation.messages(request.instructions), held, request=request)
         self._replies.replace(reply)
+        self._replies.start(reply)
         return reply
 
     def _think_ahead(self, user: dict[str, Any], possible_end: float) -> Reply:
         """A held reply to ``user``, the words so far of a turn that may have ended at ``possible_end``."""
-        return self._new_reply(self.conversation.messages(self.settings.instructions, user), held=True,
-                               possible_end=possible_end)
-
-    def _new_reply(self, messages: list[dict[str, Any]], held: bool, possible_end: float | None = None) -> Reply:
-        settings = self.settings
-        spec = ReplySpec(messages=messages, voice=settings.voice, tools=list(settings.tools), names=settings.names,
-                         first_sentences=settings.first_sentences if held else 0, held=held,
-                         max_speech_tokens=settings.max_speech_tokens, discarded=self.wasted,
-                         language=self.ear.settings.language)
-        reply = Reply(spec, self._thinker, self._tts, self._emit_event, self._admit)
-        reply.times.possible_end = possible_end
+        reply = self._new_reply(self.conversation.messages(self.settings.instructions, user), held=True,
+                                possible_end=possible_end)
         self._replies.start(reply)
         return reply
 
+    def _new_reply(self, messages: list[dict[str, Any]], held: bool, possible_end: float | None = None,
+                   request: ResponseRequest | None = None) -> Reply:
+        settings = self.settings
+        request = request or ResponseRequest.of(settings)
+        spec = ReplySpec(messages=messages, voice=request.voice, names=settings.names,
+                         tools=list(request.tools) if self.supports_tools else [],
+                         first_sentences=settings.first_sentences if held else 0, held=held,
+                         max_speech_tokens=settings.max_speech_tokens, discarded=self.wasted,
+                         language=self.ear.settings.language, modality=request.modality,
+                         think=ThinkOptions(request.max_output_tokens, request.tool_choice), metadata=request.metadata,
+                         in_conversation=request.in_conversation, conversation_id=self.conversation_id,
+                         lyre_events=settings.lyre_events)
+        reply = Reply(spec, self._thinker, self._tts, lambda event: self._reply_out(reply, event), self._admit)
+        reply.times.possible_end = possible_end
+        return reply
+
+    def _reply_out(self, reply: Reply, event: dict[str, Any]) -> None:
+        """One of ``reply``'s events on its way to the client: what it adds joins the conversation there, and
+        once its response.done is out, the reply takes its place in the history."""
+        if reply.spec.in_conversation:
+            kind = event["type"]
+            if kind == reply.spec.names.item_added:
+                item = event["item"]
+                event["previous_item_id"] = (self.conversation.open_reply(item["id"], reply.spec.modality)
+                                             if item["type"] == "message" else
+                                             self.conversation.add_call(reply.call(item["id"])))
+            elif kind == "response.done":
+                self._replies.ended(reply)
+        self._emit_event(event)
+
     # -- plumbing --
 
-    def _session_object(self) -> dict[str, Any]:
+    def _session_object(self, refused: list[RealtimeError] | None = None) -> dict[str, Any]:
         shape: Literal["beta", "ga"] = "beta" if self.settings.names is BETA else "ga"
         return session_object(self.settings, heard_object(self.ear.settings, self.id, shape), self.id,
-                              self.config.model)
+                              self.config.model, refused)
 
     def _send(self, kind: str, **fields: Any) -> None:
-        self._emit({"type": kind, "event_id": new_id("event"), **fields})
+        self._emit_event({"type": kind, "event_id": new_id("event"), **fields})
 
     def _emit_event(self, event: dict[str, Any]) -> None:
+        if event["type"].startswith("lyre.") and not self.settings.lyre_events:
+            return  # lyre's own events go only to a session that asked for them
         self._emit(event)  # late-bound: after close, emit is _drop
 
     def _spawn(self, work: Awaitable[None]) -> asyncio.Task[None]:

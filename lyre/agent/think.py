@@ -2,8 +2,8 @@
 
     thinker = LocalThinker(chat)                          # lyre's in-process chat model (--llm)
     thinker = RemoteThinker(url, api_key, model)          # any OpenAI-compatible endpoint (--llm-url)
-    async for piece in thinker.reply(messages, tools):
-        ...  # str: the next text; ToolCallDelta: part of a function call
+    async for piece in thinker.reply(messages, tools, ThinkOptions(max_tokens=100, tool_choice="auto")):
+        ...  # str: the next text; ToolCallDelta: part of a function call; ThinkUsage: tokens, at the end
 
 Messages are OpenAI chat messages. A failure (unreachable endpoint, an error
 status, a stream that breaks off) raises `ThinkError` naming it, and closing
@@ -21,7 +21,7 @@ import httpx
 
 from lyre.llm import Chat, ChatBusy, ChatOptions, ChatRequestError
 
-__all__ = ["LocalThinker", "RemoteThinker", "ThinkError", "Thinker", "ToolCallDelta"]
+__all__ = ["LocalThinker", "RemoteThinker", "ThinkError", "ThinkOptions", "ThinkUsage", "Thinker", "ToolCallDelta"]
 
 _MAX_TOKENS = 200  # a spoken reply: a few sentences
 _TEMPERATURE = 0.7
@@ -41,11 +41,31 @@ class ToolCallDelta:
     arguments: str = ""
 
 
+@dataclass(frozen=True)
+class ThinkOptions:
+    """One answer's limits: its tokens (None: the thinker's own limit) and OpenAI's ``tool_choice``."""
+
+    max_tokens: int | None = None
+    tool_choice: str | dict[str, Any] = "auto"
+
+
+@dataclass(frozen=True)
+class ThinkUsage:
+    """The tokens an answer read and wrote, as its chat model counted them (the last piece of an answer)."""
+
+    input_tokens: int
+    output_tokens: int
+
+
+Piece = str | ToolCallDelta | ThinkUsage
+
+
 class Thinker(Protocol):
     @property
     def supports_tools(self) -> bool: ...
 
-    def reply(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> AsyncIterator[str | ToolCallDelta]:
+    def reply(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]],
+              options: ThinkOptions = ThinkOptions()) -> AsyncIterator[Piece]:
         """The answer to ``messages``, streamed; ``tools``: OpenAI function tools it may call."""
         ...
 
@@ -59,17 +79,19 @@ class LocalThinker:
         self._chat = chat
         self._max_tokens = max_tokens
 
-    async def reply(self, messages: list[dict[str, Any]],
-                    tools: list[dict[str, Any]]) -> AsyncIterator[str | ToolCallDelta]:
+    async def reply(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]],
+                    options: ThinkOptions = ThinkOptions()) -> AsyncIterator[Piece]:
         plain = [{"role": m["role"], "content": m["content"]} for m in messages
                  if m["role"] in ("system", "user", "assistant") and m.get("content")]
+        limit = self._max_tokens if options.max_tokens is None else min(options.max_tokens, self._max_tokens)
         try:
-            stream = self._chat.stream(plain, ChatOptions(max_tokens=self._max_tokens, temperature=_TEMPERATURE))
+            stream = self._chat.stream(plain, ChatOptions(max_tokens=limit, temperature=_TEMPERATURE))
         except (ChatBusy, ChatRequestError) as exc:
             raise ThinkError(f"chat model: {exc}") from None
         try:
             async for delta in stream:
                 yield delta
+            yield ThinkUsage(stream.prompt_tokens, stream.completion_tokens)
         except RuntimeError as exc:
             raise ThinkError(f"chat model: {exc}") from None
         finally:
@@ -92,15 +114,20 @@ class RemoteThinker:
     async def aclose(self) -> None:
         await self._client.aclose()
 
-    async def reply(self, messages: list[dict[str, Any]],
-                    tools: list[dict[str, Any]]) -> AsyncIterator[str | ToolCallDelta]:
-        body: dict[str, Any] = {"messages": messages, "stream": True, "max_tokens": self._max_tokens,
-                                "temperature": _TEMPERATURE}
+    async def reply(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]],
+                    options: ThinkOptions = ThinkOptions()) -> AsyncIterator[Piece]:
+        limit = self._max_tokens if options.max_tokens is None else options.max_tokens
+        body: dict[str, Any] = {"messages": messages, "stream": True, "max_tokens": limit,
+                                "temperature": _TEMPERATURE, "stream_options": {"include_usage": True}}
         if self._model:
             body["model"] = self._model
-        if tools:
+        if tools and options.tool_choice != "none":
             body["tools"] = [{"type": "function", "function": {k: t[k] for k in ("name", "description", "parameters")
                                                                 if k in t}} for t in tools]
+            choice = options.tool_choice
+            if choice != "auto":  # the Realtime {"type": "function", "name"} is chat's {"function": {"name"}}
+                body["tool_choice"] = choice if isinstance(choice, str) else {
+                    "type": "function", "function": {"name": choice["name"]}}
         try:
             async with self._client.stream("POST", self.url, json=body) as answer:
                 if answer.status_code != 200:
@@ -119,7 +146,7 @@ class RemoteThinker:
             raise ThinkError(f"LLM at {self.url} unreachable or broke off: {type(exc).__name__}: {exc}") from None
 
 
-def _pieces(data: str, url: str) -> list[str | ToolCallDelta]:
+def _pieces(data: str, url: str) -> list[Piece]:
     """The text and tool-call parts of one streamed chunk."""
     try:
         chunk = json.loads(data)
@@ -130,7 +157,11 @@ def _pieces(data: str, url: str) -> list[str | ToolCallDelta]:
     if (error := chunk.get("error")) is not None:
         message = error.get("message", error) if isinstance(error, dict) else error
         raise ThinkError(f"LLM at {url} failed mid-reply: {message}")
-    out: list[str | ToolCallDelta] = []
+    out: list[Piece] = []
+    if isinstance(usage := chunk.get("usage"), dict):  # the last chunk, with stream_options.include_usage
+        read, wrote = usage.get("prompt_tokens"), usage.get("completion_tokens")
+        if isinstance(read, int) and isinstance(wrote, int) and not isinstance(read, bool):
+            out.append(ThinkUsage(read, wrote))
     for choice in _list(chunk.get("choices"), "choices", url):
         delta = _object(choice.get("delta"), "choices[].delta", url)
         if (content := delta.get("content")) is not None and not isinstance(content, str):

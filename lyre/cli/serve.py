@@ -126,6 +126,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     stt.add_argument("--stt-idle-timeout", dest="stt_idle_timeout_s", type=float, default=30.0, metavar="SECONDS",
                      help="close a realtime session after this long with no client event and nothing running, "
                           "a phone call's media stream after this long with no media (default: 30)")
+    stt.add_argument("--realtime-max-session", dest="realtime_max_session_s", type=float, default=3600.0,
+                     metavar="SECONDS", help="the longest a conversation on /v1/realtime lasts, quiet or not; a "
+                                             "quiet client keeps its session until then (default: 3600, OpenAI's)")
+    stt.add_argument("--ws-ping", dest="ws_ping_s", type=float, default=10.0, metavar="SECONDS",
+                     help="ping each WebSocket client this often; one that has not answered within as long again is "
+                          "gone, and its session is freed (default: 10)")
     stt.add_argument("--aligner", metavar="auto|phones|whisper|off|WHISPER",
                      help="what times words (word timestamps, /v1/audio/alignments, the agent's cut at a barge-in): "
                           "auto (default): English by phones (pocketsphinx), other languages by Whisper (--stt's "
@@ -231,7 +237,8 @@ def run(args: argparse.Namespace) -> int:
     # uvicorn turns SIGINT/SIGTERM into a graceful shutdown: the app stops
     # admitting at once (and its fleet record says draining), lets streams in
     # flight finish (or ends them), then leaves the fleet and exits.
-    _run_draining(create_app(config), config.host, config.port, args.log_level, args.forwarded_allow_ips or None)
+    _run_draining(create_app(config), config.host, config.port, args.log_level, args.forwarded_allow_ips or None,
+                  config.ws_ping_s)
     return 0
 
 
@@ -242,7 +249,8 @@ def _named(args: argparse.Namespace, settings: type) -> dict[str, object]:
     return {name: None if value == "" else value for name, value in named.items()}
 
 
-def _run_draining(app: object, host: str, port: int, log_level: str, forwarded_allow_ips: str | None) -> None:
+def _run_draining(app: object, host: str, port: int, log_level: str, forwarded_allow_ips: str | None,
+                  ws_ping_s: float | None = None) -> None:
     """uvicorn, with the app told to drain as soon as a shutdown starts rather than after its connections close.
 
     Proxy headers are believed only from ``forwarded_allow_ips``: uvicorn's own default believes any process
@@ -257,7 +265,8 @@ def _run_draining(app: object, host: str, port: int, log_level: str, forwarded_a
             await super().shutdown(sockets)
 
     Draining(uvicorn.Config(app, host=host, port=port, log_level=log_level, proxy_headers=bool(forwarded_allow_ips),
-                            forwarded_allow_ips=forwarded_allow_ips)).run()
+                            forwarded_allow_ips=forwarded_allow_ips, ws_ping_interval=ws_ping_s,
+                            ws_ping_timeout=ws_ping_s)).run()
 
 
 def _check_model(config: ServerConfig) -> None:

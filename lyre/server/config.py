@@ -57,6 +57,11 @@ class ServerConfig:
     stt_max_file_seconds: float = 600.0
     stt_max_sessions: int = 8  # realtime sessions open at once: sockets, WebRTC calls and phone streams together
     stt_idle_timeout_s: float = 30.0  # a realtime session with no client event and no pass running this long closes
+    # A conversation on /v1/realtime lasts at most this long (OpenAI's limit: 60 minutes), however busy or quiet.
+    realtime_max_session_s: float = 3600.0
+    # WebSocket pings: a client that has not answered one for ws_ping_s after it was sent is gone, and its
+    # sockets (and sessions) are freed. None: no pings.
+    ws_ping_s: float | None = 10.0
     stt_max_buffer_s: float = 60.0  # seconds of audio a realtime session's input buffer may hold
     # What times words (word timestamps, /v1/audio/alignments, the agent's cut): None or "auto": English by
     # phones, other languages by Whisper; "phones", "whisper", "off", or a Whisper folder or hub id
@@ -106,7 +111,10 @@ class ServerConfig:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.max_queue < 0:
             raise ValueError(f"max_queue must be >= 0, got {self.max_queue}")
+        if self.ws_ping_s is not None and not self.ws_ping_s > 0:
+            raise ValueError(f"ws_ping_s must be > 0 (or None: no pings), got {self.ws_ping_s}")
         for name in ("queue_timeout_s", "ws_idle_timeout_s", "ws_flush_after_s", "stt_idle_timeout_s",
+                     "realtime_max_session_s",
                      "stt_max_buffer_s", "stt_max_file_seconds"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")

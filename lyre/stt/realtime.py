@@ -145,7 +145,10 @@ class RealtimeSession:
     # -- client events --
 
     def _update(self, event: dict[str, Any]) -> None:
-        settings, shape = read_update(event, self.settings, self._stt.check_language)
+        settings, shape, refused = read_update(event, self.settings, self._stt.check_language)
+        client_event_id = event.get("event_id") if isinstance(event.get("event_id"), str) else None
+        for error in refused:  # named one by one; the rest of the update applies
+            self.report(error, client_event_id)
         if settings.rate != self.settings.rate:
             # Audio already appended stays (it is 16 kHz by now); the resampler's tail goes with it.
             self._flush_resampler(settings.rate)

@@ -22,7 +22,14 @@ fields taking the defaults. ``turn_detection: null`` turns detection off: the
 client commits each utterance itself. Fields for features lyre does not have
 (noise reduction, logprobs, response creation) are accepted and ignored, so
 clients that always send them still work; anything lyre cannot honour as
-asked (another audio encoding, semantic VAD, a voice session) is refused.
+asked (another audio encoding, a voice session) is refused. An update is
+read group by group (format, transcription, turn detection): a group that
+is refused is named in an ``error`` event and the others still apply.
+
+``semantic_vad`` is lyre's VAD with the end of turn set by its ``eagerness``
+(`EAGERNESS_SILENCE_MS`: how long a silence ends the turn; a voice agent's
+end-of-turn model may end it sooner, more readily the more eager), and is
+reported back as the client set it.
 """
 
 from __future__ import annotations
@@ -40,7 +47,7 @@ from lyre.stt.whisper import TranscribeOptions
 from lyre.stt.vad import VADConfig
 
 __all__ = [
-    "DEFAULT_MODEL", "RATES", "RealtimeError", "SessionSettings", "act_on", "append_audio", "error_event", "expect_object",
+    "DEFAULT_MODEL", "EAGERNESS_SILENCE_MS", "RATES", "RealtimeError", "SessionSettings", "act_on", "append_audio", "error_event", "expect_object",
     "new_id", "parse_event", "read_input_rate", "read_transcription", "read_turn_detection", "read_update",
     "session_object", "vad_object",
 ]
@@ -48,6 +55,9 @@ __all__ = [
 DEFAULT_MODEL = "whisper-1"  # what clients name; lyre transcribes with whichever Whisper it serves
 RATES = (24_000, 16_000)  # pcm16 input rates taken: OpenAI's one, and Whisper's own
 _G711 = ("g711_ulaw", "g711_alaw", "audio/pcmu", "audio/pcma")
+# semantic_vad: the silence that ends a turn by eagerness (OpenAI's waits up to 8, 4 and 2 s at low, medium
+# and high for its model to be sure; here the VAD's silence is the fallback and Smart Turn the model).
+EAGERNESS_SILENCE_MS = {"low": 1500, "medium": 800, "auto": 800, "high": 500}
 
 Shape = Literal["beta", "ga"]
 
@@ -132,9 +142,10 @@ def append_audio(event: dict[str, Any]) -> bytes:
         raise RealtimeError(f"audio is not valid base64 ({exc})", "invalid_audio", "audio") from None
 
 
-def read_update(event: dict[str, Any], current: SessionSettings,
-                check_language: Callable[[str | None], None]) -> tuple[SessionSettings, Shape]:
-    """The settings after ``event`` (either update), and which shape it came in."""
+def read_update(event: dict[str, Any], current: SessionSettings, check_language: Callable[[str | None], None]
+                ) -> tuple[SessionSettings, Shape, list[RealtimeError]]:
+    """The settings after ``event`` (either update), which shape it came in, and the groups refused (the
+    settings hold the rest); RealtimeError if the update as a whole cannot be read."""
     shape: Shape = "beta" if event["type"] == "transcription_session.update" else "ga"
     session = expect_object(event.get("session"), "session")
     if shape == "beta":
@@ -148,7 +159,7 @@ def read_update(event: dict[str, Any], current: SessionSettings,
         audio = expect_object(session.get("audio", {}), "session.audio")
         parts = expect_object(audio.get("input", {}), "session.audio.input")
         settings = _read(current, parts, "session.audio.input", "format", "transcription", check_language)
-    return settings, shape
+    return settings[0], shape, settings[1]
 
 
 def session_object(settings: SessionSettings, session_id: str, shape: Shape) -> dict[str, Any]:
@@ -168,24 +179,38 @@ def session_object(settings: SessionSettings, session_id: str, shape: Shape) -> 
 
 
 def vad_object(vad: VADConfig) -> dict[str, Any]:
-    """A ``server_vad`` turn detection object, as sessions report it."""
+    """The turn detection object, as sessions report it: ``semantic_vad`` with its eagerness, as the client
+    set it, or ``server_vad`` with its numbers."""
+    if vad.eagerness is not None:
+        return {"type": "semantic_vad", "eagerness": vad.eagerness}
     return {"type": "server_vad", "threshold": vad.threshold, "prefix_padding_ms": vad.prefix_padding_ms,
             "silence_duration_ms": vad.silence_duration_ms}
 
 
 def _read(current: SessionSettings, parts: dict[str, Any], where: str, format_key: str, transcription_key: str,
-          check_language: Callable[[str | None], None]) -> SessionSettings:
-    """The three settings groups, named as one shape names them, under ``where``."""
+          check_language: Callable[[str | None], None]) -> tuple[SessionSettings, list[RealtimeError]]:
+    """The three settings groups, named as one shape names them, under ``where``: the settings with each
+    group that could be read, and the errors of those that could not."""
     changes: dict[str, Any] = {}
-    if format_key in parts:
-        changes["rate"] = read_input_rate(parts[format_key], f"{where}.{format_key}")
+    refused: list[RealtimeError] = []
+    try:
+        if format_key in parts:
+            changes["rate"] = read_input_rate(parts[format_key], f"{where}.{format_key}")
+    except RealtimeError as exc:
+        refused.append(exc)
     # null transcription would mean "do not transcribe", which a transcription session cannot mean:
     # it is taken as no change.
-    if (transcription := parts.get(transcription_key)) is not None:
-        changes.update(read_transcription(transcription, f"{where}.{transcription_key}", check_language))
-    if "turn_detection" in parts:
-        changes["turn_detection"] = read_turn_detection(parts["turn_detection"], f"{where}.turn_detection")
-    return replace(current, **changes)
+    try:
+        if (transcription := parts.get(transcription_key)) is not None:
+            changes.update(read_transcription(transcription, f"{where}.{transcription_key}", check_language))
+    except RealtimeError as exc:
+        refused.append(exc)
+    try:
+        if "turn_detection" in parts:
+            changes["turn_detection"] = read_turn_detection(parts["turn_detection"], f"{where}.turn_detection")
+    except RealtimeError as exc:
+        refused.append(exc)
+    return replace(current, **changes), refused
 
 
 def read_input_rate(value: object, param: str) -> int:
@@ -231,9 +256,15 @@ def read_turn_detection(value: object, param: str) -> VADConfig | None:
         return None
     value = expect_object(value, param)
     kind = value.get("type", "server_vad")
+    if kind == "semantic_vad":
+        eagerness = value.get("eagerness") or "auto"
+        if eagerness not in EAGERNESS_SILENCE_MS:
+            raise RealtimeError(f"{param}.eagerness must be one of {', '.join(EAGERNESS_SILENCE_MS)}, got "
+                                f"{eagerness!r}", param=f"{param}.eagerness")
+        return VADConfig(silence_duration_ms=EAGERNESS_SILENCE_MS[eagerness], eagerness=eagerness)
     if kind != "server_vad":
-        raise RealtimeError(f"{param}.type {kind!r} is not supported: use 'server_vad', or null to commit "
-                            "each utterance yourself", param=f"{param}.type")
+        raise RealtimeError(f"{param}.type {kind!r} is not supported: use 'server_vad' or 'semantic_vad', or "
+                            "null to commit each utterance yourself", param=f"{param}.type")
     fields = {name: value[name] for name in ("threshold", "prefix_padding_ms", "silence_duration_ms")
               if value.get(name) is not None}
     try:

@@ -51,6 +51,10 @@ class VADConfig:
     threshold: float = 0.5  # speech probability that starts speech
     prefix_padding_ms: int = 300  # audio kept before the detected start
     silence_duration_ms: int = 500  # silence that ends speech
+    # semantic_vad's eagerness (low, medium, high, auto), as the client set it; None: server_vad. The VAD
+    # itself runs the same either way: the eagerness chose silence_duration_ms, and a voice agent's end-of-turn
+    # model reads it too.
+    eagerness: str | None = None
 
     def __post_init__(self) -> None:
         if (isinstance(self.threshold, bool) or not isinstance(self.threshold, (int, float))

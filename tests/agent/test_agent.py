@@ -17,13 +17,14 @@ from typing import Any
 
 import pytest
 from openai import AsyncOpenAI
+from realtime_types import check_event
 from serving import Server, running_server
 from speech import SENTENCES, normalise, speak_pcm16
 from websockets.asyncio.client import ClientConnection, connect
 
 SHORT = 35  # audio tokens per spoken segment: 5 frames, about 0.4 s of noise
 CHUNK = 24 * 40 * 2  # 40 ms of 24 kHz pcm16
-GA = {"type": "realtime", "instructions": "Answer in one short sentence.", "max_speech_tokens": SHORT,
+GA = {"type": "realtime", "instructions": "Answer in one short sentence.", "lyre": {"max_speech_tokens": SHORT},
       "audio": {"input": {"transcription": {"language": "en"}}, "output": {"voice": "tara"}}}
 
 
@@ -35,11 +36,21 @@ def server() -> Iterator[Server]:
 
 
 class Talk:
-    """A plain WebSocket conversation whose events are all kept."""
+    """A plain WebSocket conversation whose events are all kept, each held to the openai SDK's GA types
+    (tests/realtime_types.py) unless the session speaks the beta shape (``strict=False``); ``lyre``: the
+    session asks for lyre's own events."""
 
-    def __init__(self, ws: ClientConnection) -> None:
+    def __init__(self, ws: ClientConnection, strict: bool = True, lyre: bool = False) -> None:
         self.ws = ws
         self.events: list[dict[str, Any]] = []
+        self.strict = strict
+        self.lyre = lyre
+
+    def _keep(self, text: str | bytes) -> None:
+        event = json.loads(text)
+        if self.strict:
+            check_event(event, lyre=self.lyre)
+        self.events.append(event)
 
     async def send(self, event: dict[str, Any] | str) -> None:
         await self.ws.send(event if isinstance(event, str) else json.dumps(event))
@@ -48,7 +59,7 @@ class Talk:
         """Read until the ``count``-th event of ``kind`` (counting those already read)."""
         async with asyncio.timeout(timeout):
             while len(self.of(kind)) < count:
-                self.events.append(json.loads(await self.ws.recv()))
+                self._keep(await self.ws.recv())
         return self.of(kind)[count - 1]
 
     async def speak(self, pcm: bytes) -> None:
@@ -62,7 +73,7 @@ class Talk:
         try:
             async with asyncio.timeout(seconds):
                 while True:
-                    self.events.append(json.loads(await self.ws.recv()))
+                    self._keep(await self.ws.recv())
         except TimeoutError:
             pass
 
@@ -130,10 +141,10 @@ def _in_order(kinds: list[str], order: list[str]) -> bool:
 def test_a_typed_turn_with_manual_commits_in_the_beta_shape(server: Server) -> None:
     async def run() -> Talk:
         async with connect(_url(server), max_size=None) as ws:
-            talk = Talk(ws)
+            talk = Talk(ws, strict=False)
             await talk.send({"type": "session.update", "session": {
-                "modalities": ["audio", "text"], "voice": "leo", "turn_detection": None, "speculative": False,
-                "max_speech_tokens": SHORT, "instructions": "Answer in one short sentence."}})
+                "modalities": ["audio", "text"], "voice": "leo", "turn_detection": None, "lyre": {"events": True},
+                "speculative": False, "max_speech_tokens": SHORT, "instructions": "Answer in one short sentence."}})
             updated = await talk.until("session.updated")
             assert updated["session"]["voice"] == "leo" and updated["session"]["turn_detection"] is None
             await talk.send({"type": "conversation.item.create", "item": {
@@ -163,8 +174,9 @@ def test_a_typed_turn_with_manual_commits_in_the_beta_shape(server: Server) -> N
 def test_speech_that_resumes_within_the_snooze_cancels_the_speculative_reply(server: Server) -> None:
     async def run() -> Talk:
         async with connect(_url(server), max_size=None) as ws:
-            talk = Talk(ws)
-            await talk.send({"type": "session.update", "session": {**GA, "smart_turn": False, "audio": {
+            talk = Talk(ws, lyre=True)
+            await talk.send({"type": "session.update", "session": {**GA, "lyre": {
+                "events": True, "max_speech_tokens": SHORT, "smart_turn": False}, "audio": {
                 "input": {"transcription": {"language": "en"},
                           "turn_detection": {"type": "server_vad", "silence_duration_ms": 3000}}}}})
             # 1.6 s of silence: past the possible end (200 ms) by time enough for a transcript and a held
@@ -224,9 +236,9 @@ def test_bad_input_is_named_and_the_session_goes_on(server: Server) -> None:
             for event in bad:
                 await talk.send(event)
                 await talk.until("error", count=len(talk.of("error")) + 1)
-            await talk.send({"type": "session.update", "session": {"type": "realtime", "max_speech_tokens": SHORT,
-                                                                    "speculative": False}})
-            await talk.until("session.updated")
+            await talk.send({"type": "session.update", "session": {"type": "realtime", "lyre": {
+                "max_speech_tokens": SHORT, "speculative": False}}})
+            await talk.until("session.updated", count=len(talk.of("session.updated")) + 1)
             await talk.send({"type": "conversation.item.create", "item": {
                 "type": "message", "role": "user", "content": [{"type": "input_text", "text": "Hi!"}]}})
             await talk.send({"type": "response.create"})
@@ -240,7 +252,7 @@ def test_bad_input_is_named_and_the_session_goes_on(server: Server) -> None:
     errors = [e["error"] for e in talk.of("error")]
     assert "session.audio.output.format" in errors[0]["param"] and "audio/pcm" in errors[0]["message"]
     assert "44100" in errors[1]["message"]
-    assert errors[2]["param"] == "session.first_sentences"
+    assert errors[2]["param"] == "session.first_sentences"  # lyre's own, where the client put it
     assert errors[3]["code"] == "response_cancel_not_active"
     assert errors[4]["code"] == "item_truncate_invalid_item_id"
     assert errors[5]["param"] == "item.content"
@@ -255,7 +267,7 @@ def test_speech_over_a_reply_cancels_it_and_frees_its_slots(server: Server) -> N
     async def run() -> Talk:
         async with connect(_url(server), max_size=None) as ws:
             talk = Talk(ws)
-            await talk.send({"type": "session.update", "session": {**GA, "max_speech_tokens": 1500, "audio": {
+            await talk.send({"type": "session.update", "session": {**GA, "lyre": {"max_speech_tokens": 1500}, "audio": {
                 "input": {"transcription": {"language": "en"},
                           "turn_detection": {"type": "server_vad", "create_response": False}}}}})
             await talk.send({"type": "conversation.item.create", "item": {

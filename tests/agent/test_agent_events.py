@@ -100,7 +100,7 @@ def _burst(ws: ClientConnection, *events: dict[str, Any]) -> None:
 
 async def _open(agent: Server, **session: Any) -> Talk:
     ws = await connect(f"{agent.ws_url}/v1/realtime", max_size=None)
-    talk = Talk(ws)
+    talk = Talk(ws, lyre="lyre" in session)
     await talk.send({"type": "session.update", "session": {
         "type": "realtime", "max_speech_tokens": SHORT, "speculative": False,
         "audio": {"input": {"turn_detection": None}}, **session}})
@@ -167,7 +167,7 @@ def test_truncating_a_spoken_reply_answers_at_once_and_then_keeps_the_words_that
     history keeps whole words up to the cut and exactly the playing segment's words that end by then, and the
     next think step reads that."""
     async def run() -> tuple[Talk, int]:
-        talk = await _open(agent)
+        talk = await _open(agent, lyre={"events": True})  # lyre.conversation.item.heard is lyre's own event
         async with talk.ws:
             await talk.send(_say("Tell me a story."))
             await talk.send({"type": "response.create"})

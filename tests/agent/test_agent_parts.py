@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -54,21 +55,45 @@ def test_transcripts_compare_by_their_words() -> None:
 def test_updates_read_both_shapes_and_name_bad_fields() -> None:
     ga = read_agent_update({"type": "session.update", "session": {
         "type": "realtime", "instructions": "Hi", "audio": {"output": {"voice": "leo"}},
-        "speculative": False, "first_sentences": 3}}, AgentSettings(), supports_tools=False)
+        "lyre": {"speculative": False, "first_sentences": 3}}}, AgentSettings(), supports_tools=False).settings
     assert (ga.voice, ga.instructions, ga.speculative, ga.first_sentences, ga.names) == ("leo", "Hi", False, 3, GA)
+    older = read_agent_update({"type": "session.update", "session": {"type": "realtime", "speculative": False}},
+                              AgentSettings(), supports_tools=False).settings
+    assert older.speculative is False  # lyre's own fields at the top, as older lyre clients send them
     beta = read_agent_update({"type": "session.update", "session": {"voice": "zoe", "modalities": ["audio"]}},
-                             AgentSettings(), supports_tools=False)
+                             AgentSettings(), supports_tools=False).settings
     assert (beta.voice, beta.names) == ("zoe", BETA)
     assert input_update({"type": "session.update", "session": {"turn_detection": None, "voice": "x"}}) == {
         "type": "transcription_session.update", "session": {"turn_detection": None}}
-    for session, param in (({"type": "transcription"}, "session.type"),
-                           ({"voice": 7, "modalities": []}, "session.voice"),
+    with pytest.raises(RealtimeError) as refused:
+        read_agent_update({"type": "session.update", "session": {"type": "transcription"}}, AgentSettings(),
+                          supports_tools=False)
+    assert refused.value.param == "session.type"
+    # A field in error is named and left as it was; the rest of the update applies.
+    for session, param in (({"voice": 7, "modalities": ["audio"]}, "session.voice"),
                            ({"output_audio_format": "g711_ulaw", "voice": "tara"}, "session.output_audio_format"),
-                           ({"tools": [{"type": "function", "name": "f"}]}, "session.tools"),
-                           ({"speculative": "yes"}, "session.speculative")):
-        with pytest.raises(RealtimeError) as refused:
-            read_agent_update({"type": "session.update", "session": session}, AgentSettings(), supports_tools=False)
-        assert refused.value.param == param
+                           ({"type": "realtime", "lyre": {"speculative": "yes"}}, "session.lyre.speculative"),
+                           ({"type": "realtime", "output_modalities": ["video"]}, "session.output_modalities"),
+                           ({"type": "realtime", "tool_choice": "sometimes"}, "session.tool_choice"),
+                           ({"type": "realtime", "max_output_tokens": 0}, "session.max_output_tokens")):
+        update = read_agent_update({"type": "session.update", "session": {**session, "instructions": "Be brief."}},
+                                   AgentSettings(), supports_tools=False)
+        assert [e.param for e in update.errors] == [param] and not update.refused
+        assert update.settings.instructions == "Be brief."
+    # What the session can live without is not an error: it goes on without it, and says so.
+    tools = [{"type": "function", "name": "f", "parameters": {"type": "object", "properties": {}}}]
+    update = read_agent_update({"type": "session.update", "session": {
+        "type": "realtime", "instructions": "Be brief.", "tools": tools,
+        "audio": {"input": {"noise_reduction": {"type": "near_field"},
+                            "turn_detection": {"type": "semantic_vad", "idle_timeout_ms": 6000}},
+                  "output": {"speed": 1.25}}}}, AgentSettings(), supports_tools=False)
+    assert not update.errors
+    assert sorted(r.param for r in update.refused) == [
+        "session.audio.input.noise_reduction", "session.audio.output.speed", "session.tools",
+        "turn_detection.idle_timeout_ms"]
+    assert update.settings.instructions == "Be brief." and update.settings.tools == tuple(tools)
+    assert not read_agent_update({"type": "session.update", "session": {"type": "realtime", "tools": tools}},
+                                 AgentSettings(), supports_tools=True).refused
 
 
 class _Speech:
@@ -78,6 +103,7 @@ class _Speech:
         self._texts: asyncio.Queue[str | None] = asyncio.Queue()
         self.closed = False
         self.cuts: list[object] = []  # never runs out of tokens
+        self.frames = 0
 
     def push(self, text: str) -> None:
         self._texts.put_nowait(text)
@@ -114,7 +140,7 @@ class _Thinker:
     def __init__(self) -> None:
         self.asked: list[str] = []
 
-    async def reply(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Any:
+    async def reply(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], options: Any = None) -> Any:
         self.asked.append(messages[-1]["content"])
         for piece in ("Sure. ", "Here it is. ", "Bye."):
             await asyncio.sleep(0)
@@ -128,6 +154,7 @@ def _turn(said_early: str, said_final: str) -> tuple[list[dict[str, Any]], _Thin
 
     async def run() -> AgentSession:
         session = AgentSession(object(), _TTS(), thinker, events.append)  # type: ignore[arg-type]
+        session.settings = replace(session.settings, lyre_events=True)  # the response's lyre timing fields
         item = Utterance(start=0)
         early: asyncio.Future[Transcript] = asyncio.get_running_loop().create_future()
         early.set_result(Transcript(said_early, "en", 1.0, ()))
@@ -168,6 +195,7 @@ def test_a_response_asked_for_right_after_a_commit_waits_for_its_transcript() ->
 
     async def run() -> None:
         session = AgentSession(object(), _TTS(), thinker, events.append)  # type: ignore[arg-type]
+        session.settings = replace(session.settings, lyre_events=True)  # the response's lyre timing fields
         item = Utterance(start=0)
         session._heard({"type": "input_audio_buffer.committed", "item_id": item.id, "previous_item_id": None})
         await session.receive(json.dumps({"type": "response.create"}))
@@ -197,10 +225,10 @@ def test_trimming_the_conversation_never_orphans_a_tool_output() -> None:
     for turn in range(3 * MAX_ITEMS):  # the cut falls at every place of the turn in time
         conversation.add({"id": f"u{turn}", "type": "message", "role": "user", "text": "Weather?"})
         check(turn)
-        conversation.add_reply(f"a{turn}", "", 0, 0, [
-            {"id": f"c{turn}_{i}", "call_id": f"call_{turn}_{i}", "name": "get_weather", "arguments": "{}"}
-            for i in range(2)])  # two calls from one reply, then both outputs
-        check(turn)
+        for i in range(2):  # two calls from one reply, then both outputs
+            conversation.add_call({"id": f"c{turn}_{i}", "type": "function_call", "call_id": f"call_{turn}_{i}",
+                                   "name": "get_weather", "arguments": "{}"})
+            check(turn)
         for i in range(2):
             conversation.add({"id": f"o{turn}_{i}", "type": "function_call_output", "call_id": f"call_{turn}_{i}",
                               "output": "sunny"})
@@ -225,7 +253,7 @@ class _Scripted:
     def __init__(self, *pieces: str | ToolCallDelta) -> None:
         self.pieces = pieces
 
-    async def reply(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Any:
+    async def reply(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], options: Any = None) -> Any:
         for piece in self.pieces:
             await asyncio.sleep(0)
             yield piece

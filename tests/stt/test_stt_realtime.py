@@ -21,6 +21,7 @@ from speech import SENTENCES, normalise, speak_pcm16, wer
 
 from lyre.stt import STTConfig, Transcriber
 from lyre.stt.realtime import RealtimeConfig, RealtimeSession
+from lyre.stt.realtime_events import EAGERNESS_SILENCE_MS
 
 SILENCE_24K = bytes(2 * 24_000)  # one second of pcm16 at 24 kHz
 TRANSCRIPTION = "conversation.item.input_audio_transcription"
@@ -52,9 +53,11 @@ class Client:
         self._arrived.set()
 
     async def send(self, event: dict[str, Any] | str) -> dict[str, Any]:
-        """Send one event; the last event the session sent (its reply, when it replies at once)."""
+        """Send one event; its reply, when it replies at once: its first error if it had one (an update applies
+        what it can and names the rest), else the last event the session sent."""
+        before = len(self.events)
         await self.session.receive(event if isinstance(event, str) else json.dumps(event))
-        return self.events[-1]
+        return next((e for e in self.events[before:] if e["type"] == "error"), self.events[-1])
 
     async def append(self, pcm: bytes) -> dict[str, Any]:
         return await self.send({"type": "input_audio_buffer.append", "audio": base64.b64encode(pcm).decode()})
@@ -175,8 +178,11 @@ def test_bad_events_are_refused_by_name_and_the_session_goes_on(stt: Transcriber
                "44100 is not supported", "24000 or 16000", param="session.audio.input.format.rate")
         _error(await client.send({"type": "session.update", "session": {"type": "realtime"}}), "invalid_value",
                "transcription sessions only", param="session.type")
-        _error(await client.send(beta({"turn_detection": {"type": "semantic_vad"}})), "invalid_value",
-               "'semantic_vad' is not supported", param="session.turn_detection.type")
+        _error(await client.send(beta({"turn_detection": {"type": "semantic_vad", "eagerness": "eager"}})),
+               "invalid_value", "eagerness must be one of low, medium, auto, high",
+               param="session.turn_detection.eagerness")
+        _error(await client.send(beta({"turn_detection": {"type": "push_to_talk"}})), "invalid_value",
+               "'push_to_talk' is not supported", param="session.turn_detection.type")
         _error(await client.send(beta({"turn_detection": {"threshold": 2}})), "invalid_value", "threshold must be")
         _error(await client.send(beta({"input_audio_transcription": {"language": "xx"}})), "invalid_value",
                "ISO-639-1", param="session.input_audio_transcription.language")
@@ -198,6 +204,26 @@ def test_bad_events_are_refused_by_name_and_the_session_goes_on(stt: Transcriber
 
     client = asyncio.run(run())
     assert "works for me" in normalise(client.of(f"{TRANSCRIPTION}.completed")[0]["transcript"])
+
+
+def test_an_update_applies_what_it_can_and_semantic_vad_is_reported_as_set(stt: Transcriber) -> None:
+    async def run() -> Client:
+        client = Client(stt)
+        # The format is refused, by name; the transcription and the turn detection still apply.
+        await client.send({"type": "session.update", "event_id": "evt_1", "session": {
+            "type": "transcription", "audio": {"input": {
+                "format": {"type": "audio/pcm", "rate": 8000}, "transcription": {"language": "en"},
+                "turn_detection": {"type": "semantic_vad", "eagerness": "low"}}}}})
+        return client
+
+    client = asyncio.run(run())
+    (error,) = client.of("error")
+    assert error["error"]["param"] == "session.audio.input.format.rate" and error["error"]["event_id"] == "evt_1"
+    audio_in = client.of("session.updated")[-1]["session"]["audio"]["input"]
+    assert audio_in["format"]["rate"] == 24_000 and audio_in["transcription"]["language"] == "en"
+    assert audio_in["turn_detection"] == {"type": "semantic_vad", "eagerness": "low"}
+    vad = client.session.settings.turn_detection
+    assert vad is not None and vad.silence_duration_ms == EAGERNESS_SILENCE_MS["low"]
 
 
 def test_a_handler_that_fails_is_an_error_for_its_event_and_the_session_goes_on(

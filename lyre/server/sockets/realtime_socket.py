@@ -14,8 +14,14 @@ did not ask for. Beyond the session's own limits, the socket has these:
 
 - at most ``stt_max_sessions`` sockets at once: one more is accepted, told why
   in an ``error`` event, and closed with 1013 (try again later);
-- ``stt_idle_timeout_s`` with no client event and no transcription running
-  closes the socket (an ``error`` event, then 1000);
+- a transcription session with no client event and no transcription running
+  for ``stt_idle_timeout_s`` is closed (an ``error`` event, then 1000); a
+  conversation stays open while its client is there, however quiet (a person
+  may read a reply and think before typing), up to
+  ``realtime_max_session_s``, then it is closed as OpenAI's are (a
+  ``session_expired`` error, then 1000). A client that is gone without
+  closing is found by the server's WebSocket pings (``ws_ping_s``) and its
+  session freed;
 - a server without speech to text answers with an ``error`` event and closes
   with 1011;
 - a client that sends faster than it reads is read no further until it has
@@ -115,12 +121,21 @@ async def _serve(websocket: WebSocket, state: ServerState) -> None:
     session_id, session = _open_session(websocket, state, outbox.put_nowait)
     writer = asyncio.create_task(_write(websocket, outbox), name=f"lyre-realtime-{session_id}")
     close: tuple[int, str] | None = None  # None: the client closed, or left
+    loop = asyncio.get_running_loop()
+    expires = loop.time() + config.realtime_max_session_s
+    conversing = not _wants_transcription(websocket)
     try:
         while True:
+            wait = expires - loop.time() if conversing else config.stt_idle_timeout_s
             try:
-                async with asyncio.timeout(config.stt_idle_timeout_s):
+                async with asyncio.timeout(max(wait, 0.0)):
                     message = await websocket.receive()
             except TimeoutError:
+                if conversing:
+                    reason = f"the session reached its maximum duration of {config.realtime_max_session_s:g} s"
+                    session.report(RealtimeError(reason, "session_expired"))
+                    close = (status.WS_1000_NORMAL_CLOSURE, "session expired")
+                    break
                 if session.busy:  # the client is waiting for a transcript, not idle
                     continue
                 reason = f"no event for {config.stt_idle_timeout_s:g} s: session closed"
