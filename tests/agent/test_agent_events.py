@@ -66,8 +66,12 @@ class _Front:
         else:
             chunks = [_chunk({"content": "Hello there. "})]
 
+        # As an endpoint asked for stream_options.include_usage ends its stream.
+        usage = "data: " + json.dumps({"object": "chat.completion.chunk", "choices": [], "usage": {
+            "prompt_tokens": 11 * len(body["messages"]), "completion_tokens": 7, "total_tokens": 0}}) + "\n\n"
+
         async def answer() -> AsyncIterator[str]:
-            for chunk in [*chunks, "data: [DONE]\n\n"]:
+            for chunk in [*chunks, usage, "data: [DONE]\n\n"]:
                 yield chunk
 
         return StreamingResponse(answer(), media_type="text/event-stream")
@@ -316,3 +320,69 @@ def test_an_audio_item_that_cannot_be_transcribed_is_an_error_naming_the_part() 
                                                            "server_error")
     assert (garbled["code"], garbled["param"]) == ("invalid_audio", "item.content[1].audio")
     assert not [e for e in events if e["type"] == "conversation.item.done"]  # neither item joined
+
+
+def test_response_create_in_full_and_the_conversation_as_a_list_the_client_edits(agent: Server,
+                                                                                 front: _Front) -> None:
+    """An out-of-band written response on its own input beside the conversation, a spoken one with per-response
+    instructions and metadata, items placed by previous_item_id, retrieved and deleted; usage counted."""
+    async def run() -> Talk:
+        talk = await _open(agent)
+        async with talk.ws:
+            await talk.send({**_say("Say hello."), "item": {**_say("Say hello.")["item"], "id": "u1"}})
+            await talk.send({**_say("Be kind.", "system"), "previous_item_id": "root"})
+            await talk.until("conversation.item.done", count=2)
+            await talk.send({"type": "response.create", "response": {
+                "conversation": "none", "output_modalities": ["text"], "instructions": "Classify the request.",
+                "metadata": {"topic": "classify"}, "input": [{"type": "item_reference", "id": "u1"}]}})
+            await talk.until("response.done")
+            asked_out_of_band = front.asked[-1]
+            await talk.send({"type": "response.create", "response": {
+                "instructions": "Greet the user.", "metadata": {"client_event_id": "greet_1"}}})
+            spoken = (await talk.until("response.done", count=2))["response"]
+            await talk.send({"type": "conversation.item.retrieve", "item_id": spoken["output"][0]["id"]})
+            await talk.until("conversation.item.retrieved")
+            await talk.send({"type": "conversation.item.delete", "item_id": "u1"})
+            await talk.until("conversation.item.deleted")
+            await talk.send({"type": "conversation.item.retrieve", "item_id": "u1", "event_id": "evt_gone"})
+            await talk.until("error")
+            await talk.send({"type": "response.create"})
+            await talk.until("response.done", count=3)
+            talk.asked = [asked_out_of_band, *front.asked[-2:]]  # type: ignore[attr-defined]
+            return talk
+
+    talk = asyncio.run(run())
+    asked_out_of_band, asked_spoken, asked_after_delete = talk.asked  # type: ignore[attr-defined]
+    added = talk.of("conversation.item.added")
+    assert [(a["item"]["id"], a["previous_item_id"]) for a in added[:2]][0] == ("u1", None)
+    system = added[1]["item"]
+    assert system["role"] == "system" and added[1]["previous_item_id"] is None  # "root": first
+    # Out of band: its own input, its own instructions, written, and nothing of it in the conversation.
+    oob_created, spoken_created = (e["response"] for e in talk.of("response.created")[:2])
+    oob, spoken, last = (e["response"] for e in talk.of("response.done"))
+    assert oob_created["metadata"] == oob["metadata"] == {"topic": "classify"} and oob["conversation_id"] is None
+    assert asked_out_of_band == [{"role": "system", "content": "Classify the request."},
+                                 {"role": "user", "content": "Say hello."}]
+    written = "".join(e["delta"] for e in talk.of("response.output_text.delta"))
+    assert written == "Hello there. " == talk.of("response.output_text.done")[0]["text"]
+    assert oob["output"][0]["content"] == [{"type": "output_text", "text": written}]
+    assert not [a for a in added if a["item"]["id"] == oob["output"][0]["id"]]
+    assert oob["usage"]["input_tokens"] == 22 and oob["usage"]["output_token_details"] == {
+        "text_tokens": 7, "audio_tokens": 0}
+    # In the conversation: the greeting's instructions, its metadata back, its item after the last one.
+    assert spoken_created["metadata"] == spoken["metadata"] == {"client_event_id": "greet_1"}
+    assert asked_spoken[0] == {"role": "system", "content": "Greet the user."}
+    assert [m["content"] for m in asked_spoken[1:]] == ["Be kind.", "Say hello."]
+    (placed,) = [a for a in added if a["item"]["id"] == spoken["output"][0]["id"]]
+    assert placed["previous_item_id"] == "u1"
+    assert spoken["usage"]["output_token_details"]["audio_tokens"] > 0
+    assert spoken["usage"]["output_tokens"] == 7 + spoken["usage"]["output_token_details"]["audio_tokens"]
+    (retrieved,) = talk.of("conversation.item.retrieved")
+    assert retrieved["item"]["content"][0]["type"] == "output_audio"
+    assert retrieved["item"]["content"][0]["transcript"] == "Hello there. "
+    # Deleted: gone from what the think step reads, and a retrieve of it names it.
+    assert talk.of("conversation.item.deleted")[0]["item_id"] == "u1"
+    (error,) = talk.of("error")
+    assert error["error"]["code"] == "item_retrieve_invalid_item_id" and error["error"]["event_id"] == "evt_gone"
+    assert [m["content"] for m in asked_after_delete[1:]] == ["Be kind.", "Hello there. "]
+    assert last["status"] == "completed"
