@@ -49,7 +49,7 @@ from websockets.asyncio.client import connect
 from lyre.server import ServerConfig, create_app
 from lyre.server.calls.twilio_call import TwilioCalls
 from lyre.server.calls.twilio_media import FRAME_BYTES, PHONE_RATE, Outbound, ulaw_decode, ulaw_encode
-from lyre.server.calls.voice_call import Resampler
+from lyre.common.resample import Resampler
 from lyre.stt import TranscribeOptions, Transcriber
 from lyre.tts import ServingConfig
 

@@ -50,7 +50,7 @@ from aiortc.mediastreams import MediaStreamError
 from websockets.asyncio.client import connect
 from websockets.asyncio.server import serve
 
-from lyre.server.calls.voice_call import Resampler
+from lyre.common.resample import Resampler
 from lyre.server.calls.webrtc_audio import OutboundAudio, hear_sooner
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # the tests' caller

@@ -25,7 +25,7 @@ from aiortc.mediastreams import MediaStreamError
 from av import AudioFrame
 from openai import AsyncOpenAI
 
-from lyre.server.calls.voice_call import Resampler
+from lyre.common.resample import Resampler
 from lyre.server.calls.webrtc_audio import hear_sooner
 
 __all__ = ["CALLS", "Microphone", "Peer", "call"]

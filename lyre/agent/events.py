@@ -35,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from lyre.stt.realtime_events import RealtimeError, expect_object, new_id
+from lyre.stt.realtime_events import ENCODINGS, RealtimeError, expect_object, format_object, new_id
 
 __all__ = ["BETA", "GA", "AgentSettings", "EventNames", "SessionUpdate", "input_update", "new_id", "no_tools",
            "read_agent_update", "read_max_output_tokens", "read_modalities", "read_tool_choice", "read_tools",
@@ -80,6 +80,7 @@ class AgentSettings:
     tool_choice: str | dict[str, Any] = "auto"  # "auto", "none", "required" or {"type": "function", "name"}
     max_output_tokens: int | None = None  # the think step's tokens per response; None: "inf" (its own limit)
     modalities: tuple[str, ...] = ("audio",)  # ("audio",): spoken (with its transcript); ("text",): written
+    output_encoding: str = "pcm16"  # what audio deltas carry: pcm16 at 24 kHz, or G.711 (pcmu, pcma) at 8 kHz
     create_response: bool = True  # a detected end of turn starts a reply
     interrupt_response: bool = True  # speech while a reply plays cancels it (barge-in)
     speculative: bool = True  # start thinking at a possible end of turn
@@ -125,7 +126,7 @@ def read_agent_update(event: dict[str, Any], current: AgentSettings, supports_to
     read(lambda: _read_instructions(session, changes))
     read(lambda: _read_voice(session.get("voice") if beta else output.get("voice"),
                              "session.voice" if beta else "session.audio.output.voice", changes))
-    read(lambda: _read_output(session, output, beta, update))
+    read(lambda: _read_output(session, output, beta, update, changes))
     read(lambda: _read_modalities(session, beta, changes))
     if "tools" in session:
         def tools() -> None:
@@ -229,7 +230,8 @@ def session_object(settings: AgentSettings, heard: dict[str, Any], session_id: s
     if settings.names is BETA:
         return {"id": session_id, "object": "realtime.session", "model": model,
                 "modalities": ["audio", "text"] if settings.modalities == ("audio",) else ["text"],
-                "instructions": settings.instructions, "voice": settings.voice, "output_audio_format": "pcm16",
+                "instructions": settings.instructions, "voice": settings.voice,
+                "output_audio_format": ENCODINGS[settings.output_encoding][1],
                 "input_audio_format": heard.get("input_audio_format"),
                 "input_audio_transcription": heard.get("input_audio_transcription"),
                 "turn_detection": _detection(heard.get("turn_detection"), settings), "tools": list(settings.tools),
@@ -238,7 +240,7 @@ def session_object(settings: AgentSettings, heard: dict[str, Any], session_id: s
     audio_in["turn_detection"] = _detection(audio_in.get("turn_detection"), settings)
     return {"id": session_id, "object": "realtime.session", "type": "realtime", "model": model,
             "output_modalities": list(settings.modalities), "instructions": settings.instructions,
-            "audio": {"input": audio_in, "output": {"format": {"type": "audio/pcm", "rate": 24_000},
+            "audio": {"input": audio_in, "output": {"format": format_object(settings.output_encoding, 24_000),
                                                      "voice": settings.voice, "speed": 1.0}},
             "tools": list(settings.tools), "tool_choice": settings.tool_choice, "max_output_tokens": max_tokens,
             **own}
@@ -275,17 +277,24 @@ def _read_voice(voice: object, where: str, changes: dict[str, Any]) -> None:
     changes["voice"] = voice
 
 
-def _read_output(session: dict[str, Any], output: dict[str, Any], beta: bool, update: SessionUpdate) -> None:
+def _read_output(session: dict[str, Any], output: dict[str, Any], beta: bool, update: SessionUpdate,
+                 changes: dict[str, Any]) -> None:
     if beta:
-        if session.get("output_audio_format", "pcm16") != "pcm16":
-            raise RealtimeError(f"session.output_audio_format {session['output_audio_format']!r} is not supported: "
-                                "lyre speaks 'pcm16' (24 kHz)", param="session.output_audio_format")
+        if (fmt := session.get("output_audio_format")) is not None:
+            encoding = next((e for e, names in ENCODINGS.items() if names[1] == fmt), None)
+            if encoding is None:
+                raise RealtimeError(f"session.output_audio_format {fmt!r} is not supported: lyre speaks 'pcm16' "
+                                    "(24 kHz), 'g711_ulaw' or 'g711_alaw' (8 kHz)", param="session.output_audio_format")
+            changes["output_encoding"] = encoding
         return
     if (fmt := output.get("format")) is not None:
         fmt = expect_object(fmt, "session.audio.output.format")
-        if fmt.get("type") != "audio/pcm" or fmt.get("rate", 24_000) != 24_000:
+        encoding = next((e for e, names in ENCODINGS.items() if names[0] == fmt.get("type")), None)
+        if encoding is None or (encoding == "pcm16" and fmt.get("rate", 24_000) != 24_000):
             raise RealtimeError(f"session.audio.output.format {fmt!r} is not supported: lyre speaks "
-                                "{'type': 'audio/pcm', 'rate': 24000}", param="session.audio.output.format")
+                                "{'type': 'audio/pcm', 'rate': 24000}, {'type': 'audio/pcmu'} or "
+                                "{'type': 'audio/pcma'}", param="session.audio.output.format")
+        changes["output_encoding"] = encoding
     if (speed := output.get("speed")) is not None and speed != 1.0:
         update.refused.append(RealtimeError(f"session.audio.output.speed {speed!r}: lyre speaks at 1.0",
                                             param="session.audio.output.speed"))

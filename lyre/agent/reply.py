@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from lyre.agent.audio_out import AudioOut
 from lyre.agent.calls import ToolCalls
 from lyre.agent.events import EventNames, new_id
 from lyre.agent.gate import SentenceGate
@@ -37,6 +38,7 @@ from lyre.agent.heard import heard_words
 from lyre.agent.response_events import ResponseEvents
 from lyre.agent.think import ThinkError, Thinker, ThinkOptions, ThinkUsage, ToolCallDelta
 from lyre.stt import AlignedWord, WordAligner
+from lyre.stt.realtime_events import format_object
 from lyre.orpheus import FRAME_TOKENS
 from lyre.tts import SpeechOptions, Synthesizer, TextOptions
 
@@ -61,6 +63,7 @@ class ReplySpec:
     discarded: int = 0  # the session's speculative replies thrown away before this one
     language: str | None = None  # how the reply's text is read (the language the caller is heard in; None: English)
     modality: str = "audio"  # "audio": spoken, with its transcript; "text": written only
+    output_encoding: str = "pcm16"  # the audio deltas': pcm16 at 24 kHz, or G.711 (pcmu, pcma) at 8 kHz
     think: ThinkOptions = ThinkOptions()
     metadata: dict[str, str] | None = None  # the client's, echoed on response.created and .done
     in_conversation: bool = True  # False: out of band (conversation "none"); nothing of it joins the history
@@ -278,16 +281,21 @@ class Reply:
         self._events.send(self._events.text_delta, **self._events.where, delta=text)
 
     async def _audio(self, stream: Any) -> None:
+        out = AudioOut(self.spec.output_encoding)
         async for chunk in stream:
             if self.times.first_audio is None:
                 self.times.first_audio = time.perf_counter()
-            pcm = chunk.astype("<i2", copy=False).tobytes()
             self._pcm.append(chunk)
             self.audio_samples += len(chunk)
-            self._events.send(self.spec.names.audio_delta, **self._events.where,
-                              delta=base64.b64encode(pcm).decode("ascii"))
+            self._delta(out.push(chunk.astype("<i2", copy=False).tobytes()))
             self._tell_cuts(stream)
+        self._delta(out.flush())
         self._tell_cuts(stream)
+
+    def _delta(self, audio: bytes) -> None:
+        if audio:
+            self._events.send(self.spec.names.audio_delta, **self._events.where,
+                              delta=base64.b64encode(audio).decode("ascii"))
 
     def _tell_cuts(self, stream: Any) -> None:
         """The reply's segments that ended on their token budget since last told: words may be missing."""
@@ -329,7 +337,7 @@ class Reply:
                                               "cached_tokens": 0},
                       "output_token_details": {"text_tokens": text_out, "audio_tokens": self.audio_tokens}}}
         if spec.modality == "audio":
-            response["audio"] = {"output": {"format": {"type": "audio/pcm", "rate": _SAMPLE_RATE},
+            response["audio"] = {"output": {"format": format_object(spec.output_encoding, _SAMPLE_RATE),
                                             "voice": spec.voice}}
         if spec.lyre_events:
             response["lyre"] = {"timing": self.times.report(), "speculative": spec.held, "discarded": spec.discarded,

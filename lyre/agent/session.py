@@ -171,6 +171,7 @@ class AgentSession:
 
     async def transcribe(self, pcm: bytes) -> str:
         resampler = PcmResampler(self.ear.settings.rate)
+        pcm = self.ear.settings.pcm(pcm)
         audio = np.concatenate([resampler.push(pcm), resampler.flush()])
         transcript = await self._stt.transcribe(audio, self.ear.settings.options(), session=self.id)
         return transcript.text
@@ -318,6 +319,7 @@ class AgentSession:
                          first_sentences=settings.first_sentences if held else 0, held=held,
                          max_speech_tokens=settings.max_speech_tokens, discarded=self.wasted,
                          language=self.ear.settings.language, modality=request.modality,
+                         output_encoding=settings.output_encoding,
                          think=ThinkOptions(request.max_output_tokens, request.tool_choice), metadata=request.metadata,
                          in_conversation=request.in_conversation, conversation_id=self.conversation_id,
                          lyre_events=settings.lyre_events)

@@ -10,8 +10,8 @@ event naming the problem, and the session carries on.
 
 Client events: ``transcription_session.update`` (beta) and ``session.update``
 (GA), answered by ``transcription_session.updated`` / ``session.updated``;
-``input_audio_buffer.append`` (base64 pcm16 mono, 24 kHz, or 16 kHz if the
-session says so), ``input_audio_buffer.commit``, ``input_audio_buffer.clear``.
+``input_audio_buffer.append`` (base64 pcm16 mono, 24 kHz, or 16 kHz or G.711
+at 8 kHz if the session says so), ``input_audio_buffer.commit``, ``input_audio_buffer.clear``.
 
 An utterance, with server VAD (the default)::
 
@@ -174,7 +174,7 @@ class RealtimeSession:
             raise RealtimeError(f"audio: {exc}", "invalid_audio", "audio") from None
 
     async def _append(self, event: dict[str, Any]) -> None:
-        await self.push(append_audio(event))
+        await self.push(self.settings.pcm(append_audio(event)))
 
     def _commit(self, event: dict[str, Any]) -> None:
         self._flush_resampler(self.settings.rate)  # the client ended the audio here: the resampler's tail too

@@ -22,7 +22,8 @@ fields taking the defaults. ``turn_detection: null`` turns detection off: the
 client commits each utterance itself. Fields for features lyre does not have
 (noise reduction, logprobs, response creation) are accepted and ignored, so
 clients that always send them still work; anything lyre cannot honour as
-asked (another audio encoding, a voice session) is refused. An update is
+asked (another audio encoding or rate, a voice session) is refused. Input
+audio may be pcm16 (24 or 16 kHz) or G.711 (mu-law or A-law, 8 kHz). An update is
 read group by group (format, transcription, turn detection): a group that
 is refused is named in an ``error`` event and the others still apply.
 
@@ -43,18 +44,21 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from lyre.common.g711 import alaw_decode, ulaw_decode
 from lyre.stt.whisper import TranscribeOptions
 from lyre.stt.vad import VADConfig
 
 __all__ = [
-    "DEFAULT_MODEL", "EAGERNESS_SILENCE_MS", "RATES", "RealtimeError", "SessionSettings", "act_on", "append_audio", "error_event", "expect_object",
-    "new_id", "parse_event", "read_input_rate", "read_transcription", "read_turn_detection", "read_update",
+    "DEFAULT_MODEL", "EAGERNESS_SILENCE_MS", "ENCODINGS", "G711_RATE", "RATES", "RealtimeError", "SessionSettings", "act_on", "append_audio", "error_event", "expect_object",
+    "new_id", "parse_event", "format_object", "read_input_format", "read_transcription", "read_turn_detection", "read_update",
     "session_object", "vad_object",
 ]
 
 DEFAULT_MODEL = "whisper-1"  # what clients name; lyre transcribes with whichever Whisper it serves
 RATES = (24_000, 16_000)  # pcm16 input rates taken: OpenAI's one, and Whisper's own
-_G711 = ("g711_ulaw", "g711_alaw", "audio/pcmu", "audio/pcma")
+G711_RATE = 8_000  # G.711 (audio/pcmu, audio/pcma; beta's g711_ulaw, g711_alaw) is always 8 kHz
+# Each encoding's names: GA's format type, beta's format string.
+ENCODINGS = {"pcm16": ("audio/pcm", "pcm16"), "pcmu": ("audio/pcmu", "g711_ulaw"), "pcma": ("audio/pcma", "g711_alaw")}
 # semantic_vad: the silence that ends a turn by eagerness (OpenAI's waits up to 8, 4 and 2 s at low, medium
 # and high for its model to be sure; here the VAD's silence is the fallback and Smart Turn the model).
 EAGERNESS_SILENCE_MS = {"low": 1500, "medium": 800, "auto": 800, "high": 500}
@@ -79,11 +83,18 @@ class RealtimeError(Exception):
 class SessionSettings:
     """One session's settings; the defaults are OpenAI's for a transcription session."""
 
-    rate: int = 24_000  # of the pcm16 the client appends
+    rate: int = 24_000  # of the audio the client appends
+    encoding: str = "pcm16"  # a key of ENCODINGS: pcm16, or G.711 at 8 kHz
     model: str = DEFAULT_MODEL
     language: str | None = None  # None: detected
     prompt: str | None = None
     turn_detection: VADConfig | None = field(default_factory=VADConfig)  # None: the client commits
+
+    def pcm(self, audio: bytes) -> bytes:
+        """The client's audio, in its encoding, as pcm16 at ``rate``."""
+        if self.encoding == "pcmu":
+            return ulaw_decode(audio)
+        return alaw_decode(audio) if self.encoding == "pcma" else audio
 
     def options(self) -> TranscribeOptions:
         """The final pass's options: the REST endpoint's for the same language and prompt, on the live window."""
@@ -168,14 +179,20 @@ def session_object(settings: SessionSettings, session_id: str, shape: Shape) -> 
     vad = settings.turn_detection
     turn_detection = None if vad is None else vad_object(vad)
     if shape == "beta":
-        return {"id": session_id, "object": "realtime.transcription_session", "input_audio_format": "pcm16",
+        return {"id": session_id, "object": "realtime.transcription_session",
+                "input_audio_format": ENCODINGS[settings.encoding][1],
                 "input_audio_transcription": transcription, "turn_detection": turn_detection,
                 "input_audio_noise_reduction": None, "include": None}
     return {"type": "transcription", "id": session_id, "object": "realtime.transcription_session",
-            "audio": {"input": {"format": {"type": "audio/pcm", "rate": settings.rate},
+            "audio": {"input": {"format": format_object(settings.encoding, settings.rate),
                                 "transcription": transcription, "turn_detection": turn_detection,
                                 "noise_reduction": None}},
             "include": None}
+
+
+def format_object(encoding: str, rate: int) -> dict[str, Any]:
+    """A GA audio format: ``{"type": "audio/pcm", "rate": R}``, or G.711's type alone."""
+    return {"type": "audio/pcm", "rate": rate} if encoding == "pcm16" else {"type": ENCODINGS[encoding][0]}
 
 
 def vad_object(vad: VADConfig) -> dict[str, Any]:
@@ -195,7 +212,7 @@ def _read(current: SessionSettings, parts: dict[str, Any], where: str, format_ke
     refused: list[RealtimeError] = []
     try:
         if format_key in parts:
-            changes["rate"] = read_input_rate(parts[format_key], f"{where}.{format_key}")
+            changes["encoding"], changes["rate"] = read_input_format(parts[format_key], f"{where}.{format_key}")
     except RealtimeError as exc:
         refused.append(exc)
     # null transcription would mean "do not transcribe", which a transcription session cannot mean:
@@ -213,22 +230,24 @@ def _read(current: SessionSettings, parts: dict[str, Any], where: str, format_ke
     return replace(current, **changes), refused
 
 
-def read_input_rate(value: object, param: str) -> int:
-    """The sample rate of a pcm16 format: beta's ``"pcm16"`` or GA's ``{"type": "audio/pcm", "rate": R}``."""
-    if value == "pcm16":
-        return 24_000
+def read_input_format(value: object, param: str) -> tuple[str, int]:
+    """The encoding and sample rate of an audio format: beta's ``"pcm16"``, ``"g711_ulaw"``, ``"g711_alaw"``,
+    or GA's ``{"type": "audio/pcm", "rate": R}``, ``{"type": "audio/pcmu"}``, ``{"type": "audio/pcma"}``."""
     kind = value.get("type") if isinstance(value, dict) else value
-    if kind in _G711:
-        raise RealtimeError(f"{param} {kind!r} is not supported: lyre takes pcm16 (16-bit little-endian mono "
-                            "PCM) at 24000 Hz, or at 16000 Hz with session.update", param=param)
+    for encoding, names in ENCODINGS.items():
+        if kind in names and encoding != "pcm16":
+            return encoding, G711_RATE
+    if value == "pcm16":
+        return "pcm16", 24_000
     if not isinstance(value, dict) or kind != "audio/pcm":
-        raise RealtimeError(f"{param} must be 'pcm16' or {{\"type\": \"audio/pcm\", \"rate\": 24000}}, "
-                            f"got {value!r}", param=param)
+        raise RealtimeError(f"{param} must be 'pcm16', 'g711_ulaw', 'g711_alaw' or {{\"type\": \"audio/pcm\", "
+                            f"\"rate\": 24000}}, {{\"type\": \"audio/pcmu\"}}, {{\"type\": \"audio/pcma\"}}, got "
+                            f"{value!r}", param=param)
     rate = value.get("rate", 24_000)
     if isinstance(rate, bool) or rate not in RATES:
-        raise RealtimeError(f"{param}.rate {rate!r} is not supported: send pcm16 at 24000 or 16000 Hz",
-                            param=f"{param}.rate")
-    return int(rate)
+        raise RealtimeError(f"{param}.rate {rate!r} is not supported: send pcm16 at 24000 or 16000 Hz, or G.711 "
+                            "(audio/pcmu, audio/pcma) at 8000 Hz", param=f"{param}.rate")
+    return "pcm16", int(rate)
 
 
 def read_transcription(value: object, param: str, check_language: Callable[[str | None], None]) -> dict[str, Any]:

@@ -222,7 +222,7 @@ def test_bad_input_is_named_and_the_session_goes_on(server: Server) -> None:
             talk = Talk(ws)
             bad = [
                 {"type": "session.update", "session": {"type": "realtime", "audio": {
-                    "output": {"format": {"type": "audio/pcmu"}}}}},
+                    "output": {"format": {"type": "audio/opus"}}}}},
                 {"type": "session.update", "session": {"type": "realtime", "audio": {
                     "input": {"format": {"type": "audio/pcm", "rate": 44_100}}}}},
                 {"type": "session.update", "session": {"first_sentences": 0}},

@@ -386,3 +386,25 @@ def test_response_create_in_full_and_the_conversation_as_a_list_the_client_edits
     assert error["error"]["code"] == "item_retrieve_invalid_item_id" and error["error"]["event_id"] == "evt_gone"
     assert [m["content"] for m in asked_after_delete[1:]] == ["Be kind.", "Hello there. "]
     assert last["status"] == "completed"
+
+
+def test_telephone_audio_out_is_g711_at_8_khz(agent: Server) -> None:
+    """A session that asks for G.711 out gets each reply's audio as A-law at 8 kHz (a byte a sample), the
+    session and the response saying so."""
+    async def run() -> Talk:
+        talk = await _open(agent, lyre={"events": True}, audio={"input": {"turn_detection": None},
+                                                               "output": {"format": {"type": "audio/pcma"}}})
+        async with talk.ws:
+            await talk.send(_say("Say hello."))
+            await talk.send({"type": "response.create"})
+            await talk.until("response.done")
+            return talk
+
+    talk = asyncio.run(run())
+    assert not talk.of("error")
+    assert talk.of("session.updated")[-1]["session"]["audio"]["output"]["format"] == {"type": "audio/pcma"}
+    done = talk.of("response.done")[0]["response"]
+    assert done["audio"]["output"]["format"] == {"type": "audio/pcma"}
+    alaw = b"".join(base64.b64decode(e["delta"]) for e in talk.of("response.output_audio.delta"))
+    seconds = done["lyre"]["audio_seconds"]
+    assert seconds > 0.3 and abs(len(alaw) - 8_000 * seconds) <= 0.01 * 8_000 * seconds + 32

@@ -71,7 +71,7 @@ def test_updates_read_both_shapes_and_name_bad_fields() -> None:
     assert refused.value.param == "session.type"
     # A field in error is named and left as it was; the rest of the update applies.
     for session, param in (({"voice": 7, "modalities": ["audio"]}, "session.voice"),
-                           ({"output_audio_format": "g711_ulaw", "voice": "tara"}, "session.output_audio_format"),
+                           ({"output_audio_format": "g722", "voice": "tara"}, "session.output_audio_format"),
                            ({"type": "realtime", "lyre": {"speculative": "yes"}}, "session.lyre.speculative"),
                            ({"type": "realtime", "output_modalities": ["video"]}, "session.output_modalities"),
                            ({"type": "realtime", "tool_choice": "sometimes"}, "session.tool_choice"),

@@ -17,8 +17,9 @@ from typing import Any
 
 import numpy as np
 import pytest
-from speech import SENTENCES, normalise, speak_pcm16, wer
+from speech import SENTENCES, normalise, speak, speak_pcm16, wer
 
+from lyre.common.g711 import alaw_encode, ulaw_encode
 from lyre.stt import STTConfig, Transcriber
 from lyre.stt.realtime import RealtimeConfig, RealtimeSession
 from lyre.stt.realtime_events import EAGERNESS_SILENCE_MS
@@ -146,6 +147,31 @@ def test_manual_commits_transcribe_everything_since_the_last_one(stt: Transcribe
     assert wer([SENTENCES[6], SENTENCES[2]], [d["transcript"] for d in done]) <= MAX_WER, done
 
 
+@pytest.mark.parametrize("fmt, encode", [({"type": "audio/pcmu"}, ulaw_encode), ("g711_alaw", alaw_encode)])
+def test_telephone_audio_is_taken_as_it_comes(stt: Transcriber, fmt: Any, encode: Any) -> None:
+    """G.711 at 8 kHz (a phone line's audio, passed through by a client), either law, either shape."""
+    async def run() -> Client:
+        client = Client(stt)
+        shape = ({"type": "session.update", "session": {"type": "transcription", "audio": {"input": {
+            "format": fmt, "turn_detection": None}}}} if isinstance(fmt, dict) else
+                 {"type": "transcription_session.update", "session": {"input_audio_format": fmt,
+                                                                       "turn_detection": None}})
+        updated = await client.send(shape)
+        assert updated["type"].endswith("session.updated"), updated
+        phone = (np.clip(speak(SENTENCES[6], 8_000), -1, 1) * 32767).astype("<i2").tobytes()
+        await client.append(encode(phone))
+        await client.send({"type": "input_audio_buffer.commit"})
+        await client.wait_for(f"{TRANSCRIPTION}.completed")
+        await client.session.close()
+        return client
+
+    client = asyncio.run(run())
+    updated = client.of("session.updated") or client.of("transcription_session.updated")
+    shown = updated[0]["session"]
+    assert (shown["audio"]["input"]["format"] if isinstance(fmt, dict) else shown["input_audio_format"]) == fmt
+    assert wer([SENTENCES[6]], [client.of(f"{TRANSCRIPTION}.completed")[0]["transcript"]]) <= MAX_WER
+
+
 def test_bad_events_are_refused_by_name_and_the_session_goes_on(stt: Transcriber) -> None:
     def pcm_event(audio: str) -> dict[str, Any]:
         return {"type": "input_audio_buffer.append", "audio": audio}
@@ -171,9 +197,9 @@ def test_bad_events_are_refused_by_name_and_the_session_goes_on(stt: Transcriber
         _error(await client.send(pcm_event("@@@@")), "invalid_audio", "not valid base64")
         _error(await client.send(pcm_event(base64.b64encode(b"abc").decode())), "invalid_audio", "2-byte", "3 bytes")
         _error(await client.send(pcm_event("A" * 300_000)), "message_too_large", "over the limit of 200000")
-        _error(await client.send(beta({"input_audio_format": "g711_ulaw"})), "invalid_value", "'g711_ulaw' is not supported",
-               "pcm16", param="session.input_audio_format")
-        _error(await client.send(ga({"format": {"type": "audio/pcmu"}})), "invalid_value", "'audio/pcmu' is not supported")
+        _error(await client.send(beta({"input_audio_format": "g722"})), "invalid_value", "must be 'pcm16', 'g711_ulaw'",
+               param="session.input_audio_format")
+        _error(await client.send(ga({"format": {"type": "audio/opus"}})), "invalid_value", "'audio/opus'")
         _error(await client.send(ga({"format": {"type": "audio/pcm", "rate": 44_100}})), "invalid_value",
                "44100 is not supported", "24000 or 16000", param="session.audio.input.format.rate")
         _error(await client.send({"type": "session.update", "session": {"type": "realtime"}}), "invalid_value",

@@ -18,10 +18,9 @@ import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import numpy as np
 from aiosipua import SdpMessage, SdpNegotiationError
 
-from lyre.server.calls.twilio_media import ulaw_decode, ulaw_encode
+from lyre.common.g711 import alaw_decode, alaw_encode, ulaw_decode, ulaw_encode
 
 __all__ = ["CODECS", "DTMF_KEYS", "Codec", "JitterBuffer", "RtpPacket", "TelephoneEvents", "alaw_decode",
            "alaw_encode", "offer_codec", "offer_dtmf", "read_rtp", "rtp_packet"]
@@ -29,40 +28,6 @@ __all__ = ["CODECS", "DTMF_KEYS", "Codec", "JitterBuffer", "RtpPacket", "Telepho
 RTP_HEADER = 12
 MAX_RTP_BYTES = 1500  # one Ethernet frame: a G.711 packet of 20 ms is 172 bytes
 DTMF_KEYS = "0123456789*#ABCD"  # RFC 4733's events 0 to 15
-
-
-def _alaw_encode_table() -> np.ndarray:
-    """The A-law byte of every pcm16 value, indexed by the value's two bytes as a uint16, shape (65536,)."""
-    pcm = np.arange(65536, dtype=np.uint16).view(np.int16).astype(np.int32) >> 3  # 13-bit
-    negative = pcm < 0
-    magnitude = np.where(negative, -pcm - 1, pcm)
-    segment = np.searchsorted(np.array([0x1F, 0x3F, 0x7F, 0xFF, 0x1FF, 0x3FF, 0x7FF, 0xFFF]), magnitude)
-    step = np.where(segment < 2, magnitude >> 1, magnitude >> np.maximum(segment, 1)) & 0x0F
-    code = np.where(segment >= 8, 0x7F, (np.minimum(segment, 7) << 4) | step)
-    return (code ^ np.where(negative, 0x55, 0xD5)).astype(np.uint8)
-
-
-def _alaw_decode_table() -> np.ndarray:
-    """The pcm16 value of every A-law byte, shape (256,)."""
-    code = np.arange(256, dtype=np.int32) ^ 0x55
-    segment = (code & 0x70) >> 4
-    step = (code & 0x0F) << 4
-    magnitude = np.where(segment == 0, step + 8, (step + 0x108) << np.maximum(segment - 1, 0))
-    return np.where(code & 0x80, magnitude, -magnitude).astype("<i2")
-
-
-_ALAW_ENCODE = _alaw_encode_table()
-_ALAW_DECODE = _alaw_decode_table()
-
-
-def alaw_encode(pcm: bytes) -> bytes:
-    """pcm16 (little-endian) to A-law, a byte a sample."""
-    return _ALAW_ENCODE[np.frombuffer(pcm, dtype="<u2")].tobytes()
-
-
-def alaw_decode(alaw: bytes) -> bytes:
-    """A-law to pcm16 (little-endian), two bytes a sample."""
-    return _ALAW_DECODE[np.frombuffer(alaw, dtype=np.uint8)].tobytes()
 
 
 @dataclass(frozen=True)

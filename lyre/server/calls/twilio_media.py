@@ -7,18 +7,17 @@ caller's playback is by Twilio's marks. Plain Python and numpy; no transport her
     playback.echoed(name, now)                   # Twilio played up to the mark
     cut = playback.clear(now)                    # a barge-in: each reply cut short, and how much was heard
 
-The mu-law tables follow G.711 as the C reference (and Python's old ``audioop``) computes it: a 14-bit
-magnitude, biased by 33, in 8 segments of 16 steps, every bit inverted. ``audioop`` is gone in Python
-3.13; two table look-ups do the same work.
+The mu-law codec is lyre.common.g711's.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 
-from lyre.server.calls.voice_call import OUTPUT_RATE, Resampler
+from lyre.common.g711 import ulaw_decode, ulaw_encode
+from lyre.common.resample import Resampler
+from lyre.server.calls.voice_call import OUTPUT_RATE
 
 __all__ = ["FRAME_BYTES", "FRAME_MS", "PHONE_RATE", "Outbound", "Playback", "ulaw_decode", "ulaw_encode"]
 
@@ -27,37 +26,6 @@ FRAME_MS = 20  # what Twilio sends, and what lyre sends back
 FRAME_BYTES = PHONE_RATE * FRAME_MS // 1000  # one byte a sample
 _SILENCE = 0xFF  # mu-law's zero
 _REPLIES_KEPT = 8  # replies whose place in the audio sent is kept
-
-
-def _encode_table() -> np.ndarray:
-    """The mu-law byte of every pcm16 value, indexed by the value's two bytes as a uint16, shape (65536,)."""
-    pcm = np.arange(65536, dtype=np.uint16).view(np.int16).astype(np.int32) >> 2  # 14-bit
-    negative = pcm < 0
-    magnitude = np.minimum(np.where(negative, -pcm, pcm), 8159) + 33
-    segment = np.searchsorted(np.array([0x3F, 0x7F, 0xFF, 0x1FF, 0x3FF, 0x7FF, 0xFFF, 0x1FFF]), magnitude)
-    code = np.where(segment >= 8, 0x7F, (segment << 4) | ((magnitude >> (segment + 1)) & 0xF))
-    return (code ^ np.where(negative, 0x7F, 0xFF)).astype(np.uint8)
-
-
-def _decode_table() -> np.ndarray:
-    """The pcm16 value of every mu-law byte, shape (256,)."""
-    code = ~np.arange(256, dtype=np.int32) & 0xFF
-    magnitude = (((code & 0x0F) << 3) + 0x84) << ((code & 0x70) >> 4)
-    return np.where(code & 0x80, 0x84 - magnitude, magnitude - 0x84).astype("<i2")
-
-
-_ENCODE = _encode_table()
-_DECODE = _decode_table()
-
-
-def ulaw_encode(pcm: bytes) -> bytes:
-    """pcm16 (little-endian) to mu-law, a byte a sample."""
-    return _ENCODE[np.frombuffer(pcm, dtype="<u2")].tobytes()
-
-
-def ulaw_decode(ulaw: bytes) -> bytes:
-    """mu-law to pcm16 (little-endian), two bytes a sample."""
-    return _DECODE[np.frombuffer(ulaw, dtype=np.uint8)].tobytes()
 
 
 class Outbound:

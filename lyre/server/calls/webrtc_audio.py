@@ -19,7 +19,8 @@ from aiortc.mediastreams import MediaStreamError
 from av import AudioFrame
 
 from lyre.agent.events import new_id
-from lyre.server.calls.voice_call import OUTPUT_RATE, Resampler
+from lyre.common.resample import Resampler
+from lyre.server.calls.voice_call import OUTPUT_RATE
 
 __all__ = ["InOrder", "OutboundAudio", "hear_sooner"]
 
