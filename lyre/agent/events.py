@@ -19,7 +19,7 @@ and so on); a GA session never sees one.
 An update applies field by field: a field that is wrong (a bad type, an
 unknown voice) is named in an ``error`` event and the rest still applies. A
 field lyre cannot honour but the session can live without (tools where the
-chat model takes none, noise reduction, another speed, a hosted prompt) is
+chat model takes none, noise reduction, a hosted prompt) is
 not an error: the session goes on without it, and ``session.updated`` says
 so under ``lyre.refused``. ``lyre`` holds lyre's own settings (also taken at
 the top of ``session``, as older lyre clients send them); with
@@ -45,6 +45,7 @@ _MAX_INSTRUCTIONS = 16_000
 _MAX_TOOLS = 32
 _MAX_FIRST_SENTENCES = 8
 _MAX_OUTPUT_TOKENS = 4096  # the think step's tokens for one response
+_MIN_SPEED, _MAX_SPEED = 0.25, 1.5  # audio.output.speed, as OpenAI's realtime sessions take it
 _LYRE_FIELDS = ("events", "speculative", "first_sentences", "smart_turn", "max_speech_tokens")
 
 
@@ -81,6 +82,7 @@ class AgentSettings:
     max_output_tokens: int | None = None  # the think step's tokens per response; None: "inf" (its own limit)
     modalities: tuple[str, ...] = ("audio",)  # ("audio",): spoken (with its transcript); ("text",): written
     output_encoding: str = "pcm16"  # what audio deltas carry: pcm16 at 24 kHz, or G.711 (pcmu, pcma) at 8 kHz
+    speed: float = 1.0  # how fast replies play, their pitch kept (OpenAI's realtime range: 0.25 to 1.5)
     create_response: bool = True  # a detected end of turn starts a reply
     interrupt_response: bool = True  # speech while a reply plays cancels it (barge-in)
     speculative: bool = True  # start thinking at a possible end of turn
@@ -241,7 +243,7 @@ def session_object(settings: AgentSettings, heard: dict[str, Any], session_id: s
     return {"id": session_id, "object": "realtime.session", "type": "realtime", "model": model,
             "output_modalities": list(settings.modalities), "instructions": settings.instructions,
             "audio": {"input": audio_in, "output": {"format": format_object(settings.output_encoding, 24_000),
-                                                     "voice": settings.voice, "speed": 1.0}},
+                                                     "voice": settings.voice, "speed": settings.speed}},
             "tools": list(settings.tools), "tool_choice": settings.tool_choice, "max_output_tokens": max_tokens,
             **own}
 
@@ -295,9 +297,11 @@ def _read_output(session: dict[str, Any], output: dict[str, Any], beta: bool, up
                                 "{'type': 'audio/pcm', 'rate': 24000}, {'type': 'audio/pcmu'} or "
                                 "{'type': 'audio/pcma'}", param="session.audio.output.format")
         changes["output_encoding"] = encoding
-    if (speed := output.get("speed")) is not None and speed != 1.0:
-        update.refused.append(RealtimeError(f"session.audio.output.speed {speed!r}: lyre speaks at 1.0",
-                                            param="session.audio.output.speed"))
+    if (speed := output.get("speed")) is not None:
+        if isinstance(speed, bool) or not isinstance(speed, (int, float)) or not _MIN_SPEED <= speed <= _MAX_SPEED:
+            raise RealtimeError(f"session.audio.output.speed must be a number from {_MIN_SPEED} to {_MAX_SPEED}, "
+                                f"got {speed!r}", param="session.audio.output.speed")
+        changes["speed"] = float(speed)
 
 
 def _read_modalities(session: dict[str, Any], beta: bool, changes: dict[str, Any]) -> None:

@@ -64,6 +64,7 @@ class ReplySpec:
     language: str | None = None  # how the reply's text is read (the language the caller is heard in; None: English)
     modality: str = "audio"  # "audio": spoken, with its transcript; "text": written only
     output_encoding: str = "pcm16"  # the audio deltas': pcm16 at 24 kHz, or G.711 (pcmu, pcma) at 8 kHz
+    speed: float = 1.0  # how fast the audio plays (a time stretch, pitch kept); its times are as played
     think: ThinkOptions = ThinkOptions()
     metadata: dict[str, str] | None = None  # the client's, echoed on response.created and .done
     in_conversation: bool = True  # False: out of band (conversation "none"); nothing of it joins the history
@@ -160,7 +161,8 @@ class Reply:
 
     @property
     def audio_ms(self) -> float:
-        return 1000 * self.audio_samples / _SAMPLE_RATE
+        """How long the reply's audio so far plays (at its speed)."""
+        return 1000 * self.audio_samples / _SAMPLE_RATE / self.spec.speed
 
     def call(self, item_id: str) -> dict[str, Any]:
         """The function call whose item is ``item_id``, as it stands (its arguments may still be streaming)."""
@@ -175,7 +177,9 @@ class Reply:
     async def heard(self, heard_ms: float, aligner: WordAligner) -> tuple[str, list[AlignedWord]]:
         """What the listener heard in the reply's first ``heard_ms``, by its words (lyre.agent.heard)."""
         segments = self._stream.segments_so_far() if self._stream is not None else []
-        return await heard_words(segments, self._pcm, _SAMPLE_RATE, heard_ms, aligner, ("truncate", self.id))
+        made_ms = heard_ms * self.spec.speed  # the words are placed in the audio as made
+        text, words = await heard_words(segments, self._pcm, _SAMPLE_RATE, made_ms, aligner, ("truncate", self.id))
+        return text, [AlignedWord(w.text, w.start / self.spec.speed, w.end / self.spec.speed) for w in words]
 
     # -- the work --
 
@@ -281,13 +285,13 @@ class Reply:
         self._events.send(self._events.text_delta, **self._events.where, delta=text)
 
     async def _audio(self, stream: Any) -> None:
-        out = AudioOut(self.spec.output_encoding)
+        out = AudioOut(self.spec.output_encoding, self.spec.speed)
         async for chunk in stream:
             if self.times.first_audio is None:
                 self.times.first_audio = time.perf_counter()
             self._pcm.append(chunk)
             self.audio_samples += len(chunk)
-            self._delta(out.push(chunk.astype("<i2", copy=False).tobytes()))
+            self._delta(out.push(chunk))
             self._tell_cuts(stream)
         self._delta(out.flush())
         self._tell_cuts(stream)
@@ -341,5 +345,5 @@ class Reply:
                                             "voice": spec.voice}}
         if spec.lyre_events:
             response["lyre"] = {"timing": self.times.report(), "speculative": spec.held, "discarded": spec.discarded,
-                                "audio_seconds": round(self.audio_samples / _SAMPLE_RATE, 3)}
+                                "audio_seconds": round(self.audio_ms / 1000, 3)}
         return response

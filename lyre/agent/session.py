@@ -319,7 +319,7 @@ class AgentSession:
                          first_sentences=settings.first_sentences if held else 0, held=held,
                          max_speech_tokens=settings.max_speech_tokens, discarded=self.wasted,
                          language=self.ear.settings.language, modality=request.modality,
-                         output_encoding=settings.output_encoding,
+                         output_encoding=settings.output_encoding, speed=settings.speed,
                          think=ThinkOptions(request.max_output_tokens, request.tool_choice), metadata=request.metadata,
                          in_conversation=request.in_conversation, conversation_id=self.conversation_id,
                          lyre_events=settings.lyre_events)

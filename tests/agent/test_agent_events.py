@@ -388,12 +388,13 @@ def test_response_create_in_full_and_the_conversation_as_a_list_the_client_edits
     assert last["status"] == "completed"
 
 
-def test_telephone_audio_out_is_g711_at_8_khz(agent: Server) -> None:
+def test_telephone_audio_out_is_g711_at_8_khz_and_at_the_speed_asked(agent: Server) -> None:
     """A session that asks for G.711 out gets each reply's audio as A-law at 8 kHz (a byte a sample), the
-    session and the response saying so."""
+    session and the response saying so; at speed 1.25 it plays in 1/1.25 of the time (its made audio, time-
+    stretched with its pitch kept), and the response's audio seconds are as played."""
     async def run() -> Talk:
-        talk = await _open(agent, lyre={"events": True}, audio={"input": {"turn_detection": None},
-                                                               "output": {"format": {"type": "audio/pcma"}}})
+        talk = await _open(agent, lyre={"events": True}, audio={
+            "input": {"turn_detection": None}, "output": {"format": {"type": "audio/pcma"}, "speed": 1.25}})
         async with talk.ws:
             await talk.send(_say("Say hello."))
             await talk.send({"type": "response.create"})
@@ -402,9 +403,12 @@ def test_telephone_audio_out_is_g711_at_8_khz(agent: Server) -> None:
 
     talk = asyncio.run(run())
     assert not talk.of("error")
-    assert talk.of("session.updated")[-1]["session"]["audio"]["output"]["format"] == {"type": "audio/pcma"}
+    output = talk.of("session.updated")[-1]["session"]["audio"]["output"]
+    assert output["format"] == {"type": "audio/pcma"} and output["speed"] == 1.25
     done = talk.of("response.done")[0]["response"]
     assert done["audio"]["output"]["format"] == {"type": "audio/pcma"}
     alaw = b"".join(base64.b64decode(e["delta"]) for e in talk.of("response.output_audio.delta"))
-    seconds = done["lyre"]["audio_seconds"]
-    assert seconds > 0.3 and abs(len(alaw) - 8_000 * seconds) <= 0.01 * 8_000 * seconds + 32
+    seconds = done["lyre"]["audio_seconds"]  # as played
+    made = done["usage"]["output_token_details"]["audio_tokens"] / 7 * 2048 / 24_000  # frames made, before trim
+    assert 0.3 < seconds <= made / 1.25 + 0.01
+    assert abs(len(alaw) - 8_000 * seconds) <= 0.01 * 8_000 * seconds + 32

@@ -75,7 +75,8 @@ def test_updates_read_both_shapes_and_name_bad_fields() -> None:
                            ({"type": "realtime", "lyre": {"speculative": "yes"}}, "session.lyre.speculative"),
                            ({"type": "realtime", "output_modalities": ["video"]}, "session.output_modalities"),
                            ({"type": "realtime", "tool_choice": "sometimes"}, "session.tool_choice"),
-                           ({"type": "realtime", "max_output_tokens": 0}, "session.max_output_tokens")):
+                           ({"type": "realtime", "max_output_tokens": 0}, "session.max_output_tokens"),
+                           ({"type": "realtime", "audio": {"output": {"speed": 2.0}}}, "session.audio.output.speed")):
         update = read_agent_update({"type": "session.update", "session": {**session, "instructions": "Be brief."}},
                                    AgentSettings(), supports_tools=False)
         assert [e.param for e in update.errors] == [param] and not update.refused
@@ -89,8 +90,8 @@ def test_updates_read_both_shapes_and_name_bad_fields() -> None:
                   "output": {"speed": 1.25}}}}, AgentSettings(), supports_tools=False)
     assert not update.errors
     assert sorted(r.param for r in update.refused) == [
-        "session.audio.input.noise_reduction", "session.audio.output.speed", "session.tools",
-        "turn_detection.idle_timeout_ms"]
+        "session.audio.input.noise_reduction", "session.tools", "turn_detection.idle_timeout_ms"]
+    assert update.settings.speed == 1.25
     assert update.settings.instructions == "Be brief." and update.settings.tools == tuple(tools)
     assert not read_agent_update({"type": "session.update", "session": {"type": "realtime", "tools": tools}},
                                  AgentSettings(), supports_tools=True).refused

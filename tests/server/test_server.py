@@ -93,7 +93,8 @@ def test_sse_sends_delta_events_then_done_with_usage(server: Server) -> None:
 
 
 @pytest.mark.parametrize(("body", "needle"), [
-    ({"input": "Hi.", "speed": 1.5}, "speed"),
+    ({"input": "Hi.", "speed": 5}, "speed"),
+    ({"input": "Hi.", "speed": 0.1}, "speed"),
     ({"input": "Hi.", "voice": "nobody"}, "unknown voice 'nobody'"),
     ({"input": "Hi.", "response_format": "ogg"}, "response_format"),
     ({"input": 5}, "input"),
@@ -309,6 +310,30 @@ def test_a_whole_file_with_its_words_comes_as_one_json_answer(server: Server) ->
     assert abs(answer["duration"] - duration) < 0.01
     words = answer["words"]
     _check_words([w["text"] for w in words], [w["start"] for w in words], [w["end"] for w in words], WORDS_TEXT, duration)
+
+
+def test_speed_plays_the_same_speech_faster_and_its_words_follow(server: Server) -> None:
+    """OpenAI's speed (0.25-4.0), as every OpenAI TTS client sends it: the audio as made, time-stretched with
+    its pitch kept (what each speed's answer holds, against the same seed's at 1.0), and the words' times
+    told as played."""
+    def spoken(speed: float) -> dict[str, Any]:
+        response = httpx.post(f"{server.url}/v1/audio/speech", timeout=60, json={
+            "input": WORDS_TEXT, "voice": "tara", "response_format": "wav", "timestamps": True, "speed": speed,
+            "max_tokens": WORDS_TOKENS, "seed": 3, "trim_silence": False})
+        assert response.status_code == 200, response.text
+        return response.json()
+
+    plain, fast, slow = spoken(1.0), spoken(2.0), spoken(0.5)
+    assert plain["duration"] > 0.5
+    for answer, speed in ((fast, 2.0), (slow, 0.5)):
+        with wave.open(io.BytesIO(base64.b64decode(answer["audio"]))) as wav:
+            duration = wav.getnframes() / wav.getframerate()
+            assert wav.getframerate() == SAMPLE_RATE
+        assert abs(answer["duration"] - duration) < 0.01
+        assert abs(duration - plain["duration"] / speed) < 0.05 * plain["duration"] / speed, (duration, speed)
+        words = answer["words"]
+        _check_words([w["text"] for w in words], [w["start"] for w in words], [w["end"] for w in words], WORDS_TEXT,
+                     duration)
 
 
 def test_asking_for_word_times_wrongly_is_named(server: Server) -> None:

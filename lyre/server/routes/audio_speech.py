@@ -14,6 +14,7 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException
 
+from lyre.common.tempo import MAX_SPEED, MIN_SPEED, TimeStretch
 from lyre.server.aligner import word_timestamps
 from lyre.server.body_limit import ServerLimitRoute
 from lyre.server.encoding import FORMATS, make_encoder
@@ -45,7 +46,8 @@ class SpeechRequest(BaseModel):
     voice: str | None = Field(None, min_length=1, max_length=100,
                               description="A voice of the model, or an OpenAI voice name; default: the model's first")
     response_format: ResponseFormat = "mp3"
-    speed: float = Field(1.0, gt=0, le=4.0, description="Only 1.0: Orpheus cannot change its speaking rate")
+    speed: float = Field(1.0, ge=MIN_SPEED, le=MAX_SPEED, description="How fast the speech plays, its pitch kept "
+                         "(a time stretch of the audio as made; word timestamps follow it)")
     stream_format: Literal["audio", "sse"] = "audio"
     instructions: str | None = Field(None, max_length=4096)
     temperature: float | None = Field(None, ge=0, le=2.0)
@@ -114,8 +116,6 @@ async def create_speech(body: SpeechRequest, request: Request) -> StreamingRespo
     tts = state.require_tts()
     if state.draining:
         raise HTTPException(503, "server is shutting down")
-    if body.speed != 1.0:
-        raise InvalidParam(f"speed: {body.speed} is not supported; Orpheus speaks at its own rate (use 1.0)", "speed")
     if body.instructions:
         raise InvalidParam("instructions: not supported by Orpheus; put emotive tags such as <laugh> in the input",
                            "instructions")
@@ -147,14 +147,15 @@ async def create_speech(body: SpeechRequest, request: Request) -> StreamingRespo
     timer = state.word_timer(("speech", id(stream))) if body.timestamps else None
     media = {"sse": "text/event-stream", "json": "application/json"}.get(api, encoder.content_type)
     headers = {"X-Lyre-SSML-Warnings": "; ".join(stream.warnings)[:2000]} if stream.warnings else None
-    return StreamingResponse(_body(state, stream, encoder, api, received, exits, timer), media_type=media,
-                             headers=headers)
+    return StreamingResponse(_body(state, stream, encoder, api, received, exits, timer, TimeStretch(body.speed)),
+                             media_type=media, headers=headers)
 
 
 async def _body(state: ServerState, stream: Any, encoder: StreamEncoder, api: str, received: float,
-                exits: AsyncExitStack, timer: WordTimer | None) -> AsyncIterator[bytes]:
-    """Encode chunks as they come (the "json" answer: all at the end); on disconnect the task is
-    cancelled and everything is freed."""
+                exits: AsyncExitStack, timer: WordTimer | None, stretch: TimeStretch) -> AsyncIterator[bytes]:
+    """Encode chunks as they come, played at ``stretch``'s speed (the "json" answer: all at the end); on
+    disconnect the task is cancelled and everything is freed. Words are placed in the audio as made, and
+    their times told as it plays."""
     metrics = state.metrics
     outcome = "cancelled"
     encoded: list[bytes] = []  # the "json" answer's audio
@@ -167,7 +168,7 @@ async def _body(state: ServerState, stream: Any, encoder: StreamEncoder, api: st
                 metrics.ttfa.labels(api).observe(time.perf_counter() - received)
             if stream.streamed:
                 heard = metrics.count_underruns(api, stream.clock.gaps, heard)
-            if data := encoder.feed(chunk):
+            if data := encoder.feed(stretch.push(chunk)):
                 if api == "sse":
                     yield _sse({"type": "speech.audio.delta", "audio": base64.b64encode(data).decode()})
                 elif api == "json":
@@ -181,9 +182,9 @@ async def _body(state: ServerState, stream: Any, encoder: StreamEncoder, api: st
             if timer is not None:  # after the audio: word times never hold it back
                 timer.add(chunk)
                 timer.follow(stream.spoken)
-                for event in _word_events(timer.ready(), api, words):
+                for event in _word_events(timer.ready(), api, words, stretch):
                     yield event
-        tail = encoder.finish()
+        tail = encoder.feed(stretch.flush()) + encoder.finish()
         if timer is not None:
             timer.follow(stream.spoken)
         if api == "sse":
@@ -192,7 +193,7 @@ async def _body(state: ServerState, stream: Any, encoder: StreamEncoder, api: st
             for event in _cut_events(stream, told):
                 yield event
             if timer is not None:
-                for event in _word_events(await timer.rest(), api, words):
+                for event in _word_events(await timer.rest(), api, words, stretch):
                     yield event
             prompt_tokens = stream.prompt_tokens
             output_tokens = 7 * stream.frames
@@ -204,10 +205,10 @@ async def _body(state: ServerState, stream: Any, encoder: StreamEncoder, api: st
             yield _sse(done)
         elif api == "json":
             if timer is not None:
-                words.extend(w for found in await timer.rest() for w in found)
+                words.extend(_played(w, stretch) for found in await timer.rest() for w in found)
             audio = base64.b64encode(encoder.whole(b"".join(encoded) + tail)).decode()
             yield json.dumps({"audio": audio, "content_type": encoder.content_type,
-                              "duration": round(stream.audio_seconds, 3),
+                              "duration": round(stretch.seconds_out, 3),
                               "words": [{"text": w.text, "start": w.start, "end": w.end} for w in words],
                               "cut_segments": [cut.event() for cut in stream.cuts],
                               "spoken_text": _spoken_text(stream), "warnings": stream.warnings}).encode()
@@ -240,9 +241,16 @@ def _spoken_text(stream: Any) -> str:
     return " ".join(s.said.spoken if s.said is not None else s.text for s in stream.segments_so_far())
 
 
-def _word_events(aligned: list[list[AlignedWord]], api: str, words: list[AlignedWord]) -> Iterator[bytes]:
-    """Each segment's words: an SSE event each, and all of them kept in ``words``."""
+def _played(word: AlignedWord, stretch: TimeStretch) -> AlignedWord:
+    """A word's times in the audio as played (at the stretch's speed), from its times as made."""
+    return AlignedWord(word.text, stretch.seconds(word.start), stretch.seconds(word.end))
+
+
+def _word_events(aligned: list[list[AlignedWord]], api: str, words: list[AlignedWord],
+                 stretch: TimeStretch) -> Iterator[bytes]:
+    """Each segment's words, as played: an SSE event each, and all of them kept in ``words``."""
     for found in aligned:
+        found = [_played(w, stretch) for w in found]
         words.extend(found)
         if found and api == "sse":
             yield _sse({"type": "speech.word_timestamps", "word_timestamps": word_timestamps(found)})
