@@ -16,6 +16,11 @@ if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null || !
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium chromium-driver espeak-ng redis-server \
     haproxy nginx sip-tester baresip >/dev/null
 fi
+# The Realtime agent's client frameworks, each in its own release, in a virtual environment of their own
+# (tests/clients/requirements.txt says why); the JS Agents SDK from the npm registry.
+[ -x .venv-clients/bin/python ] || python3 -m venv .venv-clients
+.venv-clients/bin/python -m pip install -q -r tests/clients/requirements.txt
+(cd tests/clients/js && npm ci --no-audit --no-fund --silent)
 # Two workers (LYRE_TEST_WORKERS; 0: none), each taking whole test files: a file's shared server
 # starts once, and one worker's tests wait on real-time audio while the other's compute. Files go out
 # longest first (tests/conftest.py).

@@ -32,7 +32,7 @@ import numpy as np
 from lyre.agent.client_events import ClientEvents
 from lyre.agent.conversation import LAST, Conversation, item_object
 from lyre.agent.end_of_turn import EndOfTurn, confirm_end, threshold_for
-from lyre.agent.events import BETA, AgentSettings, SessionUpdate, new_id, session_object
+from lyre.agent.events import BETA, GA, AgentSettings, SessionUpdate, new_id, session_object
 from lyre.agent.replies import Replies
 from lyre.agent.reply import Reply, ReplySpec
 from lyre.agent.response_request import ResponseRequest
@@ -65,13 +65,14 @@ class AgentSession:
                  emit: Callable[[dict[str, Any]], None], config: AgentConfig = AgentConfig(),
                  end_of_turn: EndOfTurn | None = None,
                  admit: Callable[[], AbstractAsyncContextManager[Any]] | None = None,
-                 aligner: WordAligner | None = None) -> None:
+                 aligner: WordAligner | None = None, beta: bool = False) -> None:
         """``end_of_turn``: a semantic end-of-turn model; ``admit``: the server's admission of a speech stream
         (each reply holds one while it thinks and speaks; refused, the reply fails saying why); ``aligner``:
-        what places a cut reply's words in its audio (default: the transcriber's Whisper)."""
+        what places a cut reply's words in its audio (default: the transcriber's Whisper); ``beta``: the client
+        speaks the beta protocol (it said so with ``OpenAI-Beta: realtime=v1``), so the session opens in it."""
         self.id = new_id("sess")
         self.config = config
-        self.settings = AgentSettings()
+        self.settings = AgentSettings(names=BETA if beta else GA)
         self.conversation = Conversation()
         self._stt = transcriber
         self._tts = tts

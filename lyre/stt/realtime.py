@@ -1,6 +1,6 @@
 """A realtime transcription session: OpenAI's transcription events in, transcription events out.
 
-    session = RealtimeSession(transcriber, emit)     # emits transcription_session.created
+    session = RealtimeSession(transcriber, emit)     # emits transcription_session.created (GA: session.created)
     await session.receive(text)                      # one client event, as JSON text
     await session.close()                            # when the socket closes: cancels its passes
 
@@ -55,6 +55,7 @@ from lyre.stt.audio import SAMPLE_RATE, AudioError
 from lyre.stt.realtime_buffer import AudioBuffer
 from lyre.stt.realtime_events import (
     RealtimeError,
+    Shape,
     SessionSettings,
     act_on,
     append_audio,
@@ -96,7 +97,10 @@ class RealtimeSession:
     """One client's transcription session; see the module docstring."""
 
     def __init__(self, transcriber: Transcriber, emit: Callable[[dict[str, Any]], None],
-                 config: RealtimeConfig = RealtimeConfig(), listener: TurnListener | None = None) -> None:
+                 config: RealtimeConfig = RealtimeConfig(), listener: TurnListener | None = None,
+                 shape: Shape = "beta") -> None:
+        """``shape``: how the session opens: ``transcription_session.created`` (beta) or ``session.created``
+        (GA; a GA client never sees a beta name)."""
         self.id = new_id("sess")
         self.config = config
         self.settings = SessionSettings()
@@ -111,7 +115,8 @@ class RealtimeSession:
                                       None if listener is None else listener.transcribed)
         self._turns = Turns(self._buffer, self._utterances, self._send, int(config.max_buffer_s * SAMPLE_RATE),
                             listener)
-        self._send("transcription_session.created", session=session_object(self.settings, self.id, "beta"))
+        self._send("transcription_session.created" if shape == "beta" else "session.created",
+                   session=session_object(self.settings, self.id, shape))
 
     @property
     def busy(self) -> bool:

@@ -49,7 +49,7 @@ from lyre.stt.whisper import TranscribeOptions
 from lyre.stt.vad import VADConfig
 
 __all__ = [
-    "DEFAULT_MODEL", "EAGERNESS_SILENCE_MS", "ENCODINGS", "G711_RATE", "RATES", "RealtimeError", "SessionSettings", "act_on", "append_audio", "error_event", "expect_object",
+    "DEFAULT_MODEL", "EAGERNESS_SILENCE_MS", "ENCODINGS", "G711_RATE", "RATES", "RealtimeError", "SessionSettings", "Shape", "act_on", "append_audio", "error_event", "expect_object",
     "new_id", "parse_event", "format_object", "read_input_format", "read_transcription", "read_turn_detection", "read_update",
     "session_object", "vad_object",
 ]

@@ -99,7 +99,7 @@ def test_a_server_that_cannot_talk_refuses_a_conversation_and_says_how_to_transc
     message = json.loads(refusal.response.body)["error"]["message"]
     assert "cannot hold a conversation" in message and "intent=transcription" in message
     _, event = asyncio.run(_first_event(base + "?intent=transcription"))
-    assert event["type"] == "transcription_session.created"
+    assert event["type"] == "session.created" and event["session"]["type"] == "transcription"
 
 
 def test_word_times_voice_uploads_and_calls_work_behind_the_router(fleet: Fleet) -> None:

@@ -72,9 +72,13 @@ def _append(pcm: bytes) -> str:
     return json.dumps({"type": "input_audio_buffer.append", "audio": base64.b64encode(pcm).decode()})
 
 
-async def _transcribe(ws: ClientConnection, pcm: bytes) -> dict[str, Any]:
-    """One utterance with a manual commit, appended in 100 ms pieces as fast as they go; its completed event."""
-    assert (await _event(ws))["type"] == "transcription_session.created"
+BETA_HEADER = {"OpenAI-Beta": "realtime=v1"}  # what OpenAI's beta clients send; GA clients send nothing
+
+
+async def _transcribe(ws: ClientConnection, pcm: bytes, beta: bool = False) -> dict[str, Any]:
+    """One utterance with a manual commit, appended in 100 ms pieces as fast as they go; its completed event.
+    The session opens in the shape the client speaks (``beta``: it sent the beta header)."""
+    assert (await _event(ws))["type"] == ("transcription_session.created" if beta else "session.created")
     await ws.send(json.dumps(MANUAL))
     assert (await _event(ws))["type"] == "transcription_session.updated"
     for i in range(0, len(pcm), 4800):
@@ -116,7 +120,7 @@ def test_speech_streamed_in_real_time_is_transcribed_while_it_is_spoken(server: 
     received, last_speech_sent = asyncio.run(run())
     events = [event for _, event in received]
     kinds = [e["type"] for e in events if e["type"] != f"{TRANSCRIPTION}.delta"]
-    assert kinds == ["transcription_session.created", "session.updated", "input_audio_buffer.speech_started",
+    assert kinds == ["session.created", "session.updated", "input_audio_buffer.speech_started",
                      "input_audio_buffer.speech_stopped", "input_audio_buffer.committed", COMPLETED]
     deltas = [(when, e) for when, e in received if e["type"] == f"{TRANSCRIPTION}.delta"]
     assert deltas, "no deltas"
@@ -157,9 +161,9 @@ def test_rest_and_websocket_both_transcribe_the_same_audio(server: Server) -> No
 
 def test_two_sessions_at_once_both_complete(server: Server) -> None:
     async def run() -> list[dict[str, Any]]:
-        async with connect(_url(server)) as a, connect(_url(server)) as b:
+        async with connect(_url(server)) as a, connect(_url(server), additional_headers=BETA_HEADER) as b:
             return await asyncio.gather(_transcribe(a, speak_pcm16(SENTENCES[6])),
-                                        _transcribe(b, speak_pcm16(SENTENCES[2])))
+                                        _transcribe(b, speak_pcm16(SENTENCES[2]), beta=True))
 
     first, second = asyncio.run(run())
     heard = [first["transcript"], second["transcript"]]
@@ -189,7 +193,7 @@ def test_sessions_over_the_limit_are_told_to_try_again_later(server: Server) -> 
     async def run() -> None:
         sockets = [await connect(_url(server)) for _ in range(limit)]
         for ws in sockets:
-            assert (await _event(ws))["type"] == "transcription_session.created"
+            assert (await _event(ws))["type"] == "session.created"
         async with connect(_url(server)) as extra:
             error = await _event(extra)
             assert error["type"] == "error" and error["error"]["code"] == "session_limit"
@@ -201,7 +205,7 @@ def test_sessions_over_the_limit_are_told_to_try_again_later(server: Server) -> 
         # Once one has gone, there is room again (its handler ends just after the close).
         for _ in range(50):
             async with connect(_url(server)) as again:
-                if (await _event(again))["type"] == "transcription_session.created":
+                if (await _event(again))["type"] == "session.created":
                     break
             await asyncio.sleep(0.05)
         else:
@@ -273,7 +277,7 @@ def test_the_api_key_is_checked_on_the_handshake(local: _Local) -> None:
         assert await refused(local.url, {"Authorization": "Bearer wrong"}) == 403
         for url, headers in ((local.url + "&api_key=sesame", None), (local.url, {"Authorization": "Bearer sesame"})):
             async with connect(url, additional_headers=headers) as ws:
-                assert (await _event(ws))["type"] == "transcription_session.created"
+                assert (await _event(ws))["type"] == "session.created"
 
     with changed(local, config=replace(local.state.config, api_key="sesame")):
         asyncio.run(run())

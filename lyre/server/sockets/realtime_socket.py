@@ -98,20 +98,27 @@ def _wants_transcription(websocket: WebSocket) -> bool:
     return websocket.query_params.get("intent") == "transcription"
 
 
+def _speaks_beta(websocket: WebSocket) -> bool:
+    """The client speaks the beta protocol: OpenAI's beta clients say so in a header, GA clients do not."""
+    return websocket.headers.get("openai-beta", "").replace(" ", "").startswith("realtime=")
+
+
 def _open_session(websocket: WebSocket, state: ServerState, emit: Any) -> tuple[str, _Session]:
-    """The session the handshake asks for: a transcription session, or else a conversation."""
+    """The session the handshake asks for: a transcription session, or else a conversation, opened in the
+    shape the client speaks."""
     config, stt = state.config, state.stt
     assert stt is not None
     realtime = RealtimeConfig(max_buffer_s=config.stt_max_buffer_s)
+    beta = _speaks_beta(websocket)
     if _wants_transcription(websocket):
-        session: Any = RealtimeSession(stt, emit, realtime)
+        session: Any = RealtimeSession(stt, emit, realtime, shape="beta" if beta else "ga")
     else:
         assert state.tts is not None and state.thinker is not None  # the handshake was refused otherwise
         agent = agent_config(state, websocket.query_params.get("model"))
         # A reply holds a stream slot like any speech stream, but is not refused when the streams already
         # running fall behind: a turn left unanswered is worse than a late one. It queues instead.
         session = AgentSession(stt, state.tts, state.thinker, emit, agent, state.end_of_turn,
-                               admit=state.admission.slot, aligner=state.aligner)
+                               admit=state.admission.slot, aligner=state.aligner, beta=beta)
     return session.id, session
 
 
