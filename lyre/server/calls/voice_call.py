@@ -17,14 +17,20 @@ out: the reply's history is cut there (`heard`), by what the transport sent or i
 WebRTC track counts the samples it sent, a phone stream has Twilio's marks), not by the session's
 playback clock, which takes the audio to have played at real time from its first delta and so counts
 every gap where the speech fell behind as heard.
+
+A call's client events are the session's, with what only media calls take, as OpenAI's WebRTC and SIP
+calls take it: ``output_audio_buffer.clear`` stops the reply playing now (its history cut to what went
+out; a WebRTC track that was playing says ``output_audio_buffer.cleared``); and the output format is the transport's
+(Opus on WebRTC, G.711 on a phone line), so a ``session.update``'s ``audio.output.format`` is not the
+client's to set and is left out.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import json
 from typing import Any, Protocol
-
 
 from lyre.agent import AgentSession
 from lyre.common.resample import Resampler
@@ -84,7 +90,23 @@ class VoiceCall:
 
     async def receive(self, text: str) -> None:
         """A client event, as JSON text; a problem with it comes back as an ``error`` event."""
+        try:
+            event = json.loads(text)
+        except (ValueError, RecursionError):
+            event = None  # the session names what is wrong with it
+        if isinstance(event, dict) and event.get("type") == "output_audio_buffer.clear":
+            self._clear_output(event)
+            return
+        if isinstance(event, dict) and event.get("type") == "session.update" and isinstance(
+                output := ((event.get("session") or {}).get("audio") or {}).get("output"), dict):
+            output.pop("format", None)  # the transport's, not the client's
+            text = json.dumps(event)
         await self.session.receive(text)
+
+    def _clear_output(self, event: dict[str, Any]) -> None:
+        """``output_audio_buffer.clear``: the reply playing stops now, as at a barge-in (the sink that was
+        playing says ``output_audio_buffer.cleared``, as at a barge-in)."""
+        self.hush()
 
     def report(self, error: RealtimeError, client_event_id: str | None = None) -> None:
         self.session.report(error, client_event_id)

@@ -127,6 +127,41 @@ def test_speech_over_a_reply_clears_its_audio_and_cancels_it(server: Server) -> 
     assert _settles(server, "lyre_engine_running")
 
 
+def test_the_client_clears_the_output_audio_as_the_js_sdk_interrupts(server: Server) -> None:
+    """``output_audio_buffer.clear`` (OpenAI's Agents SDK for JS sends it on ``interrupt()`` over WebRTC): the
+    reply stops at once, as at a barge-in, and its format settings are the track's, not the client's."""
+    async def run() -> tuple[Peer, float]:
+        peer, call_id = await call(server.url, {**SESSION, "max_speech_tokens": 1500, "audio": {
+            "input": {"transcription": {"language": "en"},
+                      "turn_detection": {"type": "server_vad", "create_response": False}},
+            "output": {"voice": "tara", "format": {"type": "audio/pcmu"}}}})
+        peer.send({"type": "conversation.item.create", "item": {
+            "type": "message", "role": "user", "content": [{"type": "input_text", "text": IN_TWO_PARTS}]}})
+        peer.send({"type": "response.create"})
+        await peer.until("output_audio_buffer.started")
+        peer.send({"type": "output_audio_buffer.clear"})
+        await peer.until("output_audio_buffer.cleared")
+        cleared_at = time.monotonic()
+        await peer.until("response.done")
+        await asyncio.sleep(1.0)  # time for any sound still coming
+        async with httpx.AsyncClient(base_url=server.url) as http:
+            assert (await http.delete(f"{CALLS}/{call_id}")).status_code == 204
+        await peer.close()
+        return peer, cleared_at
+
+    try:
+        peer, cleared_at = asyncio.run(run())
+    finally:  # the cancelled think step's wait for its second sentence ends
+        SECOND_PART.set()
+        time.sleep(0.2)
+        SECOND_PART.clear()
+    assert not peer.of("error")
+    assert peer.events[1]["session"]["audio"]["output"]["format"] == {"type": "audio/pcm", "rate": 24_000}
+    assert peer.of("response.done")[0]["response"]["status"] == "cancelled"
+    assert not [t for t in peer.loud_at if t > cleared_at + 0.5]
+    assert _settles(server, "lyre_engine_running")
+
+
 def test_a_barge_in_keeps_in_the_history_what_the_track_sent_not_the_time_since_it_began(server: Server) -> None:
     # A reply that runs dry: its think step stalls between its two sentences (tests/scripted_thinker.py)
     # until the first has played out, and the track sends silence meanwhile. The caller speaks over the
