@@ -1,10 +1,12 @@
 """The realtime sessions a server holds: sockets, WebRTC calls and phone streams counted together against
-``--stt-max-sessions``, and the agent settings each conversation opens with, whatever its transport."""
+``--stt-max-sessions``; the calls a backend may attach to (``/v1/realtime?call_id=``: a sideband); and the
+agent settings each conversation opens with, whatever its transport."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any, Protocol
 
 from fastapi import FastAPI
 
@@ -12,14 +14,28 @@ from lyre.agent import AgentConfig
 from lyre.server.state import ServerState
 from lyre.stt import RealtimeConfig
 
-__all__ = ["RealtimeSessions", "agent_config"]
+__all__ = ["Attachable", "RealtimeSessions", "agent_config"]
+
+
+class Attachable(Protocol):
+    """A call a backend may attach to over a WebSocket, as OpenAI's sideband connections do."""
+
+    def attach(self, listener: Callable[[dict[str, Any] | None], None]) -> Callable[[], None]:
+        """``listener`` gets every event of the call's session from now on, and None once the call is over;
+        the result detaches it."""
+        ...
+
+    def sideband(self, text: str) -> None:
+        """A client event from an attached backend, as JSON text, taken in order with the caller's."""
+        ...
 
 
 class RealtimeSessions:
-    """The app's count of open realtime sockets, against its limit."""
+    """The app's count of open realtime sockets, against its limit, and its calls by id."""
 
     def __init__(self) -> None:
         self.open = 0
+        self.calls: dict[str, Attachable] = {}
 
     @classmethod
     def of(cls, app: FastAPI) -> RealtimeSessions:
@@ -34,6 +50,15 @@ class RealtimeSessions:
             yield
         finally:
             self.open -= 1
+
+    @contextmanager
+    def call(self, call_id: str, call: Attachable) -> Iterator[None]:
+        """A call that may be attached to, while it lasts."""
+        self.calls[call_id] = call
+        try:
+            yield
+        finally:
+            self.calls.pop(call_id, None)
 
 
 def agent_config(state: ServerState, model: str | None) -> AgentConfig:

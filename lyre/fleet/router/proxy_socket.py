@@ -136,11 +136,15 @@ async def _connect(ws: WebSocket, state: RouterState, identity: Identity,
     offered = [p.strip() for p in ws.headers.get("sec-websocket-protocol", "").split(",") if p.strip()]
     failed: list[str] = []
     refused: tuple[str, HandshakeResponse] | None = None  # (server, its refusal): passed on if no other takes it
+    call = ws.query_params.get("call_id")  # a backend attaching to a call: the server holding it, and no other
     for attempt in range(2):
-        route = state.choose(identity, service, path, exclude=failed)
-        if route is None:
-            break
-        url = route.server
+        if call is not None:
+            if attempt > 0 or (url := state.holder(call)) is None:
+                break
+        else:
+            if (route := state.choose(identity, service, path, exclude=failed)) is None:
+                break
+            url = route.server
         try:
             conn = await connect("ws" + url.removeprefix("http") + target, additional_headers=headers,
                                  subprotocols=offered or None, open_timeout=state.config.connect_timeout_s,
@@ -162,11 +166,12 @@ async def _connect(ws: WebSocket, state: RouterState, identity: Identity,
         return None
     state.metrics.failures.labels("no_answer" if failed else "no_server").inc()
     reason = (f"no server answered: tried {', '.join(failed)}" if failed
+              else f"no server in the fleet holds call {call!r}" if call is not None
               else _NONE_SERVES.get(service or "", f"no server in the fleet serves {service} now"))
     if accepted:
         await ws.close(_TRY_AGAIN_LATER, reason[:120])  # a close reason is at most 123 bytes
     else:
-        await ws.send_denial_response(error_response(502 if failed else 503, reason))
+        await ws.send_denial_response(error_response(502 if failed else 404 if call is not None else 503, reason))
     return None
 
 

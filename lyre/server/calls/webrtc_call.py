@@ -62,6 +62,7 @@ class Call:
         self.out = OutboundAudio(self.event)
         self._channel: RTCDataChannel | None = None
         self._unsent: list[str] = []  # events before the caller's data channel is open
+        self._attached: list[Callable[[dict[str, Any] | None], None]] = []  # backends' sockets (sideband)
         self._inbox: asyncio.Queue[str] = asyncio.Queue()
         self._inbox_chars = 0
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -89,6 +90,8 @@ class Call:
             self._errors.append(event["error"]["message"])
         if event["type"] == "response.done":
             self.out.finish(event["response"]["id"])
+        for listener in list(self._attached):
+            listener(event)
         text = json.dumps(event)
         channel = self._channel
         if channel is None or channel.readyState != "open":
@@ -128,7 +131,29 @@ class Call:
         return self.pc.localDescription.sdp
 
     def hold(self, sessions: RealtimeSessions) -> None:
+        """The call counts against the server's sessions, and a backend may attach to it, until it is freed."""
         self._held.enter_context(sessions.hold())
+        self._held.enter_context(sessions.call(self.id, self))
+        self._held.callback(self._call_over)
+
+    # -- a backend attached (lyre.server.sessions.Attachable) --
+
+    def attach(self, listener: Callable[[dict[str, Any] | None], None]) -> Callable[[], None]:
+        """``listener`` gets every event of the call from now on, and None once the call is over."""
+        self._attached.append(listener)
+
+        def detach() -> None:
+            if listener in self._attached:
+                self._attached.remove(listener)
+        return detach
+
+    def sideband(self, text: str) -> None:
+        self._on_message(text)
+
+    def _call_over(self) -> None:
+        attached, self._attached = self._attached, []
+        for listener in attached:
+            listener(None)
 
     def hang_up(self, reason: str) -> None:
         """End the call (again: nothing more); ``reason`` is logged and, while the channel is open, sent."""

@@ -3,6 +3,9 @@
     ws://HOST/v1/realtime?intent=transcription    (the API key as for the TTS socket, when one is set)
     ws://HOST/v1/realtime?model=NAME              a conversation (lyre.agent), where the server has
                                                   speech to text, text to speech and a think step
+    ws://HOST/v1/realtime?call_id=rtc_...         a backend attached to a WebRTC call's conversation
+                                                  (a sideband, as OpenAI's): the call's events, and its
+                                                  client events (session.update, tool outputs, ...)
 
 A thin adapter: JSON text frames go to a ``RealtimeSession`` (lyre.stt.realtime,
 where the protocol lives) or an ``AgentSession`` (lyre.agent), and its events
@@ -44,7 +47,8 @@ from starlette.websockets import WebSocketDisconnected, WebSocketState
 from lyre.agent import AgentSession
 from lyre.server.auth import refuse_socket
 from lyre.server.state import AGENT_OFF, STT_OFF, ServerState
-from lyre.server.sessions import RealtimeSessions, agent_config
+from lyre.server.errors import error_response
+from lyre.server.sessions import Attachable, RealtimeSessions, agent_config
 from lyre.stt import RealtimeConfig, RealtimeError, RealtimeSession, error_event
 
 __all__ = ["REALTIME_PATH", "router"]
@@ -188,10 +192,66 @@ async def _settle(writer: asyncio.Task[None]) -> None:
         await asyncio.wait({writer})
 
 
+async def _attach(websocket: WebSocket, call: Attachable) -> None:
+    """A backend's socket on a call (a sideband): the call's events out, the backend's client events in,
+    until either side ends; a backend that leaves its events unread is closed as any client is."""
+    outbox: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
+    over = asyncio.get_running_loop().create_future()
+
+    def listen(event: dict[str, Any] | None) -> None:
+        if event is None and not over.done():
+            over.set_result(None)
+        elif event is not None:
+            outbox.put_nowait(event)
+
+    detach = call.attach(listen)
+    writer = asyncio.create_task(_write(websocket, outbox), name="lyre-realtime-sideband")
+    close = (status.WS_1000_NORMAL_CLOSURE, "the call ended")
+    try:
+        while not over.done():
+            receiving = asyncio.ensure_future(websocket.receive())
+            await asyncio.wait({receiving, over}, return_when=asyncio.FIRST_COMPLETED)
+            if not receiving.done():
+                receiving.cancel()
+                break
+            message = receiving.result()
+            if message["type"] == "websocket.disconnect":
+                close = None
+                break
+            if (text := message.get("text")) is not None:
+                call.sideband(text)
+            if outbox.qsize() >= _MAX_UNSENT and not await _drained(outbox):
+                close = (status.WS_1008_POLICY_VIOLATION, f"over {_MAX_UNSENT} events unread: detached")
+                writer.cancel()
+                break
+    finally:
+        detach()
+        outbox.put_nowait(None)
+        await _settle(writer)
+        if close is not None and websocket.client_state == WebSocketState.CONNECTED:
+            try:
+                await asyncio.wait_for(websocket.close(*close), _LAST_SEND_S)
+            except (TimeoutError, WebSocketDisconnect, WebSocketDisconnected, RuntimeError):
+                pass
+
+
 @router.websocket(REALTIME_PATH)
 async def realtime_websocket(websocket: WebSocket) -> None:
-    """Live transcription (``?intent=transcription``) or a conversation, in OpenAI's realtime events."""
+    """Live transcription (``?intent=transcription``), a conversation, or a backend attached to a call
+    (``?call_id=``), in OpenAI's realtime events."""
     state: ServerState = websocket.app.state.lyre
+    if (call_id := websocket.query_params.get("call_id")) is not None:
+        if await refuse_socket(websocket, state, None):
+            return
+        call = RealtimeSessions.of(websocket.app).calls.get(call_id)
+        if call is None:
+            await websocket.send_denial_response(error_response(
+                404, f"no call {call_id!r} on this server: it was never made, or has ended", "invalid_request_error",
+                "call_id"))
+            return
+        await websocket.accept()
+        await _attach(websocket, call)
+        return
     off = STT_OFF if state.stt is None else None
     if off is None and not _wants_transcription(websocket) and not state.converses:
         off = AGENT_OFF  # a conversation asked of a server that cannot hold one: not a transcription in its place

@@ -11,6 +11,7 @@ tests/test_agent.py, beside its WebSocket talk.)
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -23,6 +24,8 @@ from scripted_thinker import IN_TWO_PARTS, REPLY, SECOND_PART, thinking_at
 from serving import Server, running_server
 from speech import SENTENCES, normalise, speak_pcm16
 from webrtc_peer import CALLS, Peer, call
+from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 SHORT = 35  # audio tokens per spoken segment: about 0.4 s of noise
 SESSION = {"type": "realtime", "instructions": "Answer in one short sentence.", "max_speech_tokens": SHORT,
@@ -160,6 +163,46 @@ def test_the_client_clears_the_output_audio_as_the_js_sdk_interrupts(server: Ser
     assert peer.of("response.done")[0]["response"]["status"] == "cancelled"
     assert not [t for t in peer.loud_at if t > cleared_at + 0.5]
     assert _settles(server, "lyre_engine_running")
+
+
+def test_a_backend_attached_to_the_call_sees_its_events_and_steers_it(server: Server) -> None:
+    """A sideband (``/v1/realtime?call_id=``, as OpenAI's server-side controls): the backend gets the call's
+    events, its session.update and a response it asks for reach the caller, and its socket closes when the
+    call hangs up; a call that does not exist is a 404 naming it."""
+    async def run() -> tuple[Peer, list[dict[str, Any]], int | None, int]:
+        peer, call_id = await call(server.url, SESSION)
+        seen: list[dict[str, Any]] = []
+        async with connect(f"{server.ws_url}/v1/realtime?call_id={call_id}") as backend:
+            await backend.send(json.dumps({"type": "session.update", "session": {
+                "type": "realtime", "instructions": "Answer as a pirate."}}))
+            await backend.send(json.dumps({"type": "conversation.item.create", "item": {
+                "type": "message", "role": "user", "content": [{"type": "input_text", "text": "Hello?"}]}}))
+            await backend.send(json.dumps({"type": "response.create"}))
+            async with asyncio.timeout(60):
+                while not any(e["type"] == "response.done" for e in seen):
+                    seen.append(json.loads(await backend.recv()))
+            await peer.until("response.done")
+            async with httpx.AsyncClient(base_url=server.url) as http:
+                assert (await http.delete(f"{CALLS}/{call_id}")).status_code == 204
+            async with asyncio.timeout(10):
+                with pytest.raises(ConnectionClosed):
+                    while True:
+                        seen.append(json.loads(await backend.recv()))
+            code = backend.close_code
+        await peer.close()
+        with pytest.raises(InvalidStatus) as refused:
+            async with connect(f"{server.ws_url}/v1/realtime?call_id={call_id}"):
+                pass
+        return peer, seen, code, refused.value.response.status_code
+
+    peer, seen, code, missing = asyncio.run(run())
+    kinds = [e["type"] for e in seen]
+    assert "session.updated" in kinds and "response.output_audio.delta" not in kinds  # the audio is on the track
+    assert seen[kinds.index("session.updated")]["session"]["instructions"] == "Answer as a pirate."
+    assert peer.of("session.updated")[-1]["session"]["instructions"] == "Answer as a pirate."  # the caller's too
+    assert peer.of("response.done")[0]["response"]["id"] == seen[kinds.index("response.done")]["response"]["id"]
+    assert not [e for e in seen if e["type"] == "error" and e["error"]["code"] != "call_ended"]
+    assert code == 1000 and missing == 404
 
 
 def test_a_barge_in_keeps_in_the_history_what_the_track_sent_not_the_time_since_it_began(server: Server) -> None:
