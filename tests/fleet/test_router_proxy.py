@@ -380,4 +380,15 @@ def test_every_public_route_of_a_server_is_forwarded_and_calls_go_to_their_own_s
     for stray in (f"rtc_{'0' * 12}_{'ab' * 12}", "rtc_untagged"):
         answer = httpx.delete(f"{fleet.router.url}/v1/realtime/calls/{stray}", headers=AUTH, timeout=10)
         assert answer.status_code == 404 and stray in answer.json()["error"]["message"]
+
+    # A backend attaching to a call (the sideband socket) goes to the server holding it, whatever the ring says.
+    async def attached(call: str) -> dict[str, Any]:
+        async with connect(f"{fleet.ws}/v1/realtime?call_id={call}&api_key={KEY}") as ws:
+            return json.loads(await ws.recv())  # type: ignore[no-any-return]
+
+    for holder in (fleet.plain, fleet.talker):
+        assert asyncio.run(attached(f"rtc_{server_tag(holder.url)}_{'cd' * 12}"))["server"] == holder.url
+    with pytest.raises(InvalidStatus) as refused:
+        asyncio.run(attached(f"rtc_{'0' * 12}_{'cd' * 12}"))
+    assert refused.value.response.status_code == 404
     assert fleet.idle()
