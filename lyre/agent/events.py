@@ -46,6 +46,7 @@ _MAX_TOOLS = 32
 _MAX_FIRST_SENTENCES = 8
 _MAX_OUTPUT_TOKENS = 4096  # the think step's tokens for one response
 _MIN_SPEED, _MAX_SPEED = 0.25, 1.5  # audio.output.speed, as OpenAI's realtime sessions take it
+_MIN_IDLE_MS, _MAX_IDLE_MS = 5_000, 30_000  # turn_detection.idle_timeout_ms, as OpenAI's
 _LYRE_FIELDS = ("events", "speculative", "first_sentences", "smart_turn", "max_speech_tokens")
 
 
@@ -85,6 +86,7 @@ class AgentSettings:
     speed: float = 1.0  # how fast replies play, their pitch kept (OpenAI's realtime range: 0.25 to 1.5)
     create_response: bool = True  # a detected end of turn starts a reply
     interrupt_response: bool = True  # speech while a reply plays cancels it (barge-in)
+    idle_timeout_ms: int | None = None  # server_vad's: silence this long after a reply has played prompts one
     speculative: bool = True  # start thinking at a possible end of turn
     first_sentences: int = 2  # a speculative reply goes to speech after this many sentences
     smart_turn: bool = True  # a semantic end-of-turn model may confirm the turn before the silence is out
@@ -152,9 +154,8 @@ def read_agent_update(event: dict[str, Any], current: AgentSettings, supports_to
         for name in ("create_response", "interrupt_response"):
             if name in detection:
                 read(lambda name=name: changes.update({name: _flag(detection[name], f"turn_detection.{name}")}))
-        if detection.get("idle_timeout_ms") is not None:
-            update.refused.append(RealtimeError("turn_detection.idle_timeout_ms: lyre does not prompt a quiet "
-                                                "user; the session stays open", param="turn_detection.idle_timeout_ms"))
+        if "idle_timeout_ms" in detection:
+            read(lambda: changes.update(idle_timeout_ms=_idle_timeout(detection)))
     read(lambda: _read_lyre(session, changes, max_speech_tokens))
     update.settings = replace(update.settings, **changes)
     return update
@@ -252,7 +253,23 @@ def _detection(vad: dict[str, Any] | None, settings: AgentSettings) -> dict[str,
     """The transcription session's turn detection with the agent's part of it."""
     if vad is None:
         return None
-    return {**vad, "create_response": settings.create_response, "interrupt_response": settings.interrupt_response}
+    idle = {"idle_timeout_ms": settings.idle_timeout_ms} if vad["type"] == "server_vad" else {}
+    return {**vad, "create_response": settings.create_response, "interrupt_response": settings.interrupt_response,
+            **idle}
+
+
+def _idle_timeout(detection: dict[str, Any]) -> int | None:
+    """``turn_detection.idle_timeout_ms``: server_vad's, 5 to 30 s as OpenAI's, or null."""
+    value = detection["idle_timeout_ms"]
+    if value is None:
+        return None
+    if detection.get("type", "server_vad") != "server_vad":
+        raise RealtimeError("turn_detection.idle_timeout_ms is server_vad's; semantic_vad has none",
+                            param="turn_detection.idle_timeout_ms")
+    if isinstance(value, bool) or not isinstance(value, int) or not _MIN_IDLE_MS <= value <= _MAX_IDLE_MS:
+        raise RealtimeError(f"turn_detection.idle_timeout_ms must be null or a whole number of milliseconds from "
+                            f"{_MIN_IDLE_MS} to {_MAX_IDLE_MS}, got {value!r}", param="turn_detection.idle_timeout_ms")
+    return value
 
 
 def _object_at(parent: dict[str, Any], key: str, where: str) -> dict[str, Any]:

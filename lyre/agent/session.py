@@ -84,6 +84,7 @@ class AgentSession:
         self._untranscribed: set[str] = set()  # committed utterances whose final pass is still running
         self._reply_when_transcribed: ResponseRequest | None = None  # a response.create waits for them
         self._side: set[Reply] = set()  # out-of-band replies running
+        self._idle: asyncio.TimerHandle | None = None  # idle_timeout_ms after a reply has played out
         self._tasks: set[asyncio.Task[Any]] = set()
         self._replies = Replies(self.conversation, aligner if aligner is not None else transcriber, self._send,
                                 self.report, self._spawn)
@@ -125,6 +126,7 @@ class AgentSession:
     async def close(self) -> None:
         """Cancel every pass and reply; nothing more is emitted."""
         self._emit = _drop
+        self._quiet_again()
         self._speculator.drop()
         replies = [r for r in (self.reply, *self._side) if r is not None]
         for reply in replies:
@@ -243,6 +245,8 @@ class AgentSession:
         kind = event["type"]
         if kind in ("transcription_session.created", "transcription_session.updated", "session.updated"):
             return  # this session answers for itself
+        if kind in ("input_audio_buffer.speech_started", "input_audio_buffer.committed"):
+            self._quiet_again()
         if kind == "input_audio_buffer.committed":  # it joins the conversation here, after whatever is last
             entry = {"id": event["item_id"], "type": "message", "role": "user", "text": None, "audio": True}
             event["previous_item_id"] = self.conversation.add(entry)
@@ -298,6 +302,7 @@ class AgentSession:
     # -- replies --
 
     def _start_reply(self, held: bool, request: ResponseRequest | None = None) -> Reply:
+        self._quiet_again()
         request = request or ResponseRequest.of(self.settings)
         reply = self._new_reply(self.conversation.messages(request.instructions), held, request=request)
         self._replies.replace(reply)
@@ -340,7 +345,47 @@ class AgentSession:
                                              self.conversation.add_call(reply.call(item["id"])))
             elif kind == "response.done":
                 self._replies.ended(reply)
+                self._wait_for_the_user(reply)
         self._emit_event(event)
+
+    # -- idle_timeout_ms --
+
+    def _wait_for_the_user(self, reply: Reply) -> None:
+        """A reply is over: with server_vad's ``idle_timeout_ms``, silence that long after its audio has played
+        out prompts another."""
+        idle = self.settings.idle_timeout_ms
+        vad = self.ear.settings.turn_detection
+        if idle is None or vad is None or vad.eagerness is not None:
+            return
+        self._quiet_again()
+        still_playing_s = max(0.0, reply.audio_ms - reply.played_ms()) / 1000
+        self._idle = asyncio.get_running_loop().call_later(still_playing_s + idle / 1000, self._timed_out, idle)
+
+    def _quiet_again(self) -> None:
+        """The user spoke, or a reply started: no idle timeout runs."""
+        if self._idle is not None:
+            self._idle.cancel()
+            self._idle = None
+
+    def _timed_out(self, idle_ms: int) -> None:
+        """Nothing heard for ``idle_ms`` after a reply: as OpenAI's, the buffer is committed as an empty turn
+        (``input_audio_buffer.timeout_triggered``) and, with ``create_response``, a reply prompts the user."""
+        self._idle = None
+        if self.ear.utterance_audio() is not None or (self.reply is not None and not self.reply.over):
+            return  # someone is speaking
+        end = self.ear.position_ms()
+        entry = {"id": new_id("item"), "type": "message", "role": "user", "text": "", "audio": True}
+        self._send("input_audio_buffer.timeout_triggered", audio_start_ms=max(0, end - idle_ms), audio_end_ms=end,
+                   item_id=entry["id"])
+        previous = self.conversation.add(entry)
+        self._send("input_audio_buffer.committed", item_id=entry["id"], previous_item_id=previous)
+        self._send(self.settings.names.item_added, item=item_object(entry, self.settings.names),
+                   previous_item_id=previous)
+        self._send("conversation.item.done", item=item_object(entry, self.settings.names), previous_item_id=previous)
+        if self.settings.create_response:
+            request = ResponseRequest.of(self.settings)
+            note = f"(The user has said nothing for {idle_ms / 1000:g} seconds since your last reply.)"
+            self._start_reply(held=False, request=replace(request, instructions=f"{request.instructions}\n\n{note}"))
 
     # -- plumbing --
 

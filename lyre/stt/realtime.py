@@ -216,6 +216,10 @@ class RealtimeSession:
 
     # -- audio and turns --
 
+    def position_ms(self) -> int:
+        """Where the audio heard so far ends, in the events' milliseconds."""
+        return audio_ms(self._buffer.end)
+
     def utterance_audio(self) -> np.ndarray | None:
         """The open utterance's audio so far (16 kHz float32), for an end-of-turn model; None if none is open."""
         if (item := self._utterances.open) is None:

@@ -86,12 +86,16 @@ def test_updates_read_both_shapes_and_name_bad_fields() -> None:
     update = read_agent_update({"type": "session.update", "session": {
         "type": "realtime", "instructions": "Be brief.", "tools": tools,
         "audio": {"input": {"noise_reduction": {"type": "near_field"},
-                            "turn_detection": {"type": "semantic_vad", "idle_timeout_ms": 6000}},
+                            "turn_detection": {"type": "server_vad", "idle_timeout_ms": 6000}},
                   "output": {"speed": 1.25}}}}, AgentSettings(), supports_tools=False)
     assert not update.errors
-    assert sorted(r.param for r in update.refused) == [
-        "session.audio.input.noise_reduction", "session.tools", "turn_detection.idle_timeout_ms"]
-    assert update.settings.speed == 1.25
+    assert sorted(r.param for r in update.refused) == ["session.audio.input.noise_reduction", "session.tools"]
+    assert (update.settings.speed, update.settings.idle_timeout_ms) == (1.25, 6000)
+    for detection in ({"type": "semantic_vad", "idle_timeout_ms": 6000}, {"idle_timeout_ms": 100}):
+        wrong = read_agent_update({"type": "session.update", "session": {
+            "type": "realtime", "audio": {"input": {"turn_detection": detection}}}}, AgentSettings(),
+            supports_tools=False)
+        assert [e.param for e in wrong.errors] == ["turn_detection.idle_timeout_ms"]
     assert update.settings.instructions == "Be brief." and update.settings.tools == tuple(tools)
     assert not read_agent_update({"type": "session.update", "session": {"type": "realtime", "tools": tools}},
                                  AgentSettings(), supports_tools=True).refused
