@@ -25,6 +25,8 @@ from aiortc.mediastreams import MediaStreamError
 from av import AudioFrame
 from openai import AsyncOpenAI
 
+from realtime_types import check_event
+
 from lyre.common.resample import Resampler
 from lyre.server.calls.webrtc_audio import hear_sooner
 
@@ -112,6 +114,7 @@ class Peer:
         self.pc.addTrack(self.mic)
         self.channel = self.pc.createDataChannel("oai-events")
         self.events: list[dict[str, Any]] = []
+        self.nonconforming: list[str] = []  # events the openai SDK's types reject
         self.first_at: dict[str, float] = {}  # when the first event of each type arrived
         self.arrived: list[float] = []  # when each of self.events arrived
         self._changed = asyncio.Event()
@@ -135,11 +138,14 @@ class Peer:
         self.channel.send(json.dumps(event))
 
     async def until(self, kind: str, timeout: float = 120.0, count: int = 1) -> dict[str, Any]:
-        """The ``count``-th event of ``kind``, waiting for it."""
+        """The ``count``-th event of ``kind``, waiting for it (AssertionError once an event is one the openai
+        SDK's types reject)."""
         async with asyncio.timeout(timeout):
             while len(self.of(kind)) < count:
+                assert not self.nonconforming, self.nonconforming[0]
                 self._changed.clear()
                 await self._changed.wait()
+        assert not self.nonconforming, self.nonconforming[0]
         return self.of(kind)[count - 1]
 
     def of(self, kind: str) -> list[dict[str, Any]]:
@@ -155,6 +161,10 @@ class Peer:
 
     def _on_message(self, message: str) -> None:
         event = json.loads(message)
+        try:  # every event of a call, held to the openai SDK's GA types (tests/realtime_types.py)
+            check_event(event)
+        except AssertionError as exc:  # raised here, the data channel's callback would swallow it: `until` raises
+            self.nonconforming.append(str(exc))
         self.events.append(event)
         self.arrived.append(time.monotonic())
         self.first_at.setdefault(event["type"], time.monotonic())

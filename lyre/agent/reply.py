@@ -224,15 +224,12 @@ class Reply:
         self._speaking = self._stream = stream
         audio = asyncio.create_task(self._audio(stream), name=f"lyre-reply-audio-{self.id}")
         thinking = self._think()
+
+        def spoken(piece: str) -> None:
+            if (ready := gate.push(piece)):
+                self._to_speech(stream, ready)
         try:
-            async for piece in thinking:
-                if not isinstance(piece, str):
-                    self._took(piece)
-                    continue
-                if self.times.first_token is None:
-                    self.times.first_token = time.perf_counter()
-                if (ready := gate.push(piece)):
-                    self._to_speech(stream, ready)
+            await self._follow(thinking, spoken)
             if (rest := gate.open()):
                 self._to_speech(stream, rest)
             self._speaking = None
@@ -250,24 +247,26 @@ class Reply:
     async def _write(self) -> None:
         """A written reply: the think step's text as output text, and its calls."""
         thinking = self._think()
+
+        def written(piece: str) -> None:
+            self.text += piece
+            self._events.send(self._events.text_delta, **self._events.where, delta=piece)
         try:
-            async for piece in thinking:
-                if not isinstance(piece, str):
-                    self._took(piece)
-                    continue
-                if self.times.first_token is None:
-                    self.times.first_token = time.perf_counter()
-                self.text += piece
-                self._events.send(self._events.text_delta, **self._events.where, delta=piece)
+            await self._follow(thinking, written)
         finally:
             await thinking.aclose()
 
-    def _took(self, piece: ToolCallDelta | ThinkUsage) -> None:
-        """A piece of the answer that is not its text."""
-        if isinstance(piece, ThinkUsage):
-            self.usage = piece
-        else:
-            self._call_delta(piece)
+    async def _follow(self, thinking: Any, text: Callable[[str], None]) -> None:
+        """The think step's answer: its text to ``text``, its calls streamed, its usage kept."""
+        async for piece in thinking:
+            if isinstance(piece, ThinkUsage):
+                self.usage = piece
+            elif isinstance(piece, ToolCallDelta):
+                self._call_delta(piece)
+            else:
+                if self.times.first_token is None:
+                    self.times.first_token = time.perf_counter()
+                text(piece)
 
     def _open_speech(self) -> Any:
         options = None if self.spec.max_speech_tokens is None else SpeechOptions(max_tokens=self.spec.max_speech_tokens)

@@ -232,6 +232,13 @@ class Metrics:
         Gauge("lyre_realtime_sessions", "Realtime sessions open: sockets, WebRTC calls and phone streams",
               registry=self.registry).set_function(count)
 
+    def count_refusals(self, event: dict[str, Any]) -> None:
+        """A realtime session's event: if it is a ``session.updated`` telling what the session goes on without,
+        count each refusal by its field."""
+        if event["type"] == "session.updated":
+            for refusal in (event["session"].get("lyre") or {}).get("refused", ()):
+                self.realtime_refused.labels(str(refusal["param"])).inc()
+
     def count_underruns(self, api: str, gaps: list[float], counted: int) -> int:
         """A stream's listener's stalls so far (``gaps``), of which ``counted`` were counted before: count the
         new ones; the number counted now."""
@@ -266,6 +273,9 @@ class Metrics:
                                        buckets=(0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0), registry=r)
         self.requests = Counter("lyre_requests", "Requests by outcome", ["api", "outcome"], registry=r)
         self.errors = Counter("lyre_errors", "Errors by kind", ["kind"], registry=r)
+        self.realtime_refused = Counter("lyre_realtime_refused", "Realtime session settings a session went on "
+                                        "without (told in session.updated's lyre.refused), by field", ["param"],
+                                        registry=r)
         self.twilio_refused = Counter("lyre_twilio_streams_refused", "Twilio media streams refused for their "
                                       "credential (--twilio-auth-token), by reason", ["reason"], registry=r)
         self.word_times = Counter("lyre_word_timestamps_audio_seconds",

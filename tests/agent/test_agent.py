@@ -216,6 +216,45 @@ def test_the_end_of_turn_model_confirms_a_finished_sentence_before_the_silence_i
     assert talk.of("response.done")[0]["response"]["status"] == "completed"
 
 
+def test_an_agents_sdk_session_update_applies_though_the_chat_model_takes_no_tools(server: Server) -> None:
+    """What OpenAI's Agents SDKs send on their defaults (semantic_vad, tools, another transcription model, a
+    tracing setting) to a server whose built-in chat model takes no tools: everything else applies, the tools
+    are told as refused under lyre.refused (not an error a strict client treats as fatal), and counted."""
+    tools = [{"type": "function", "name": "get_weather", "description": "The weather in a city.",
+              "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}]
+    def refused() -> float:
+        try:
+            return server.metric('lyre_realtime_refused_total{param="session.tools"}')
+        except KeyError:  # none counted yet
+            return 0.0
+
+    before = refused()
+
+    async def run() -> Talk:
+        async with connect(_url(server), max_size=None) as ws:
+            talk = Talk(ws)
+            await talk.send({"type": "session.update", "session": {
+                "type": "realtime", "model": "gpt-realtime", "instructions": "Answer in one word.", "tools": tools,
+                "output_modalities": ["audio"], "tracing": "auto", "audio": {
+                    "input": {"format": {"type": "audio/pcm", "rate": 24_000},
+                              "transcription": {"model": "gpt-4o-mini-transcribe"},
+                              "turn_detection": {"type": "semantic_vad", "eagerness": "high",
+                                                 "interrupt_response": True}},
+                    "output": {"format": {"type": "audio/pcm", "rate": 24_000}, "voice": "tara"}}}})
+            await talk.until("session.updated")
+            return talk
+
+    talk = asyncio.run(run())
+    assert not talk.of("error")
+    session = talk.of("session.updated")[0]["session"]
+    assert session["instructions"] == "Answer in one word." and session["tools"] == tools
+    assert session["audio"]["input"]["turn_detection"] == {"type": "semantic_vad", "eagerness": "high",
+                                                           "create_response": True, "interrupt_response": True}
+    assert [r["param"] for r in session["lyre"]["refused"]] == ["session.tools"]
+    assert "takes no tools" in session["lyre"]["refused"][0]["message"]
+    assert refused() == before + 1
+
+
 def test_bad_input_is_named_and_the_session_goes_on(server: Server) -> None:
     async def run() -> Talk:
         async with connect(_url(server), max_size=None) as ws:

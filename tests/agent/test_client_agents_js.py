@@ -23,8 +23,9 @@ from typing import Any
 
 import pytest
 from realtime_types import check_event
-from scripted_thinker import CHECKING, REPLY, STORY, SUNNY, thinking_at
-from serving import Server, running_server
+from realtime_clients import DriverLines, scripted_agent
+from scripted_thinker import CHECKING, REPLY, STORY, SUNNY
+from serving import Server
 from speech import speak_pcm16
 
 JS = Path(__file__).resolve().parents[1] / "clients" / "js"
@@ -35,21 +36,17 @@ _RUN_S = 120  # the driver's own phase limits add up to about 60 s of conversati
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[Server]:
-    with thinking_at() as url, running_server("--stt", "--llm-url", url, "--llm-model", "scripted",
-                                              "--max-streams", "4", "--max-seq-len", "384") as running:
+    with scripted_agent() as running:
         yield running
 
 
-class Run:
+class Run(DriverLines):
     """What the driver printed, by kind."""
 
     def __init__(self, lines: list[dict[str, Any]], stderr: str, server_log: str) -> None:
-        self.lines = lines
+        super().__init__(lines)
         self.stderr = stderr
         self.server_log = server_log
-
-    def of(self, kind: str) -> list[dict[str, Any]]:
-        return [line for line in self.lines if line["kind"] == kind]
 
     @property
     def events(self) -> list[dict[str, Any]]:

@@ -30,8 +30,9 @@ import pydantic
 import pytest
 from openai.types.realtime import RealtimeServerEvent
 from realtime_types import check_event
-from scripted_thinker import SUNNY, thinking_at
-from serving import Server, running_server
+from realtime_clients import DriverLines, scripted_agent
+from scripted_thinker import SUNNY
+from serving import Server
 from speech import normalise, speak_pcm16
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -55,21 +56,17 @@ OVER = "Stop, thank you."
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[Server]:
-    with thinking_at() as url, running_server("--stt", "--llm-url", url, "--llm-model", "scripted",
-                                              "--max-streams", "4", "--max-seq-len", "384") as running:
+    with scripted_agent() as running:
         yield running
 
 
-class Run:
+class Run(DriverLines):
     """The driver's JSON lines, by kind."""
 
     def __init__(self, lines: list[dict[str, Any]], stderr: str, returncode: int) -> None:
-        self.lines = lines
+        super().__init__(lines)
         self.stderr = stderr
         self.returncode = returncode
-
-    def of(self, kind: str) -> list[dict[str, Any]]:
-        return [line for line in self.lines if line["kind"] == kind]
 
     @property
     def server(self) -> list[dict[str, Any]]:

@@ -24,8 +24,8 @@ from typing import Any
 
 import pytest
 from realtime_types import check_event
-from scripted_thinker import CHECKING, REPLY, STORY, SUNNY, thinking_at
-from serving import running_server
+from realtime_clients import DriverLines, scripted_agent
+from scripted_thinker import CHECKING, REPLY, STORY, SUNNY
 from speech import normalise, speak_pcm16
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,16 +34,13 @@ DRIVER = ROOT / "tests" / "clients" / "livekit_client.py"
 WEATHER = "What is the weather like today?"  # short: about 2 s of speech
 
 
-class Run:
+class Run(DriverLines):
     """What the driver printed, by kind."""
 
     def __init__(self, lines: list[dict[str, Any]], stderr: str, server_log: str) -> None:
-        self.lines = lines
+        super().__init__(lines)
         self.stderr = stderr
         self.server_log = server_log
-
-    def of(self, kind: str) -> list[dict[str, Any]]:
-        return [line for line in self.lines if line["kind"] == kind]
 
     def server(self, type_: str | None = None) -> list[dict[str, Any]]:
         return [line["event"] for line in self.of("server") if type_ is None or line["event"]["type"] == type_]
@@ -65,8 +62,7 @@ def run() -> Iterator[Run]:
     with tempfile.NamedTemporaryFile(suffix=".pcm") as weather:
         weather.write(speak_pcm16(WEATHER))
         weather.flush()
-        with thinking_at() as url, running_server("--stt", "--llm-url", url, "--llm-model", "scripted",
-                                                  "--max-streams", "4", "--max-seq-len", "384") as server:
+        with scripted_agent() as server:
             env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "OPENAI_BASE_URL")}
             driver = subprocess.Popen([str(CLIENTS), str(DRIVER), f"{server.url}/v1", weather.name],
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)

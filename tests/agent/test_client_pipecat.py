@@ -56,10 +56,11 @@ from pipecat.transports.base_output import BaseOutputTransport
 from pipecat.transports.base_transport import TransportParams
 from pipecat.workers.runner import WorkerRunner
 from realtime_types import check_event
-from scripted_thinker import CHECKING, REPLY, STORY, SUNNY, thinking_at
+from realtime_clients import scripted_agent
+from scripted_thinker import CHECKING, REPLY, STORY, SUNNY
 from speech import SENTENCES, normalise, speak_pcm16
 
-from serving import Server, running_server
+from serving import Server
 
 pytestmark = pytest.mark.slow
 
@@ -78,10 +79,7 @@ TOOLS = ToolsSchema(standard_tools=[FunctionSchema(
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[Server]:
-    # The demo TTS speaks noise for as long as a segment's budget: a 384-position KV cache caps each segment at
-    # 128 tokens (1.5 s of audio), so the turns are short; the story's five sentences still play for seconds.
-    with thinking_at() as url, running_server("--stt", "--llm-url", url, "--llm-model", "scripted",
-                                              "--max-streams", "4", "--max-seq-len", "384") as running:
+    with scripted_agent() as running:
         yield running
 
 

@@ -63,6 +63,7 @@ class VoiceCall:
     def __init__(self, state: ServerState, sink: MediaSink, model: str | None = None) -> None:
         assert state.stt is not None and state.tts is not None and state.thinker is not None
         self.sink = sink
+        self._metrics = state.metrics
         self._resamplers: dict[tuple[int, int], Resampler] = {}
         self._silenced: str | None = None  # the reply barged in on: audio of it still on its way is dropped
         self._items: dict[str, str] = {}  # response id -> its message item's id, for the last few replies
@@ -145,6 +146,7 @@ class VoiceCall:
             self._resamplers.clear()
 
     def _emit(self, event: dict[str, Any]) -> None:
+        self._metrics.count_refusals(event)
         kind = event["type"]
         if kind in _AUDIO_DELTAS:
             if event.get("response_id") != self._silenced:

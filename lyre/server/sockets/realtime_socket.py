@@ -129,7 +129,12 @@ def _open_session(websocket: WebSocket, state: ServerState, emit: Any) -> tuple[
 async def _serve(websocket: WebSocket, state: ServerState) -> None:
     config = state.config
     outbox: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
-    session_id, session = _open_session(websocket, state, outbox.put_nowait)
+
+    def emit(event: dict[str, Any]) -> None:
+        state.metrics.count_refusals(event)
+        outbox.put_nowait(event)
+
+    session_id, session = _open_session(websocket, state, emit)
     writer = asyncio.create_task(_write(websocket, outbox), name=f"lyre-realtime-{session_id}")
     close: tuple[int, str] | None = None  # None: the client closed, or left
     loop = asyncio.get_running_loop()
