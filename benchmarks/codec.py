@@ -8,8 +8,16 @@ narrow window (1 new frame between its context: 4 frames with the default
 median over several runs, then the CPU batch policy the numbers imply
 (`lyre.codec.service.CPU_MAX_BATCH`).
 
+Then the same for the streaming decoder (`lyre.codec.streaming`), which
+decodes each frame once with each stream's state kept: ms per emitted frame
+at each batch of streams with 1, 2 and 4 new frames a call; and how far
+each way's audio is from the whole utterance's decode of the same codes
+(SNR, dB: windows seam where their context runs out; the stream is exact to
+float rounding).
+
     .venv/bin/python benchmarks/codec.py
     .venv/bin/python benchmarks/codec.py --batches 1 4 --runs 3 --threads 1 --codec path/to/snac_24khz
+    .venv/bin/python benchmarks/codec.py --threads 1 --batches 1 2 4 8 16
 """
 
 from __future__ import annotations
@@ -21,12 +29,14 @@ import statistics
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from lyre.codec import BatchPolicy, CodecWindow, SnacDecoder, load_snac
+from lyre.codec.streaming import StreamingSnac
 from lyre.models.demo import demo_model
 from lyre.common.device import resolve_device
-from lyre.orpheus import SAMPLES_PER_FRAME, SAMPLE_RATE
+from lyre.orpheus import SAMPLES_PER_FRAME, SAMPLE_RATE, codes_to_snac_levels
 from lyre.tts import WindowPolicy
 
 # (frames in the window, kept frames [a, b)), as lyre's planner cuts them by default.
@@ -96,6 +106,56 @@ def main() -> None:
             )
     print(f"implied CPU policy: {implied_policy(per_window)}")
     print(f"BatchPolicy.for_device('cpu') now: {BatchPolicy.for_device('cpu')}")
+    streaming(decoder, args.batches, args.warmup, args.runs, rng)
+    equality(decoder, rng)
+
+
+def streaming(decoder: SnacDecoder, batches: list[int], warmup: int, runs: int, rng: random.Random) -> None:
+    """ms per emitted frame of the streaming decoder, each stream well into its utterance."""
+    print(f"{'streaming':>12} {'batch':>5} {'frames/call':>11} {'ms/call':>9} {'ms/frame':>9} {'x realtime':>10}")
+    stream = StreamingSnac(decoder.model, slots=max(batches))
+    for batch in batches:
+        for per_call in (1, 2, 4):
+            slots = [stream.open(seed=rng.randrange(2**63)) for _ in range(batch)]
+            frames = [tuple(rng.randrange(4096) for _ in range(7)) for _ in range(per_call)]
+            feeds = [(slot, frames) for slot in slots]
+            for _ in range(warmup + 3):  # past the start, where the masks work
+                stream.push(feeds)
+            times = []
+            for _ in range(runs):
+                start = time.perf_counter()
+                stream.push(feeds)
+                times.append(time.perf_counter() - start)
+            for slot in slots:
+                stream.close(slot)
+            seconds = statistics.median(times)
+            audio_seconds = batch * per_call * SAMPLES_PER_FRAME / SAMPLE_RATE
+            print(f"{'streaming':>12} {batch:>5} {per_call:>11} {1000 * seconds:>9.1f}"
+                  f" {1000 * seconds / (batch * per_call):>9.1f} {audio_seconds / seconds:>10.2f}")
+
+
+def equality(decoder: SnacDecoder, rng: random.Random, n: int = 24) -> None:
+    """SNR of each way's audio against the whole utterance's decode of the same 24 frames."""
+    frames = tuple(tuple(rng.randrange(4096) for _ in range(7)) for _ in range(n))
+    whole = decoder.decode(codes_to_snac_levels(frames), seed=1).astype(np.float64)
+
+    def snr(audio: np.ndarray) -> float:
+        return 10 * np.log10(np.sum(whole ** 2) / max(np.sum((audio - whole) ** 2), 1e-30))
+
+    for name, new in (("narrow", 1), ("wide", _POLICY.max_new)):
+        pieces = []
+        for first in range(0, n, new):
+            last = min(n, first + new)
+            lo, hi = max(0, first - _POLICY.left), min(n, last + _POLICY.right)
+            window = CodecWindow(frames=frames[lo:hi], start_frame=lo, keep=(first - lo, last - lo), seed=1)
+            pieces += decoder.decode_windows([window])
+        print(f"equality: {name} windows (left {_POLICY.left}, right {_POLICY.right}): "
+              f"{snr(np.concatenate(pieces)):.1f} dB")
+    stream = StreamingSnac(decoder.model, slots=1)
+    slot = stream.open(seed=1)
+    pieces = [stream.push([(slot, frames[i:i + 1])])[0] for i in range(n)] + stream.finish([slot])
+    print(f"equality: streaming, a frame a call: {snr(np.concatenate(pieces)):.1f} dB "
+          f"(lookahead {stream.lookahead} samples)")
 
 
 def implied_policy(per_window: dict[str, dict[int, float]]) -> BatchPolicy:

@@ -29,7 +29,8 @@ os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(
 # missing here only runs later; the order is a schedule, never a dependency.
 LONGEST_FIRST = (
     "test_train_voice.py", "test_agent.py", "test_adapter_server.py", "test_router_fleet.py", "test_proxies.py",
-    "test_server.py",
+    "test_server.py", "test_agent_events.py", "test_client_pipecat.py", "test_client_livekit.py",
+    "test_client_agents_js.py", "test_client_agents_py.py", "test_streaming.py", "test_agent_lifetime.py",
     "test_transcriptions.py", "test_api_schema.py", "test_smollm.py", "test_gpu_benchmark.py", "test_eval_audio_dir.py", "test_eval_server.py",
     "test_bench_run.py",
     "test_baseline.py", "test_chat_server.py", "test_llama.py", "test_server_scheduling.py", "test_agent_remote.py",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import io
 import json
 import socket
@@ -292,6 +293,29 @@ def test_an_idle_session_is_closed_with_a_reason(local: _Local) -> None:
     error, code, reason = asyncio.run(_closed_after_error(local.url))
     assert error["error"]["code"] == "idle_timeout" and "no event for 0.5 s" in error["error"]["message"]
     assert (code, reason) == (1000, "idle timeout")
+
+
+def test_a_session_ends_at_its_maximum_duration_however_busy(local: _Local) -> None:
+    """OpenAI's sessions last at most their maximum duration (60 minutes): here 1 s, a client sending all along."""
+    async def run() -> tuple[list[dict[str, Any]], int | None, float]:
+        events: list[dict[str, Any]] = []
+        async with connect(local.url) as ws:
+            opened = time.monotonic()
+            with pytest.raises(ConnectionClosed):
+                async with asyncio.timeout(10):
+                    while True:
+                        await ws.send(_append(bytes(4800)))
+                        with contextlib.suppress(TimeoutError):
+                            events.append(json.loads(await asyncio.wait_for(ws.recv(), 0.1)))
+            return events, ws.close_code, time.monotonic() - opened
+
+    config = replace(local.state.config, realtime_max_session_s=1.0, stt_idle_timeout_s=30)
+    with changed(local, config=config):
+        events, code, lasted = asyncio.run(run())
+    expired = [e for e in events if e["type"] == "error"]
+    assert [e["error"]["code"] for e in expired] == ["session_expired"], expired
+    assert "maximum duration of 1 s" in expired[0]["error"]["message"]
+    assert code == 1000 and 0.9 <= lasted < 5
 
 
 def test_without_speech_to_text_the_handshake_is_refused_saying_how_to_turn_it_on(local: _Local) -> None:

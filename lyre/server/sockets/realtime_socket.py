@@ -20,7 +20,7 @@ did not ask for. Beyond the session's own limits, the socket has these:
 - a transcription session with no client event and no transcription running
   for ``stt_idle_timeout_s`` is closed (an ``error`` event, then 1000); a
   conversation stays open while its client is there, however quiet (a person
-  may read a reply and think before typing), up to
+  may read a reply and think before typing). Either kind lasts at most
   ``realtime_max_session_s``, then it is closed as OpenAI's are (a
   ``session_expired`` error, then 1000). A client that is gone without
   closing is found by the server's WebSocket pings (``ws_ping_s``) and its
@@ -142,12 +142,13 @@ async def _serve(websocket: WebSocket, state: ServerState) -> None:
     conversing = not _wants_transcription(websocket)
     try:
         while True:
-            wait = expires - loop.time() if conversing else config.stt_idle_timeout_s
+            left = expires - loop.time()
+            wait = left if conversing else min(left, config.stt_idle_timeout_s)
             try:
                 async with asyncio.timeout(max(wait, 0.0)):
                     message = await websocket.receive()
             except TimeoutError:
-                if conversing:
+                if expires - loop.time() <= 0:
                     reason = f"the session reached its maximum duration of {config.realtime_max_session_s:g} s"
                     session.report(RealtimeError(reason, "session_expired"))
                     close = (status.WS_1000_NORMAL_CLOSURE, "session expired")
