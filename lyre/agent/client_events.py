@@ -17,7 +17,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar, Protocol
 
 from lyre.agent.conversation import LAST, Conversation
-from lyre.agent.events import AgentSettings, SessionUpdate, input_update, new_id, read_agent_update
+from lyre.agent.events import AgentSettings, input_update, new_id
+from lyre.agent.session_update import SessionUpdate, read_agent_update
 from lyre.agent.response_request import ResponseRequest, read_response
 from lyre.stt import AudioError, RealtimeError, TranscriberBusy, TranscriberClosed, TranscriptionFailed
 from lyre.stt.realtime_events import act_on, append_audio, expect_object

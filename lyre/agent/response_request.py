@@ -21,14 +21,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from lyre.agent.events import (
-    AgentSettings,
-    no_tools,
-    read_max_output_tokens,
-    read_modalities,
-    read_tool_choice,
-    read_tools,
-)
+from lyre.agent.events import AgentSettings
+from lyre.agent.session_update import (no_tools, read_max_output_tokens, read_modalities, read_tool_choice,
+                                      read_tools)
 from lyre.stt.realtime_events import RealtimeError, expect_object
 
 __all__ = ["ResponseRequest", "read_response"]

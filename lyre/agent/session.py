@@ -32,10 +32,11 @@ import numpy as np
 from lyre.agent.client_events import ClientEvents
 from lyre.agent.conversation import LAST, Conversation, item_object
 from lyre.agent.end_of_turn import EndOfTurn, confirm_end, threshold_for
-from lyre.agent.events import BETA, GA, AgentSettings, SessionUpdate, new_id, session_object
+from lyre.agent.events import BETA, GA, AgentSettings, new_id, session_object
 from lyre.agent.replies import Replies
 from lyre.agent.reply import Reply, ReplySpec
 from lyre.agent.response_request import ResponseRequest
+from lyre.agent.session_update import SessionUpdate
 from lyre.agent.speculation import Speculator
 from lyre.agent.think import Thinker, ThinkOptions
 from lyre.stt import PcmResampler, RealtimeConfig, RealtimeError, RealtimeSession, Transcriber, WordAligner, error_event

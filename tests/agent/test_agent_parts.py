@@ -16,7 +16,8 @@ from lyre.agent import AgentSession
 from lyre.agent.calls import MAX_CALLS
 from lyre.agent.conversation import MAX_ITEMS, Conversation
 from lyre.agent.conversation import heard_text as _heard_text
-from lyre.agent.events import BETA, GA, AgentSettings, input_update, read_agent_update
+from lyre.agent.events import BETA, GA, AgentSettings, input_update
+from lyre.agent.session_update import read_agent_update
 from lyre.agent.gate import SentenceGate
 from lyre.agent.reply import Reply, ReplySpec
 from lyre.agent.speculation import same_words
