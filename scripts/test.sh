@@ -18,7 +18,10 @@ if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null || !
 fi
 # The Realtime agent's client frameworks, each in its own release, in a virtual environment of their own
 # (tests/clients/requirements.txt says why); the JS Agents SDK from the npm registry.
-[ -x .venv-clients/bin/python ] || python3 -m venv .venv-clients
+if [ ! -x .venv-clients/bin/python ]; then
+  python3 -m venv .venv-clients
+  .venv-clients/bin/python -m pip install -q --upgrade pip >/dev/null
+fi
 .venv-clients/bin/python -m pip install -q -r tests/clients/requirements.txt
 (cd tests/clients/js && npm ci --no-audit --no-fund --silent)
 # Two workers (LYRE_TEST_WORKERS; 0: none), each taking whole test files: a file's shared server
