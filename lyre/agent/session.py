@@ -86,6 +86,7 @@ class AgentSession:
         self._reply_when_transcribed: ResponseRequest | None = None  # a response.create waits for them
         self._side: set[Reply] = set()  # out-of-band replies running
         self._idle: asyncio.TimerHandle | None = None  # idle_timeout_ms after a reply has played out
+        self._closed = False
         self._tasks: set[asyncio.Task[Any]] = set()
         self._replies = Replies(self.conversation, aligner if aligner is not None else transcriber, self._send,
                                 self.report, self._spawn)
@@ -127,6 +128,7 @@ class AgentSession:
     async def close(self) -> None:
         """Cancel every pass and reply; nothing more is emitted."""
         self._emit = _drop
+        self._closed = True
         self._quiet_again()
         self._speculator.drop()
         replies = [r for r in (self.reply, *self._side) if r is not None]
@@ -356,8 +358,8 @@ class AgentSession:
         out prompts another."""
         idle = self.settings.idle_timeout_ms
         vad = self.ear.settings.turn_detection
-        if idle is None or vad is None or vad.eagerness is not None:
-            return
+        if idle is None or vad is None or vad.eagerness is not None or self._closed:
+            return  # (a reply cancelled by the session's close ends after it: nothing more may start)
         self._quiet_again()
         still_playing_s = max(0.0, reply.audio_ms - reply.played_ms()) / 1000
         self._idle = asyncio.get_running_loop().call_later(still_playing_s + idle / 1000, self._timed_out, idle)

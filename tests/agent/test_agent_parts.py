@@ -392,3 +392,23 @@ def test_a_cut_inside_a_segment_still_being_made_places_its_words_at_a_speaking_
     assert found == []
     # 0.4 s into a 40-character segment: about 5.6 characters at 14 a second, to a whole word.
     assert text == "Sure, I can"
+
+
+def test_a_reply_ended_by_the_sessions_close_arms_no_idle_prompt() -> None:
+    """With idle_timeout_ms set, the reply a closing session cancels still ends (response.done): that must not
+    start the idle timer, or a prompt would start a reply after the session is gone."""
+    async def run() -> AgentSession:
+        session = AgentSession(object(), _TTS(), _Thinker(), lambda event: None)  # type: ignore[arg-type]
+        session.settings = replace(session.settings, idle_timeout_ms=5000)
+        session.conversation.add({"id": "u1", "type": "message", "role": "user", "text": "Hello?"})
+        session.respond()
+        for _ in range(5):
+            await asyncio.sleep(0)
+        await session.close()
+        for _ in range(20):
+            await asyncio.sleep(0)
+        return session
+
+    session = asyncio.run(run())
+    assert session.reply is not None and session.reply.over
+    assert session._idle is None
