@@ -346,7 +346,7 @@ class AgentSession:
                 event["previous_item_id"] = (self.conversation.open_reply(item["id"], reply.spec.modality)
                                              if item["type"] == "message" else
                                              self.conversation.add_call(reply.call(item["id"])))
-            elif kind == "response.done":
+            elif kind == "response.done" and not self._closed:  # (after the close: no history, no work)
                 self._replies.ended(reply)
                 self._wait_for_the_user(reply)
         self._emit_event(event)
@@ -358,8 +358,8 @@ class AgentSession:
         out prompts another."""
         idle = self.settings.idle_timeout_ms
         vad = self.ear.settings.turn_detection
-        if idle is None or vad is None or vad.eagerness is not None or self._closed:
-            return  # (a reply cancelled by the session's close ends after it: nothing more may start)
+        if idle is None or vad is None or vad.eagerness is not None:
+            return
         self._quiet_again()
         still_playing_s = max(0.0, reply.audio_ms - reply.played_ms()) / 1000
         self._idle = asyncio.get_running_loop().call_later(still_playing_s + idle / 1000, self._timed_out, idle)
