@@ -117,10 +117,12 @@ def test_a_long_stream_does_not_drift(model32: object) -> None:
 def test_misuse_is_named(model32: object) -> None:
     stream = StreamingSnac(model32, slots=1)  # type: ignore[arg-type]
     slot = stream.open()
-    with pytest.raises(RuntimeError, match="all 1 streaming codec slots are in use"):
-        stream.open()
+    other = stream.open()  # every slot taken: the pool grows
+    assert stream.slots == 2 and other != slot and stream.bytes_per_slot > 400_000
     with pytest.raises(ValueError, match="same number of frames"):
         stream.push([(slot, [])])
+    with pytest.raises(ValueError, match="appears twice"):
+        stream.push([(slot, _frames(1, 0)), (slot, _frames(1, 1))])
     stream.close(slot)
     with pytest.raises(ValueError, match=f"slot {slot} is not an open stream"):
         stream.push([(slot, _frames(1, 0))])
