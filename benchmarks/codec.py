@@ -1,19 +1,18 @@
-"""SNAC decode cost per window and per emitted frame, by batch size and window width.
+"""SNAC decode cost per emitted frame: the streaming decoder lyre serves with, against decoding windows.
 
-A streaming request decodes windows of frames and keeps the middle: a
-narrow window (1 new frame between its context: 4 frames with the default
-`WindowPolicy`) while the stream is barely ahead of playback, a wide one
-(``max_new`` new frames: 11) once it is ahead. For each width and batch size this times
-`SnacDecoder.decode_windows` with noise on, after warm-up, and prints the
-median over several runs, then the CPU batch policy the numbers imply
-(`lyre.codec.service.CPU_MAX_BATCH`).
+lyre decodes each frame once (`lyre.codec.streaming`: each stream's state
+kept, its audio the whole utterance's decode). This times it at each batch of
+streams with 1, 2 and 4 new frames a call, each stream well into its
+utterance, after warm-up, noise on, and prints the median over several runs.
 
-Then the same for the streaming decoder (`lyre.codec.streaming`), which
-decodes each frame once with each stream's state kept: ms per emitted frame
-at each batch of streams with 1, 2 and 4 new frames a call; and how far
-each way's audio is from the whole utterance's decode of the same codes
-(SNR, dB: windows seam where their context runs out; the stream is exact to
-float rounding).
+For comparison it times the windows other Orpheus servers decode (and lyre
+did before): a narrow window (1 new frame between 1 frame of context before
+and 2 after: 4 frames, as the Orpheus reference decodes after every frame)
+and a wide one (8 new frames: 11), batched as many as the streams.
+
+Last, how far each way's audio is from the whole utterance's decode of the
+same codes (SNR, dB: windows seam where their context runs out; the stream is
+exact to float rounding).
 
     .venv/bin/python benchmarks/codec.py
     .venv/bin/python benchmarks/codec.py --batches 1 4 --runs 3 --threads 1 --codec path/to/snac_24khz
@@ -37,16 +36,11 @@ from lyre.codec.streaming import StreamingSnac
 from lyre.models.demo import demo_model
 from lyre.common.device import resolve_device
 from lyre.orpheus import SAMPLES_PER_FRAME, SAMPLE_RATE, codes_to_snac_levels
-from lyre.tts import WindowPolicy
 
-# (frames in the window, kept frames [a, b)), as lyre's planner cuts them by default.
-_POLICY = WindowPolicy()
-WIDTHS = {
-    "narrow": (_POLICY.left + 1 + _POLICY.right, (_POLICY.left, _POLICY.left + 1)),
-    "wide": (_POLICY.left + _POLICY.max_new + _POLICY.right, (_POLICY.left, _POLICY.left + _POLICY.max_new)),
-}
-# A batch must beat single decodes by this much per window to be worth it.
-MIN_GAIN = 0.05
+# Windows: frames of context before and after the new ones, and the new ones in a wide window.
+LEFT, RIGHT, WIDE = 1, 2, 8
+# (frames in the window, kept frames [a, b)).
+WIDTHS = {"narrow": (LEFT + 1 + RIGHT, (LEFT, LEFT + 1)), "wide": (LEFT + WIDE + RIGHT, (LEFT, LEFT + WIDE))}
 
 
 def make_windows(batch: int, n_frames: int, keep: tuple[int, int], rng: random.Random) -> list[CodecWindow]:
@@ -81,8 +75,6 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
     args = parser.parse_args()
-    if 1 not in args.batches:
-        parser.error("--batches must include 1: other sizes are compared against it")
     if args.threads is not None:
         torch.set_num_threads(args.threads)
 
@@ -90,23 +82,19 @@ def main() -> None:
     decoder = SnacDecoder(load_snac(args.codec or demo_model().codec, device=resolve_device(args.device)))
     rng = random.Random(0)
     print(f"{platform.processor() or platform.machine()}, torch {torch.__version__}, {torch.get_num_threads()} threads")
+    streaming(decoder, args.batches, args.warmup, args.runs, rng)
+    print(f"streaming calls as the service makes them here: {BatchPolicy.for_device(args.device)}")
     print(f"{'width':>12} {'batch':>5} {'ms/call':>9} {'ms/window':>10} {'ms/frame':>9} {'x realtime':>10}")
-    per_window: dict[str, dict[int, float]] = {}
     for name, (n_frames, keep) in WIDTHS.items():
         kept = keep[1] - keep[0]
-        per_window[name] = {}
         for batch in args.batches:
             seconds = median_seconds(decoder, make_windows(batch, n_frames, keep, rng), args.warmup, args.runs)
-            per_window[name][batch] = seconds / batch
             audio_seconds = batch * kept * SAMPLES_PER_FRAME / SAMPLE_RATE
             label = f"{name} {n_frames}/{kept}"
             print(
                 f"{label:>12} {batch:>5} {1000 * seconds:>9.1f} {1000 * seconds / batch:>10.1f}"
                 f" {1000 * seconds / (batch * kept):>9.1f} {audio_seconds / seconds:>10.2f}"
             )
-    print(f"implied CPU policy: {implied_policy(per_window)}")
-    print(f"BatchPolicy.for_device('cpu') now: {BatchPolicy.for_device('cpu')}")
-    streaming(decoder, args.batches, args.warmup, args.runs, rng)
     equality(decoder, rng)
 
 
@@ -142,34 +130,20 @@ def equality(decoder: SnacDecoder, rng: random.Random, n: int = 24) -> None:
     def snr(audio: np.ndarray) -> float:
         return 10 * np.log10(np.sum(whole ** 2) / max(np.sum((audio - whole) ** 2), 1e-30))
 
-    for name, new in (("narrow", 1), ("wide", _POLICY.max_new)):
+    for name, new in (("narrow", 1), ("wide", WIDE)):
         pieces = []
         for first in range(0, n, new):
             last = min(n, first + new)
-            lo, hi = max(0, first - _POLICY.left), min(n, last + _POLICY.right)
+            lo, hi = max(0, first - LEFT), min(n, last + RIGHT)
             window = CodecWindow(frames=frames[lo:hi], start_frame=lo, keep=(first - lo, last - lo), seed=1)
             pieces += decoder.decode_windows([window])
-        print(f"equality: {name} windows (left {_POLICY.left}, right {_POLICY.right}): "
+        print(f"equality: {name} windows (left {LEFT}, right {RIGHT}): "
               f"{snr(np.concatenate(pieces)):.1f} dB")
     stream = StreamingSnac(decoder.model, slots=1)
     slot = stream.open(seed=1)
     pieces = [stream.push([(slot, frames[i:i + 1])])[0] for i in range(n)] + stream.finish([slot])
     print(f"equality: streaming, a frame a call: {snr(np.concatenate(pieces)):.1f} dB "
           f"(lookahead {stream.lookahead} samples)")
-
-
-def implied_policy(per_window: dict[str, dict[int, float]]) -> BatchPolicy:
-    """The batch size with the best worst-case per-window time relative to
-    single decodes, if it beats them by MIN_GAIN at every width; else 1.
-
-    On a CPU a batch only saves per-call overhead, and a window waiting for
-    company loses more than that, so the wait is always 0: the worker takes
-    whatever is already queued.
-    """
-    batches = sorted(next(iter(per_window.values())))
-    worst = {b: max(times[b] / times[batches[0]] for times in per_window.values()) for b in batches}
-    best = min(batches, key=worst.__getitem__)
-    return BatchPolicy(max_batch=best if worst[best] <= 1 - MIN_GAIN else 1, max_wait_ms=0.0)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ by precomputed outputs of the right shapes, at no compute cost:
   (the id its frame position allows) after a fixed "device time"
   (``--step-ms``, what a GPU step would take; the engine thread sleeps it,
   holding no lock, exactly as it waits for a GPU);
-- SNAC: each window returns a slice of precomputed noise of its length.
+- SNAC: each decode returns a slice of precomputed noise of its frames' length.
 
 Everything else runs as in production. ``lyre bench`` then drives N
 concurrent HTTP streams, and the harness reads the server process's CPU time
@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import os
 import subprocess
@@ -97,18 +98,40 @@ class PacedRunner:
 
 
 class NoiseDecoder:
-    """Stands in for SnacDecoder: precomputed noise slices of each window's kept length."""
+    """Stands in for SnacDecoder where the server reads its facts."""
 
     device = "cpu"
     dtype = "float32"
     cuda_graphs = False
 
+
+class NoiseStreams:
+    """Stands in for the streaming decoder (lyre.codec.streaming): precomputed noise, as many samples as the
+    real one gives out (no lookahead: each frame's audio at once)."""
+
+    lookahead = 0
+    flush_frames = 0
+
     def __init__(self) -> None:
         rng = np.random.default_rng(0)
         self._noise = (0.3 * rng.standard_normal(16 * orpheus.SAMPLES_PER_FRAME)).astype(np.float32)
+        self.slots, self._open = 1 << 20, set()  # type: ignore[var-annotated]
 
-    def decode_windows(self, windows: list) -> list[np.ndarray]:  # type: ignore[type-arg]
-        return [self._noise[: w.kept_frames * orpheus.SAMPLES_PER_FRAME] for w in windows]
+    def open(self, seed: int | None = 0) -> int:
+        slot = next(i for i in itertools.count() if i not in self._open)
+        self._open.add(slot)
+        return slot
+
+    def close(self, slot: int) -> None:
+        self._open.discard(slot)
+
+    def push(self, feeds: list) -> list[np.ndarray]:  # type: ignore[type-arg]
+        return [self._noise[: len(frames) * orpheus.SAMPLES_PER_FRAME] for _, frames in feeds]
+
+    def finish(self, slots: list[int]) -> list[np.ndarray]:
+        for slot in slots:
+            self.close(slot)
+        return [self._noise[:0] for _ in slots]
 
 
 def tiny_deep_model(vocab_size: int):  # type: ignore[no-untyped-def]
@@ -186,8 +209,9 @@ def serve(port: int, max_streams: int, step_ms: float, real_runner: bool = False
     else:
         config = EngineConfig(max_batch=max_streams, max_seq_len=2048)
         engine = Engine(None, config, runner=PacedRunner(vocab, step_ms / 1000, config))
-    # A GPU deployment's codec policy: gather up to 64 windows for at most 15 ms.
-    codec = CodecService(NoiseDecoder(), BatchPolicy(max_batch=64, max_wait_ms=15.0))  # type: ignore[arg-type]
+    # A GPU deployment's codec policy: gather up to 64 streams for at most 15 ms.
+    codec = CodecService(NoiseDecoder(), BatchPolicy(max_batch=64, max_wait_ms=15.0),  # type: ignore[arg-type]
+                         streaming=NoiseStreams())  # type: ignore[arg-type]
     tts = TTS(engine, load_tokenizer(demo.model), codec, Voices.with_aliases(orpheus.VOICES))
     server = ServerConfig(port=port, serving=ServingConfig(max_streams=max_streams), max_queue=max_streams)
     uvicorn.run(create_app(server, tts=tts), host="127.0.0.1", port=port, log_level="warning")

@@ -5,7 +5,7 @@
 
 Loads the demo model (or --model), warms up, then speaks the bench's built-in texts one at a time (280 tokens,
 seed k) and prints, per request: the prefill, every engine step (its length, whether the codec was decoding
-meanwhile), every codec decode (frames, queue wait, cost) and every chunk (when it left, its frames, the
+meanwhile), every codec call (frames, queue wait, cost) and every chunk (when it left, its frames, the
 listener's buffer just before it and the gap it ended). It reads the engine's and the codec's own timings
 by wrapping their recorder and decoder (instrumentation only: nothing else changes). ``--engine-threads`` and
 ``--codec-threads`` are ServingConfig's (default: as served; 2 and 2 is how it ran before the split).
@@ -27,8 +27,8 @@ from lyre.tts import TTS, ServingConfig, SpeechOptions
 
 
 def instrument(tts: TTS, log: dict) -> None:
-    recorder, decoder = tts.engine.recorder, tts.codec.decoder
-    record_step, decode_windows = recorder.record_step, decoder.decode_windows
+    recorder, decoder = tts.engine.recorder, tts.codec.streaming
+    record_step, push = recorder.record_step, decoder.push
 
     def step(batch, seconds):  # called on the engine's thread right after the step
         log["engine_threads"] = torch.get_num_threads()
@@ -36,14 +36,14 @@ def instrument(tts: TTS, log: dict) -> None:
         log["steps"].append((end - seconds, end, len(batch.prefill), len(batch.decode)))
         return record_step(batch, seconds)
 
-    def decode(windows):  # on the codec's thread
+    def decode(feeds):  # on the codec's thread
         log["codec_threads"] = torch.get_num_threads()
         start = time.monotonic()
-        out = list(decode_windows(windows))
-        log["decodes"].append((start, time.monotonic(), sum(w.n_frames for w in windows)))
+        out = list(push(feeds))
+        log["decodes"].append((start, time.monotonic(), sum(len(frames) for _, frames in feeds)))
         return out
 
-    recorder.record_step, decoder.decode_windows = step, decode
+    recorder.record_step, decoder.push = step, decode
 
 
 async def one(tts: TTS, text: str, seed: int) -> dict:
@@ -84,8 +84,8 @@ def report(name: str, res: dict, log: dict) -> dict:
     med = lambda xs: statistics.median(xs) if xs else float("nan")  # noqa: E731
     print(f"   decode steps: {len(plain)} alone, median {med(plain):.1f} ms; {len(shared)} while the codec ran, "
           f"median {med(shared):.1f} ms (frame = 7 steps)")
-    print(f"   codec: {len(costs)} decodes, ms per decoded frame median "
-          f"{med([c / f for c, f in costs]):.1f}; windows (frames:ms) {[f'{f}:{c:.0f}' for c, f in costs]}")
+    print(f"   codec: {len(costs)} calls, ms per frame median "
+          f"{med([c / f for c, f in costs]):.1f}; calls (frames:ms) {[f'{f}:{c:.0f}' for c, f in costs]}")
     print("   chunks: +ms frames gap_ms")
     print("   " + " ".join(f"+{1000 * (t - t0):.0f}/{f:.0f}" for t, f, _, _ in res["chunks"]))
     return {"ttfa_ms": 1000 * res["ttfa"], "gaps_ms": [1000 * g for g in res["gaps"]],

@@ -2,8 +2,7 @@
 
 1. Codec work: emitted audio seconds per codec CPU second, for the reference
    scheme (decode the last 4 frames after every frame, keep one) and for
-   lyre's windows (1 new frame per window while behind playback, up to 8 once
-   ahead).
+   lyre's streaming decoder (each frame once: 1 frame a call, or 4).
 2. Time to first audio in process: one request alone, and 4 at once.
 3. Concurrent real-time streams: N streams at once; a stream is viable when
    every chunk arrives before the audio before it has played out (chunk i,
@@ -23,10 +22,10 @@ import time
 import numpy as np
 
 from lyre.codec import CodecWindow, SnacDecoder, load_snac
+from lyre.codec.streaming import StreamingSnac
 from lyre.models.choice import choose_weights
 from lyre.orpheus import SAMPLE_RATE, SAMPLES_PER_FRAME, TOKENS_PER_SECOND
-from lyre.tts import TTS, ServingConfig, SpeechOptions, TTSConfig, WindowPolicy
-from lyre.tts.windows import WindowPlanner
+from lyre.tts import TTS, PacingPolicy, ServingConfig, SpeechOptions, TTSConfig
 
 TEXT = "Hello there, it is good to hear from you again today."
 
@@ -36,21 +35,20 @@ def codec_efficiency(decoder: SnacDecoder, n: int = 60) -> dict[str, float]:
     rng = np.random.default_rng(0)
     frames = [tuple(int(c) for c in rng.integers(0, 4096, 7)) for _ in range(n)]
     reference = [CodecWindow(tuple(frames[i - 3 : i + 1]), i - 3, (1, 2)) for i in range(3, n)]
-    schemes = {"reference (4-frame window per frame)": reference}
-    for label, ahead in (("lyre behind playback (1 new frame)", 0.0), ("lyre ahead of playback (8 new frames)", 9.0)):
-        planner = WindowPlanner(WindowPolicy(max_new=8))
-        windows = []
-        for frame in frames:
-            planner.push(frame)
-            while (w := planner.next_window(ahead)) is not None:
-                windows.append(w)
-        schemes[label] = windows + planner.finish()
     decoder.decode_windows([reference[0]])  # warm-up
-    out = {}
-    for label, windows in schemes.items():
-        cpu = time.process_time()
-        samples = sum(len(decoder.decode_windows([w])[0]) for w in windows)
-        out[label] = samples / SAMPLE_RATE / (time.process_time() - cpu)
+    cpu = time.process_time()
+    samples = sum(len(decoder.decode_windows([w])[0]) for w in reference)
+    out = {"reference (4-frame window per frame)": samples / SAMPLE_RATE / (time.process_time() - cpu)}
+    stream = StreamingSnac(decoder.model, slots=1)
+    for per_call in (1, 4):
+        slot = stream.open(seed=0)
+        stream.push([(slot, frames[:per_call])])  # warm-up
+        cpu, samples = time.process_time(), 0
+        for at in range(per_call, n - per_call + 1, per_call):
+            samples += len(stream.push([(slot, frames[at:at + per_call])])[0])
+        samples += len(stream.finish([slot])[0])
+        out[f"lyre streaming ({per_call} frame{'s' if per_call > 1 else ''} a call)"] = (
+            samples / SAMPLE_RATE / (time.process_time() - cpu))
     return out
 
 
@@ -92,7 +90,8 @@ def main() -> None:
     parser.add_argument("--codec", help="SNAC 24 kHz folder or hub id, or demo (default: the codec the model needs)")
     parser.add_argument("--levels", type=int, nargs="+", default=[1, 2, 4, 6, 8])
     parser.add_argument("--tokens", type=int, default=280, help="max tokens per stream (7 per frame)")
-    parser.add_argument("--first-frames", type=int, default=1, help="frames in each stream's first chunk")
+    parser.add_argument("--max-first-frames", type=int, default=None,
+                        help="frames of audio in each stream's first chunk, at most (default: as the rates ask)")
     args = parser.parse_args()
     codec = choose_weights(args.model, args.codec).codec.local()  # says on stderr what it took, and from where
 
@@ -100,7 +99,7 @@ def main() -> None:
     for label, value in codec_efficiency(SnacDecoder(load_snac(codec))).items():
         print(f"   {label:<40}{value:8.2f}")
 
-    config = TTSConfig(window=WindowPolicy(first_new=args.first_frames))
+    config = TTSConfig(pacing=PacingPolicy(first_most=args.max_first_frames or PacingPolicy.first_most))
     serving = ServingConfig(max_streams=max(max(args.levels), 4), max_seq_len=1024)
     tts = TTS.load(args.model, args.codec, serving, config)
     try:
@@ -121,7 +120,7 @@ def main() -> None:
         print(f"   most streams with every stream viable: {held}")
         codec_stats, engine_stats = tts.codec.stats(), tts.engine.stats()
         audio = engine_stats.tokens / TOKENS_PER_SECOND  # every token is 1/7 of an 85 ms frame
-        print(f"   codec: {codec_stats.windows} windows in {codec_stats.batches} batches "
+        print(f"   codec: {codec_stats.frames} frames in {codec_stats.batches} calls "
               f"(mean {codec_stats.mean_batch:.2f}), queue wait max {1000 * codec_stats.queue_wait_max_s:.0f} ms")
         print(f"   wall seconds per audio second: engine steps {engine_stats.step_seconds / audio:.2f}, "
               f"codec decodes {codec_stats.decode_seconds / audio:.2f} (both share the same cores)")

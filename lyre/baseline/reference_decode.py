@@ -63,9 +63,9 @@ class NaiveCodec:
         with self._lock:
             windows, frames, seconds = self._windows, self._frames, self._seconds
         one = 1 if windows else 0
-        return CodecStats(windows=windows, batches=windows, frames=frames, mean_batch=float(one), last_batch=one,
-                          max_batch=one, queue_wait_total_s=0.0, queue_wait_max_s=0.0, recent_waits_s=(),
-                          decode_seconds=seconds, dropped=0, queued=0)
+        return CodecStats(decodes=windows, batches=windows, rows=windows, frames=frames, mean_batch=float(one),
+                          last_batch=one, max_batch=one, queue_wait_total_s=0.0, queue_wait_max_s=0.0,
+                          recent_waits_s=(), decode_seconds=seconds, dropped=0, queued=0, streams=0)
 
     def close(self) -> None:
         """Nothing to stop: decodes run in the requests' own tasks."""

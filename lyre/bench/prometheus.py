@@ -77,7 +77,8 @@ def server_deltas(before: Samples | None, after: Samples | None) -> dict[str, fl
     """What the server's counters say about one level; None for each figure it cannot give.
 
     - ``engine_batch_mean``: tokens generated / engine steps (one token per running request per step);
-    - ``codec_batch_mean``: SNAC windows decoded / decode batches;
+    - ``codec_batch_mean``: streams decoded / codec calls (``lyre_codec_rows_total``; a server of before the
+      streaming codec: its windows, ``lyre_codec_windows_total``);
     - ``engine_queue_wait_s_mean``: seconds requests waited for a KV-cache slot, per admitted
       request (``lyre_engine_admitted_total`` when exposed, else requests finished, all outcomes);
     - ``admission_wait_s_mean``: seconds waited for a stream slot, per request (histogram sum/count);
@@ -95,7 +96,8 @@ def server_deltas(before: Samples | None, after: Samples | None) -> dict[str, fl
     admitted = d("lyre_engine_admitted_total")
     return {
         "engine_batch_mean": _ratio(tokens, steps),
-        "codec_batch_mean": _ratio(d("lyre_codec_windows_total"), d("lyre_codec_batches_total")),
+        "codec_batch_mean": _ratio(d("lyre_codec_rows_total") if d("lyre_codec_rows_total") is not None
+                                   else d("lyre_codec_windows_total"), d("lyre_codec_batches_total")),
         "engine_queue_wait_s_mean": _ratio(d("lyre_engine_queue_wait_seconds_total"),
                                            admitted if admitted is not None else requests),
         "admission_wait_s_mean": _ratio(d("lyre_queue_wait_seconds_sum"), d("lyre_queue_wait_seconds_count")),

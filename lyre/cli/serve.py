@@ -84,7 +84,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     serve.add_argument("--max-first-frames", type=int, default=None, metavar="N",
                        help="the first audio chunk's frames at most (85 ms each), whatever the measured rates ask "
                             "to play without gaps: less time to first audio on a device too slow for both "
-                            "(default: as the rates ask)")
+                            "(default: as the rates ask, at most 8)")
     serve.add_argument("--engine", choices=("lyre", "naive"), default="lyre",
                        help="lyre's pipeline, or the naive baseline (transformers generate per request; "
                             "needs transformers) to compare against (default: lyre)")

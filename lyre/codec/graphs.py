@@ -16,7 +16,7 @@ stream, and it trusts torch's allocator with other threads' allocations
 during a capture. At start-up nothing else runs, so the strict global mode
 costs nothing and turns any mistake into a loud start-up error. The shapes
 are few: windows hold 1 to ``max_frames`` frames (`MAX_GRAPH_FRAMES` for
-lyre.tts's default window policy) and batches pad to 7 buckets. A window
+windows of 8 with their context) and batches pad to 7 buckets. A window
 wider than ``max_frames`` decodes eagerly.
 """
 
@@ -33,7 +33,8 @@ from lyre.codec.noise import NoiseControl
 __all__ = ["CODEC_BUCKETS", "MAX_GRAPH_FRAMES", "SnacGraphs", "graph_shapes"]
 
 CODEC_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
-# The widest window lyre.tts's default WindowPolicy makes: 1 frame of left context, 8 new, 2 of right context.
+# The widest window captured by default: 8 frames with 1 of context before them and 2 after, as the windowed
+# decoders lyre is measured against cut them (lyre.baseline, benchmarks/gpu_levers.py).
 MAX_GRAPH_FRAMES = 11
 _WARM_UP_PASSES = 2  # before a capture: cuDNN picks its algorithms, workspaces are allocated outside the graph
 

@@ -16,7 +16,7 @@ from lyre.codec.noise import NoiseControl, install_seeded_noise
 from lyre.models.folder import ModelFolderError, load_config, resolve
 from lyre.orpheus import CODEBOOK_SIZE, FRAME_TOKENS, SAMPLES_PER_FRAME, codes_to_snac_levels
 
-__all__ = ["CodecWindow", "SnacDecoder", "load_snac", "prepare_snac"]
+__all__ = ["CodecWindow", "SnacDecoder", "check_frames", "check_seed", "load_snac", "prepare_snac"]
 
 _REQUIRED = ("config.json", "pytorch_model.bin")
 # Seeds are stored in int64 tensors.
@@ -63,9 +63,22 @@ def prepare_snac(model: SNAC, device: str = "cpu", compile: bool = False, dtype:
     return model
 
 
-def _check_seed(seed: int | None) -> None:
+def check_seed(seed: int | None) -> None:
+    """ValueError unless ``seed`` is None or fits the noise's int64 keys."""
     if seed is not None and not 0 <= seed < _SEED_LIMIT:
         raise ValueError(f"seed must be None or in [0, 2**63), got {seed}")
+
+
+def check_frames(frames: Sequence[Sequence[int]]) -> tuple[tuple[int, ...], ...]:
+    """``frames`` as tuples, each checked to hold 7 codes in [0, 4096): ValueError naming the first that does
+    not."""
+    checked = tuple(tuple(frame) for frame in frames)
+    for i, frame in enumerate(checked):
+        if len(frame) != FRAME_TOKENS:
+            raise ValueError(f"frame {i} has {len(frame)} codes, expected {FRAME_TOKENS}")
+        if not all(0 <= code < CODEBOOK_SIZE for code in frame):
+            raise ValueError(f"frame {i} has a code outside [0, {CODEBOOK_SIZE}): {frame}")
+    return checked
 
 
 @dataclass(frozen=True)
@@ -82,22 +95,17 @@ class CodecWindow:
     seed: int | None = 0  # noise seed; None = noise off
 
     def __post_init__(self) -> None:
-        frames = tuple(tuple(frame) for frame in self.frames)
+        frames = check_frames(self.frames)
         object.__setattr__(self, "frames", frames)
         object.__setattr__(self, "keep", tuple(self.keep))
         if not frames:
             raise ValueError("a codec window needs at least one frame")
-        for i, frame in enumerate(frames):
-            if len(frame) != FRAME_TOKENS:
-                raise ValueError(f"frame {i} has {len(frame)} codes, expected {FRAME_TOKENS}")
-            if not all(0 <= code < CODEBOOK_SIZE for code in frame):
-                raise ValueError(f"frame {i} has a code outside [0, {CODEBOOK_SIZE}): {frame}")
         if self.start_frame < 0:
             raise ValueError(f"start_frame must be >= 0, got {self.start_frame}")
         a, b = self.keep
         if not 0 <= a < b <= len(frames):
             raise ValueError(f"keep must satisfy 0 <= a < b <= {len(frames)}, got {self.keep}")
-        _check_seed(self.seed)
+        check_seed(self.seed)
 
     @property
     def n_frames(self) -> int:
@@ -148,7 +156,7 @@ class SnacDecoder:
             raise ValueError(f"levels must hold n, 2n, 4n codes with n >= 1, got {[len(x) for x in levels]}")
         if not all(0 <= code < CODEBOOK_SIZE for level in levels for code in level):
             raise ValueError(f"SNAC codes must be in [0, {CODEBOOK_SIZE})")
-        _check_seed(seed)
+        check_seed(seed)
         codes = [torch.tensor(level, dtype=torch.long)[None] for level in levels]  # (1, n), (1, 2n), (1, 4n)
         audio = self._decode_codes(codes, [seed], [0])  # (1, 2048 n)
         return audio[0]

@@ -34,7 +34,7 @@ from lyre.server.state import ServerState
 from lyre.server.summary import build_summary, kv_cache_json, summary_json, summary_text
 from lyre.stt import DEFAULT_MODEL as STT_DEFAULT_MODEL
 from lyre.stt import SAMPLE_RATE, STTConfig, TranscribeOptions, Transcriber
-from lyre.tts import TTS, SpeechOptions, Synthesizer, TTSConfig, WindowPolicy
+from lyre.tts import TTS, PacingPolicy, SpeechOptions, Synthesizer, TTSConfig
 from lyre.tts.cuts import WARM_UP
 
 __all__ = ["create_app"]
@@ -52,7 +52,7 @@ STT_MODEL_ID = STT_DEFAULT_MODEL  # what OpenAI's clients ask for
 def _load(config: ServerConfig) -> Synthesizer:
     tts_config = TTSConfig(max_input_chars=config.max_input_chars, voice_aliases=config.voice_aliases,
                            normalize=config.normalize, admit_on_rates=config.admit_on_rates,
-                           window=WindowPolicy(first_most=config.max_first_frames),
+                           pacing=PacingPolicy(**({} if config.max_first_frames is None else {"first_most": config.max_first_frames})),
                            flush_after_s=config.ws_flush_after_s,
                            voices_dir=Path(config.voices_dir).expanduser() if config.voices_dir else None,
                            allow_reference_voices=config.allow_reference_voices)

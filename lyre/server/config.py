@@ -41,7 +41,7 @@ class ServerConfig:
     allow_reference_voices: bool = False  # speak reference voices whatever the model says of itself
     normalize: bool = True  # read numbers, amounts, dates... as words before speaking (--no-normalize: off)
     admit_on_rates: bool = True  # refuse a stream the listeners' gaps or the measured rates cannot serve
-    max_first_frames: int | None = None  # the first chunk's frames at most (None: as the measured rates ask)
+    max_first_frames: int | None = None  # the first chunk's frames at most (None: as the measured rates ask, up to 8)
     max_inline_references: int = 2  # requests' own reference clips made into voices at once; more get 429
     ws_max_contexts: int = 16  # open contexts per WebSocket
     ws_max_message_bytes: int = 64 * 1024

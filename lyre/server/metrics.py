@@ -106,14 +106,19 @@ class _StatsCollector(Collector):
 
     @staticmethod
     def _codec_metrics(c: Any) -> Iterator[Any]:
-        yield CounterMetricFamily("lyre_codec_windows", "SNAC windows decoded", value=c.windows)
-        yield CounterMetricFamily("lyre_codec_batches", "SNAC decode batches", value=c.batches)
-        yield GaugeMetricFamily("lyre_codec_batch_size", "Windows in the last codec batch", value=c.last_batch)
-        yield GaugeMetricFamily("lyre_codec_mean_batch_size", "Mean windows per codec batch", value=c.mean_batch)
-        yield CounterMetricFamily("lyre_codec_queue_wait_seconds", "Seconds windows waited for the codec, summed",
+        yield CounterMetricFamily("lyre_codec_decodes", "Decodes handed to the codec (a stream's new frames, or its "
+                                  "end)", value=c.decodes)
+        yield CounterMetricFamily("lyre_codec_frames", "SNAC frames decoded (each once)", value=c.frames)
+        yield CounterMetricFamily("lyre_codec_batches", "SNAC decode calls", value=c.batches)
+        yield CounterMetricFamily("lyre_codec_rows", "Streams decoded, summed over the codec's calls", value=c.rows)
+        yield GaugeMetricFamily("lyre_codec_batch_size", "Streams in the last codec call", value=c.last_batch)
+        yield GaugeMetricFamily("lyre_codec_mean_batch_size", "Mean streams per codec call", value=c.mean_batch)
+        yield GaugeMetricFamily("lyre_codec_streams", "Codec streams open (one per speech segment decoding)",
+                                value=c.streams)
+        yield CounterMetricFamily("lyre_codec_queue_wait_seconds", "Seconds decodes waited for the codec, summed",
                                   value=c.queue_wait_total_s)
         yield GaugeMetricFamily("lyre_codec_queue_wait_max_seconds", "Longest codec queue wait", value=c.queue_wait_max_s)
-        yield CounterMetricFamily("lyre_codec_dropped_windows", "Codec windows dropped by cancellation", value=c.dropped)
+        yield CounterMetricFamily("lyre_codec_dropped", "Codec decodes dropped by cancellation", value=c.dropped)
 
     @staticmethod
     def _stt_metrics(s: Any) -> Iterator[Any]:

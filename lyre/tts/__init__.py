@@ -14,6 +14,7 @@ from lyre.tts.clock import PlaybackClock
 from lyre.tts.facts import TTSFacts
 from lyre.tts.intake import IdleStream
 from lyre.tts.options import PipelineBusy, ServingConfig, SpeechOptions
+from lyre.tts.pacing import PacingPolicy
 from lyre.tts.reading import TextFront, TextOptions
 from lyre.tts.sampling import AUDIO_CONSTRAINT, speech_sampling
 from lyre.tts.spoken import SpokenSegment
@@ -23,7 +24,6 @@ from lyre.tts.synthesizer import TTS, Synthesizer
 from lyre.tts.text import TextError
 from lyre.tts.trim import TrimConfig
 from lyre.tts.voices import OPENAI_VOICES, VoiceNameTaken, Voices, load_voices, parse_alias
-from lyre.tts.windows import WindowPolicy
 
 __all__ = [
     "AdapterBusy",
@@ -34,6 +34,7 @@ __all__ = [
     "AUDIO_CONSTRAINT",
     "OPENAI_VOICES",
     "PROMPT_ROOM",
+    "PacingPolicy",
     "PipelineBusy",
     "TTS",
     "IdleStream",
@@ -51,7 +52,6 @@ __all__ = [
     "TrimConfig",
     "VoiceNameTaken",
     "Voices",
-    "WindowPolicy",
     "load_voices",
     "parse_alias",
     "speech_sampling",

@@ -17,9 +17,9 @@ from lyre.text.front_end import TextFront
 from lyre.tts.adapter_voices import AdapterVoices
 from lyre.tts.cuts import CutCounts
 from lyre.tts.listeners import Listeners
+from lyre.tts.pacing import PacingPolicy
 from lyre.tts.text import DEFAULT_SEGMENT_CHARS, MAX_INPUT_CHARS
 from lyre.tts.trim import TrimConfig
-from lyre.tts.windows import WindowPolicy
 
 __all__ = ["PROMPT_ROOM", "PipelineContext", "TTSConfig"]
 
@@ -33,7 +33,7 @@ class TTSConfig:
 
     max_input_chars: int = MAX_INPUT_CHARS
     segment_chars: int = DEFAULT_SEGMENT_CHARS
-    window: WindowPolicy = field(default_factory=WindowPolicy)
+    pacing: PacingPolicy = field(default_factory=PacingPolicy)
     trim: TrimConfig = field(default_factory=TrimConfig)
     # Later segments keep a longer pad: a natural pause between sentences.
     segment_trim: TrimConfig = field(default_factory=lambda: TrimConfig(pad_ms=150.0))

@@ -1,5 +1,5 @@
 """When a speech stream's audio is due, read off its listener's playback clock: the pace and deadlines the engine
-schedules its requests on, and when the codec must have decoded each window."""
+schedules its requests on, and when the codec must have decoded each stream's frames."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ from lyre.engine import Playback, RequestStream
 from lyre.orpheus import FRAME_SECONDS, FRAME_TOKENS
 from lyre.tts.clock import PlaybackClock
 from lyre.tts.context import PipelineContext
-from lyre.tts.windows import Rates
+from lyre.tts.pacing import Pacer, Rates
 
 __all__ = ["BATCH_GRACE_S", "GenerationPace", "ListenerDeadlines"]
 
-# A window of a request nobody plays as it streams (a whole file) is due this long after it is queued:
+# Frames of a request nobody plays as it streams (a whole file) are due this long after they are queued:
 # behind every stream about to run dry, never starved by them.
 BATCH_GRACE_S = 1.0
 
@@ -30,19 +30,17 @@ class ListenerDeadlines:
         self._clock = clock
 
     def playback(self, deadline: float | None) -> Playback | None:
-        """The engine's view of this listener: its pace, and the tokens the window planner may hold
-        undecoded (a wide window and its right context) before any of them can play."""
+        """The engine's view of this listener: its pace, and the tokens the stream may hold undecoded or
+        unheard (frames gathered for one decode, and the codec's lookahead) before any of them can play."""
         if self.pace is None:
             return None
-        window = self._ctx.config.window
-        held_frames = window.max_new + window.right + 1
+        held_frames = Pacer(self._ctx.config.pacing).held_frames(self._ctx.codec.lookahead)
         return Playback(self.pace, lag_s=held_frames * FRAME_TOKENS * self.pace, deadline=deadline)
 
     def rates(self, generation: GenerationPace) -> Rates | None:
-        """The rates the window planner sizes this stream's windows by: the codec's measured cost on this
-        device, and this segment's measured generation (the engine's recent step until it has made frames).
-        None for a stream nobody plays as it comes: its windows do not depend on timing, so the same
-        request gives the same audio."""
+        """The rates this stream paces itself by (lyre.tts.pacing): the codec's measured cost on this device,
+        and this segment's measured generation (the engine's recent step until it has made frames). None for a
+        stream nobody plays as it comes."""
         if not self.streamed:
             return None
         generate_s = generation.seconds_per_frame
@@ -55,14 +53,14 @@ class ListenerDeadlines:
                      decode_s=codec.recent_seconds_per_frame * self.sharing(), wait_s=codec.recent_wait_s)
 
     def sharing(self) -> int:
-        """The streams whose windows the codec decodes in turn with this one's: every live listener where it
-        decodes one window at a time (a CPU's: lyre.codec.service), so that between two of this stream's
-        windows it decodes one of each other's, and a frame of this one costs that many frames' decode;
-        1 where it batches them (a GPU's), or for this listener alone."""
-        return max(1, len(self._ctx.listeners)) if self._ctx.codec.policy.max_batch == 1 else 1
+        """The streams whose frames share the codec's calls with this one's, as far as they slow them: every
+        live listener where a call's time grows with the frames in it (a CPU's: lyre.codec.service), so that a
+        frame of this one waits for about one of each other's; 1 where a call costs the same for one stream or
+        many (a GPU's), or for this listener alone."""
+        return max(1, len(self._ctx.listeners)) if self._ctx.codec.serial else 1
 
     def decode_due(self) -> float | None:
-        """When a window queued now must be decoded (None: first come, first decoded)."""
+        """When frames queued now must be decoded (None: first come, first decoded)."""
         if not self._ctx.on_deadlines:
             return None
         if not self.streamed:

@@ -6,9 +6,8 @@ A new stream is refused (`Listeners.refuse`) when
 - a live listener ran dry within `RECENT_S` (lyre.tts.clock models each one): the streams already running
   cannot keep up, and one more would only make every one of them stutter; or
 - the measured rates say the streams, with one more, need more than the device has: each stream needs
-  ``rate / FRAME_SECONDS`` frames a second, each costing the codec (k + context) / k decoded frames at its
-  widest window k (the codec's recent cost per frame once warm: each window shape's first decode, which
-  builds its kernels, left out; lyre.codec), and the engine must run
+  ``rate / FRAME_SECONDS`` frames a second, each decoded once (the codec's recent cost per frame once warm:
+  each call shape's first, which builds its kernels, left out; lyre.codec), and the engine must run
   ``TOKENS_PER_SECOND * rate`` steps a second (a step advances every stream by one token) at its measured
   step time; where the engine and the codec share the device (a GPU; a CPU whose cores they share), the two
   shares add, and their sum must stay under one; where each has cores of its own (lyre.common.threads), each
@@ -25,7 +24,6 @@ import weakref
 
 from lyre.orpheus import FRAME_SECONDS, TOKENS_PER_SECOND
 from lyre.tts.clock import PlaybackClock
-from lyre.tts.windows import WindowPolicy
 
 __all__ = ["RECENT_S", "Listeners"]
 
@@ -53,24 +51,21 @@ class Listeners:
         now = time.monotonic() if now is None else now
         return sum(c.last_gap_at is not None and now - c.last_gap_at < RECENT_S for c in self._clocks)
 
-    def load(self, streams: int, rate: float, step_s: float, decode_s: float, window: WindowPolicy,
-             apart: bool = False) -> float:
+    def load(self, streams: int, rate: float, step_s: float, decode_s: float, apart: bool = False) -> float:
         """The share of the device ``streams`` streams need at ``rate`` times real time, at the measured engine
-        step time ``step_s`` and codec cost ``decode_s`` per decoded frame (1: all of it); ``apart``: the engine
-        and the codec run on cores of their own, so the larger of their shares."""
-        wide = window.max_new
-        codec = streams * rate / FRAME_SECONDS * (wide + window.left + window.right) / wide * decode_s
+        step time ``step_s`` and codec cost ``decode_s`` per frame (1: all of it); ``apart``: the engine and the
+        codec run on cores of their own, so the larger of their shares."""
+        codec = streams * rate / FRAME_SECONDS * decode_s
         engine = TOKENS_PER_SECOND * rate * step_s if streams else 0.0
         return max(codec, engine) if apart else codec + engine
 
-    def refuse(self, rate: float, step_s: float, decode_s: float, window: WindowPolicy,
-               apart: bool = False) -> str | None:
+    def refuse(self, rate: float, step_s: float, decode_s: float, apart: bool = False) -> str | None:
         """Why the newest stream (already added) should be refused now, or None to admit it."""
         if len(self) <= 1:
             return None
         if starving := self.starving():
             return f"{starving} of its {len(self) - 1} streams ran dry in the last {RECENT_S:g} s"
-        need = self.load(len(self), rate, step_s, decode_s, window, apart)
+        need = self.load(len(self), rate, step_s, decode_s, apart)
         if need > 1.0:
             return (f"one more stream would need {100 * need:.0f}% of the device at the measured rates "
                     f"(engine step {1000 * step_s:.1f} ms, codec {1000 * decode_s:.1f} ms a frame)")

@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from lyre import orpheus
-from lyre.codec import CodecWindow
 from lyre.engine import EngineFull, FinishReason, RequestStream, SamplingParams
 from lyre.orpheus import FRAME_TOKENS, FrameAssembler
 from lyre.tts.clock import PlaybackClock
@@ -31,13 +30,14 @@ from lyre.tts.deadlines import GenerationPace, ListenerDeadlines
 from lyre.text.said import Said
 from lyre.tts.intake import TextIntake
 from lyre.tts.options import PipelineBusy
+from lyre.tts.pacing import Pacer
 from lyre.tts.reading import TextOptions
 from lyre.tts.sampling import AUDIO_CONSTRAINT
 from lyre.tts.spoken import SpokenSegment, SpokenSegments
 from lyre.tts.trim import LeadingSilenceTrimmer
-from lyre.tts.windows import WindowPlanner
 
 if TYPE_CHECKING:
+    from lyre.codec import CodecStream
     from lyre.engine.adapters import AdapterLease
 
 __all__ = ["SpeechStream", "to_int16"]
@@ -96,6 +96,9 @@ class SpeechStream:
         self._ctx = context
         self._trim = trim
         self._live: list[RequestStream] = []  # engine requests not yet fully consumed, oldest first
+        self._codecs: list[CodecStream] = []  # the codec's streams open for its segments
+        self._pacer = Pacer(context.config.pacing)
+        self._held: list[np.ndarray] = []  # audio held back until the first chunk is long enough (lyre.tts.pacing)
         self._lease: AdapterLease | None = None  # the adapter held for the stream's life
         self._closed = False
         self._agen = self._run()
@@ -210,33 +213,31 @@ class SpeechStream:
                 index = self.segments - 1
                 self._said.speaking(index, self.samples)
                 trimmer = LeadingSilenceTrimmer(cfg.trim if index == 0 else cfg.segment_trim) if self._trim else None
-                planner = WindowPlanner(cfg.window, seed=self._segment_seed(index))
-                assembler, pace = FrameAssembler(), GenerationPace()
-                # Wake once the planner can use what has arrived (windows sized by measured rates: lyre.tts.windows),
-                # not once per token, and at the latest when the listener's buffer runs low enough for a narrower
-                # window (the engine may have parked this stream); a window covers all the frames made meanwhile.
+                codec = self._ctx.codec.open(seed=self._segment_seed(index))
+                self._codecs.append(codec)
+                assembler, pace, frames = FrameAssembler(), GenerationPace(), 0
+                # Wake once a frame has come (a few, where the listener is well ahead: lyre.tts.pacing), not
+                # once per token; every frame made meanwhile goes to the codec in one decode.
                 while not current.ended or current.ready:
                     ahead, rates = self.clock.ahead(), self._deadlines.rates(pace)  # None: nobody plays it live
-                    batch = await current.take(planner.frames_wanted(ahead, rates) * FRAME_TOKENS
-                                               - assembler.pending, within=planner.patience(ahead, rates))
-                    came = planner.frames
-                    for token in batch:
-                        if (frame := assembler.push(token)) is not None:
-                            planner.push(frame)
-                    pace.came(planner.frames - came)
-                    rates = self._deadlines.rates(pace)  # once a wake: it may read the engine's stats
-                    while (window := planner.next_window(self.clock.ahead(), rates)) is not None:
-                        if (chunk := self._out(await self._decode(window), trimmer)) is not None:
-                            yield chunk
-                self._finished(current, planner.frames, index)
+                    batch = await current.take(self._pacer.frames_wanted(ahead, rates) * FRAME_TOKENS
+                                               - assembler.pending, within=self._pacer.patience(ahead, rates))
+                    came = [frame for token in batch if (frame := assembler.push(token)) is not None]
+                    pace.came(len(came))
+                    frames += len(came)
+                    if came and (chunk := self._out(await codec.decode(came, self._deadlines.decode_due()),
+                                                    trimmer, pace)) is not None:
+                        yield chunk
+                self._finished(current, frames, index)
                 # A next segment whose text is complete generates while this one's tail decodes and plays.
                 following = None
                 if (text := self.intake.ready_words()) is not None:
                     following = self._start(text, deadline=current.request.deadline)
-                for window in planner.finish():
-                    if (chunk := self._out(await self._decode(window), trimmer)) is not None:
-                        yield chunk
-                if trimmer is not None and (chunk := self._out(trimmer.flush(), None)) is not None:
+                tail = await codec.finish(self._deadlines.decode_due())
+                self._codecs.remove(codec)
+                if (chunk := self._out(tail, trimmer, pace, last=True)) is not None:
+                    yield chunk
+                if trimmer is not None and (chunk := self._out(trimmer.flush(), None, last=True)) is not None:
                     yield chunk
                 self._live.remove(current)
                 self.segment_done.append(time.perf_counter())
@@ -251,6 +252,9 @@ class SpeechStream:
             for stream in self._live:
                 await stream.aclose()
             self._live.clear()
+            for codec in self._codecs:
+                codec.close()
+            self._codecs.clear()
             if self._lease is not None:
                 self._lease.release()
                 self._lease = None
@@ -282,14 +286,23 @@ class SpeechStream:
         if reason is FinishReason.ERROR:
             raise RuntimeError(f"request {self.request_id}: generation failed")
 
-    async def _decode(self, window: CodecWindow) -> np.ndarray:
-        return await self._ctx.codec.decode(window, self._deadlines.decode_due())
-
-    def _out(self, pcm: np.ndarray, trimmer: LeadingSilenceTrimmer | None) -> np.ndarray | None:
+    def _out(self, pcm: np.ndarray, trimmer: LeadingSilenceTrimmer | None, pace: GenerationPace | None = None,
+             last: bool = False) -> np.ndarray | None:
+        """``pcm`` as the chunk to send (None: nothing to send yet). Before the stream's first chunk, audio of a
+        segment (``pace``: its generation so far) is held until it covers what comes after it, or the segment
+        ends (``last``)."""
         if trimmer is not None:
             before = trimmer.trimmed_samples
             pcm = trimmer.push(pcm)
             self.trimmed_samples += trimmer.trimmed_samples - before
+        if self.first_chunk_at is None and pace is not None:
+            self._held.append(pcm)
+            if not last and sum(map(len, self._held)) < self._pacer.first_samples(self._deadlines.rates(pace)):
+                return None
+        if self._held:
+            pcm = np.concatenate(self._held if self.first_chunk_at is None and pace is not None
+                                 else [*self._held, pcm])
+            self._held.clear()
         if not len(pcm):
             return None
         if self.first_chunk_at is None:

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 import itertools
 from pathlib import Path
 from typing import Any, Protocol
@@ -39,6 +40,8 @@ from lyre.text.front_end import TextFront
 from lyre.text.said import Said
 from lyre.tts.text import normalize
 from lyre.tts.voices import Voices, load_voices
+
+log = logging.getLogger(__name__)
 
 __all__ = ["TTS", "Synthesizer"]
 
@@ -141,8 +144,10 @@ class TTS:
         folder = source.model.local()
         voices = load_voices(folder, dict(config.voice_aliases))
         tokenizer = load_tokenizer(folder)
-        decoder = SnacDecoder(load_snac(source.codec.local(), device=serving.device, dtype=serving.codec_dtype),
-                              cuda_graphs=serving.codec_graphs)
+        # The streaming decoder runs eagerly: the CUDA graphs SnacDecoder captures are for whole windows.
+        if serving.codec_graphs:
+            log.warning("--codec-graphs: the streaming codec has no CUDA graphs yet; it decodes eagerly")
+        decoder = SnacDecoder(load_snac(source.codec.local(), device=serving.device, dtype=serving.codec_dtype))
         engine = Engine.from_folder(folder, serving.engine_config(), AUDIO_CONSTRAINT.family)
         service = CodecService(decoder, codec_policy or BatchPolicy.for_device(serving.device),
                                threads=serving.threads()[1])
@@ -284,7 +289,7 @@ class TTS:
         step_s = stats.recent_step_seconds or (stats.step_seconds / stats.steps if stats.steps else 0.0)
         apart = threads_apart(self.engine.config.threads, self.codec.threads)
         decode_s = self.codec.warm_seconds_per_frame or self.codec.recent_seconds_per_frame  # once warm, if known
-        return self.context.listeners.refuse(self.playback_rate, step_s, decode_s, self.config.window, apart) or False
+        return self.context.listeners.refuse(self.playback_rate, step_s, decode_s, apart) or False
 
     def engine_stats(self) -> EngineStats:
         return self.engine.stats()

@@ -118,7 +118,7 @@ def test_decode_is_the_reference_sliding_window(naive: NaiveTTS) -> None:
     expected = [naive.codec.decoder.decode_windows([w])[0] for w in windows]
     np.testing.assert_array_equal(got, np.concatenate(expected))
     stats = naive.codec.stats()
-    assert stats.windows == n - 3 and stats.mean_batch == 1.0 and stats.frames == 4 * stats.windows
+    assert stats.decodes == n - 3 and stats.mean_batch == 1.0 and stats.frames == 4 * stats.decodes
 
     # With the noise off it is the reference's own code: SNAC on the last 4 frames, samples 2048:4096.
     snac = naive.codec.decoder.model  # between decodes its noise blocks are off

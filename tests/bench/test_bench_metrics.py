@@ -169,7 +169,7 @@ BEFORE = """\
 # TYPE lyre_engine_steps_total counter
 lyre_engine_steps_total 100.0
 lyre_tokens_generated_total 150.0
-lyre_codec_windows_total 40.0
+lyre_codec_rows_total 40.0
 lyre_codec_batches_total 40.0
 lyre_engine_queue_wait_seconds_total 1.5
 lyre_requests_total{api="http",outcome="ok"} 10.0
@@ -183,7 +183,7 @@ lyre_queue_wait_seconds_count 10.0
 AFTER = """\
 lyre_engine_steps_total 200.0
 lyre_tokens_generated_total 550.0 1712345678000
-lyre_codec_windows_total 100.0
+lyre_codec_rows_total 100.0
 lyre_codec_batches_total 70.0
 lyre_engine_queue_wait_seconds_total 2.5
 lyre_requests_total{api="http",outcome="ok"} 14.0

@@ -1,4 +1,6 @@
-"""The shared codec service: batching by shape, fairness, cancellation, close."""
+"""The shared codec service (lyre.codec.service): each stream's frames decoded once, in calls shared by the
+streams that have as many frames queued, most urgent first; its audio the whole utterance's decode; cancelling,
+failing and closing free what a stream held."""
 
 from __future__ import annotations
 
@@ -6,287 +8,315 @@ import asyncio
 import random
 import time
 from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 import pytest
-import torch
-from snac import SNAC
 
 from lyre.codec import BatchPolicy, CodecService, CodecServiceClosed, CodecWindow, SnacDecoder, load_snac
 from lyre.models.demo import DemoPaths
+from lyre.orpheus import SAMPLES_PER_FRAME, codes_to_snac_levels
 
-# Batched and single decodes run different conv kernels: equal to float32 rounding.
-BATCH_TOL = {"rtol": 1e-5, "atol": 1e-5}
-# Long enough that a test's windows are all queued before the deadline.
+# Long enough that a test's decodes are all queued before the deadline.
 GATHER_MS = 200.0
-FAULTY_SEED = 2**40  # no other test window uses it
 
 
-def window(n: int, seed: int, start: int = 0, keep: tuple[int, int] | None = None) -> CodecWindow:
+def frames(n: int, seed: int) -> list[tuple[int, ...]]:
     rng = random.Random(seed)
-    frames = tuple(tuple(rng.randrange(4096) for _ in range(7)) for _ in range(n))
-    return CodecWindow(frames, start_frame=start, keep=keep or (0, n), seed=seed)
+    return [tuple(rng.randrange(4096) for _ in range(7)) for _ in range(n)]
 
 
-class RecordingDecoder(SnacDecoder):
-    """The real decoder, noting the frame counts of every batch it decodes;
-    a window seeded FAULTY_SEED makes its batch fail."""
-
-    def __init__(self, model: SNAC) -> None:
-        super().__init__(model)
-        self.batches: list[list[int]] = []
-
-    def decode_windows(self, windows: Sequence[CodecWindow]) -> list[np.ndarray]:
-        self.batches.append([w.n_frames for w in windows])
-        if any(w.seed == FAULTY_SEED for w in windows):
-            raise RuntimeError("injected decode failure")
-        return super().decode_windows(windows)
+def snr_db(reference: np.ndarray, audio: np.ndarray) -> float:
+    assert audio.shape == reference.shape
+    error = float(np.sum((audio.astype(np.float64) - reference) ** 2))
+    return float("inf") if error == 0 else 10 * np.log10(float(np.sum(reference.astype(np.float64) ** 2)) / error)
 
 
 @pytest.fixture(scope="module")
-def decoder(demo: DemoPaths) -> RecordingDecoder:
-    return RecordingDecoder(load_snac(demo.codec))
+def decoder(demo: DemoPaths) -> SnacDecoder:
+    return SnacDecoder(load_snac(demo.codec))
+
+
+class Recorder:
+    """Notes each call the service's streaming decoder makes: (rows, frames a row; 0 for finishes); a call
+    holding a stream seeded ``fail_seed`` raises."""
+
+    def __init__(self, service: CodecService) -> None:
+        self.calls: list[tuple[int, int]] = []
+        self.fail_seed: int | None = None
+        snac = service.streaming
+        push, finish = snac.push, snac.finish
+
+        def recorded_push(feeds: Sequence[tuple[int, Sequence[Sequence[int]]]]) -> list[np.ndarray]:
+            self.calls.append((len(feeds), len(feeds[0][1])))
+            if any(snac._rows[slot].seed == self.fail_seed for slot, _ in feeds):
+                raise RuntimeError("injected decode failure")
+            return push(feeds)
+
+        def recorded_finish(slots: Sequence[int]) -> list[np.ndarray]:
+            self.calls.append((len(slots), 0))
+            return finish(slots)
+
+        snac.push, snac.finish = recorded_push, recorded_finish  # type: ignore[method-assign]
 
 
 @pytest.fixture
-def make_service(decoder: RecordingDecoder) -> Iterator[Callable[..., CodecService]]:
+def make_service(decoder: SnacDecoder) -> Iterator[Callable[..., tuple[CodecService, Recorder]]]:
     services: list[CodecService] = []
 
-    def make(max_batch: int, max_wait_ms: float) -> CodecService:
-        decoder.batches.clear()
-        services.append(CodecService(decoder, BatchPolicy(max_batch=max_batch, max_wait_ms=max_wait_ms)))
-        return services[-1]
+    def make(max_batch: int = 8, max_wait_ms: float = 0.0, max_frames: int = 4, **kw: Any) -> tuple[CodecService, Recorder]:
+        service = CodecService(decoder, BatchPolicy(max_batch=max_batch, max_wait_ms=max_wait_ms,
+                                                    max_frames=max_frames), **kw)
+        services.append(service)
+        return service, Recorder(service)
 
     yield make
     for service in services:
         service.close()
 
 
-def assert_audio(actual: np.ndarray, expected: np.ndarray) -> None:
-    torch.testing.assert_close(torch.from_numpy(actual), torch.from_numpy(expected), **BATCH_TOL)
+async def speak(service: CodecService, utterance: list[tuple[int, ...]], seed: int, split: list[int]) -> np.ndarray:
+    stream = service.open(seed)
+    out, at = [], 0
+    for n in split:
+        out.append(await stream.decode(utterance[at:at + n]))
+        at += n
+        await asyncio.sleep(random.random() * 0.01)
+    out.append(await stream.finish())
+    return np.concatenate(out)
 
 
-def test_concurrent_decodes_get_their_own_audio(decoder: RecordingDecoder, make_service) -> None:
-    service = make_service(max_batch=4, max_wait_ms=20.0)
-    windows = [window(n=1 + i % 2, seed=i, start=3 * i, keep=(0, 1)) for i in range(6)]
-
-    async def main() -> list[np.ndarray]:
-        return await asyncio.gather(*(service.decode(w) for w in windows))
-
-    results = asyncio.run(main())
-    for w, audio in zip(windows, results):
-        assert_audio(audio, decoder.decode_windows([w])[0])
-    stats = service.stats()
-    assert stats.windows == 6 and stats.frames == 9 and stats.dropped == 0 and stats.queued == 0
-    assert stats.batches < 6  # some windows shared a call
-    assert len(stats.recent_waits_s) == 6 and stats.queue_wait_max_s <= stats.queue_wait_total_s
-
-
-def test_same_shape_windows_form_one_batch(decoder: RecordingDecoder, make_service) -> None:
-    service = make_service(max_batch=4, max_wait_ms=GATHER_MS)
-
-    async def main() -> None:
-        await asyncio.gather(*(service.decode(window(n=1, seed=i)) for i in range(4)))
-
-    asyncio.run(main())
-    stats = service.stats()
-    assert (stats.batches, stats.last_batch, stats.max_batch, stats.mean_batch) == (1, 4, 4, 4.0)
-    # A full batch goes at once, without waiting out max_wait_ms.
-    assert stats.queue_wait_max_s < GATHER_MS / 1000
-
-
-def test_shapes_are_never_mixed(decoder: RecordingDecoder, make_service) -> None:
-    service = make_service(max_batch=4, max_wait_ms=GATHER_MS)
-    windows = [window(n=1 + i % 2, seed=i) for i in range(5)]
+def test_streams_sharing_the_service_each_get_their_whole_decode(decoder: SnacDecoder, make_service) -> None:
+    service, recorder = make_service(max_batch=4, max_frames=2)
+    utterances = [frames(n, 10 + k) for k, n in enumerate((7, 12, 4))]
+    splits = [[1, 3, 2, 1], [2, 2, 5, 1, 1, 1], [4]]  # 3 and 5 frames go in calls of at most 2
 
     async def main() -> list[np.ndarray]:
-        return await asyncio.gather(*(service.decode(w) for w in windows))
+        return await asyncio.gather(*(speak(service, u, k, s) for k, (u, s) in enumerate(zip(utterances, splits))))
 
-    results = asyncio.run(main())
-    assert sorted(decoder.batches) == [[1, 1, 1], [2, 2]]
-    assert [len(audio) for audio in results] == [2048 * w.n_frames for w in windows]
-
-
-def test_max_batch_one_decodes_singly(decoder: RecordingDecoder, make_service) -> None:
-    service = make_service(max_batch=1, max_wait_ms=0.0)
-
-    async def main() -> None:
-        await asyncio.gather(*(service.decode(window(n=1, seed=i)) for i in range(4)))
-
-    asyncio.run(main())
-    assert decoder.batches == [[1]] * 4
-    assert service.stats().max_batch == 1
+    for k, (utterance, audio) in enumerate(zip(utterances, asyncio.run(main()))):
+        whole = decoder.decode(codes_to_snac_levels(utterance), seed=k)
+        assert audio.shape == (len(utterance) * SAMPLES_PER_FRAME,)
+        assert snr_db(whole, audio) >= 100, k
+    assert all(rows <= 4 and per_row <= 2 for rows, per_row in recorder.calls)
+    stats = service.stats()
+    assert stats.frames >= 23 and stats.dropped == 0 and stats.queued == 0 and stats.streams == 0
+    assert service.streaming.open_slots == 0
 
 
-def test_cancelled_decodes_are_dropped(decoder: RecordingDecoder, make_service) -> None:
-    service = make_service(max_batch=2, max_wait_ms=GATHER_MS)
+def test_streams_with_as_many_frames_queued_share_one_call(make_service) -> None:
+    service, recorder = make_service(max_batch=4, max_wait_ms=GATHER_MS)
 
-    async def main() -> np.ndarray:
-        # Queued: skipped, never decoded.
-        queued = asyncio.create_task(service.decode(window(n=1, seed=1)))
-        await asyncio.sleep(0.02)
-        queued.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await queued
-        # Already decoding: the result is discarded.
-        running = asyncio.create_task(service.decode(window(n=4, seed=2)))
-        while service.stats().queued or not decoder.batches:
-            await asyncio.sleep(0.001)
-        running.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await running
-        return await service.decode(window(n=1, seed=3))
+    async def main() -> list[np.ndarray]:
+        streams = [service.open(seed) for seed in range(5)]
+        return await asyncio.gather(*(s.decode(frames(3, k)) for k, s in enumerate(streams[:4])),
+                                    streams[4].decode(frames(1, 9)))
 
     audio = asyncio.run(main())
-    assert_audio(audio, decoder.decode_windows([window(n=1, seed=3)])[0])
+    # The four of 3 frames (the most urgent first: they came first) fill a call; the one of 1 goes alone.
+    assert recorder.calls == [(4, 3), (1, 1)]
+    assert [len(a) for a in audio] == [3 * SAMPLES_PER_FRAME - service.lookahead] * 4 + [0]
     stats = service.stats()
-    assert stats.dropped == 2
-    assert stats.windows == 2  # the running one and the last; the queued one never ran
+    assert (stats.batches, stats.max_batch, stats.mean_batch) == (2, 4, 2.5)
 
 
-def test_other_shape_is_not_starved(decoder: RecordingDecoder, make_service) -> None:
-    service = make_service(max_batch=2, max_wait_ms=0.0)
-    in_flight = 4  # shape-A windows kept queued at all times
-    total = 12
-    served_after: list[int] = []
+def test_the_first_audio_comes_with_the_third_frame_and_a_frame_a_call_after(make_service) -> None:
+    service, _ = make_service()
+    utterance = frames(6, 3)
+
+    async def main() -> list[int]:
+        stream = service.open(1)
+        return [len(await stream.decode([frame])) for frame in utterance] + [len(await stream.finish())]
+
+    lengths = asyncio.run(main())
+    assert service.lookahead == 4757  # SNAC 24 kHz: 2.3 frames
+    assert lengths == [0, 0, 3 * SAMPLES_PER_FRAME - 4757, SAMPLES_PER_FRAME, SAMPLES_PER_FRAME, SAMPLES_PER_FRAME,
+                       4757]
+
+
+def test_the_most_urgent_stream_is_decoded_first(make_service) -> None:
+    service, recorder = make_service(max_batch=1)
+    order: list[int] = []
+
+    async def decode(stream: Any, n: int, due_in: float) -> None:
+        await stream.decode(frames(n, n), due=time.monotonic() + due_in)
+        order.append(n)
 
     async def main() -> None:
-        a_flowing = asyncio.Event()
-        await asyncio.gather(stream_a(a_flowing), one_b(a_flowing))
-
-    async def stream_a(flowing: asyncio.Event) -> None:
-        pending: set[asyncio.Task] = set()
-        for i in range(total):
-            pending.add(asyncio.create_task(service.decode(window(n=1, seed=i))))
-            if len(pending) >= in_flight:
-                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-                for task in done:
-                    task.result()
-                flowing.set()
-        await asyncio.gather(*pending)
-
-    async def one_b(a_flowing: asyncio.Event) -> None:
-        await a_flowing.wait()
-        submitted = len(decoder.batches)
-        await service.decode(window(n=2, seed=99))
-        served_after.append(len(decoder.batches) - submitted)
+        streams = [service.open(seed) for seed in range(4)]
+        first = asyncio.create_task(decode(streams[0], 1, 0.0))
+        while not recorder.calls:  # the worker has taken the first
+            await asyncio.sleep(0.001)
+        await asyncio.gather(first, decode(streams[1], 2, 3.0), decode(streams[2], 3, 1.0),
+                             decode(streams[3], 4, 2.0))
 
     asyncio.run(main())
-    b_batch = decoder.batches.index([2])
-    assert decoder.batches[b_batch + 1 :], "shape A was still arriving when B was served"
-    # At most the running batch plus the A windows queued before B go first.
-    assert served_after[0] <= 1 + in_flight // 2 + 1
+    assert order == [1, 3, 4, 2]
+    assert recorder.calls == [(1, 1), (1, 3), (1, 4), (1, 2)]
 
 
-def test_decode_errors_reach_the_caller_and_the_worker_survives(decoder: RecordingDecoder, make_service) -> None:
-    service = make_service(max_batch=1, max_wait_ms=0.0)
+def test_streams_far_ahead_wait_longer_to_share_a_call(make_service) -> None:
+    service, recorder = make_service(max_batch=4, max_wait_ms=40.0)
 
-    async def main() -> np.ndarray:
+    async def main() -> None:
+        async def decode(seed: int, due_in: float, after: float) -> None:
+            stream = service.open(seed)
+            await asyncio.sleep(after)
+            await stream.decode(frames(2, seed), due=time.monotonic() + due_in)
+
+        # One due now goes after max_wait (40 ms) alone; two due in 5 s wait up to FAR_WAIT_FACTOR x 40 ms, so
+        # the third, 70 ms later, still joins their call.
+        await asyncio.gather(decode(1, 0.0, 0.0), decode(2, 5.0, 0.5), decode(3, 5.0, 0.5), decode(4, 5.0, 0.57))
+
+    asyncio.run(main())
+    assert recorder.calls == [(1, 2), (3, 2)]
+
+
+def test_a_cancelled_decode_closes_its_stream_and_frees_its_slot(make_service) -> None:
+    service, recorder = make_service(max_batch=2, max_wait_ms=GATHER_MS)
+
+    async def main() -> None:
+        stream, other = service.open(1), service.open(2)
+        task = asyncio.create_task(stream.decode(frames(2, 1)))
+        await asyncio.sleep(0.02)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert stream.closed
+        with pytest.raises(CodecServiceClosed, match="closed"):
+            await stream.decode(frames(1, 1))
+        assert len(await other.decode(frames(3, 2))) == 3 * SAMPLES_PER_FRAME - service.lookahead
+        other.close()
+
+    asyncio.run(main())
+    stats = service.stats()
+    assert stats.dropped == 1 and stats.streams == 0 and stats.queued == 0
+    assert recorder.calls == [(1, 3)]  # the cancelled one's frames never reached the decoder
+    asyncio.run(_one_more(service))  # the next call frees the closed stream's slot first
+    assert service.streaming.open_slots == 0
+
+
+async def _one_more(service: CodecService) -> None:
+    stream = service.open(7)
+    await stream.decode(frames(1, 7))
+    await stream.finish()
+
+
+def test_a_failed_call_fails_its_streams_alone_and_the_worker_carries_on(make_service) -> None:
+    service, recorder = make_service(max_batch=1)
+    recorder.fail_seed = 666
+
+    async def main() -> None:
+        bad, good = service.open(666), service.open(5)
         with pytest.raises(RuntimeError, match="injected"):
-            await service.decode(window(n=1, seed=FAULTY_SEED))
-        return await service.decode(window(n=1, seed=4))
+            await bad.decode(frames(2, 1))
+        bad.close()
+        assert len(await good.decode(frames(3, 5))) == 3 * SAMPLES_PER_FRAME - service.lookahead
+        await good.finish()
 
-    assert len(asyncio.run(main())) == 2048
+    asyncio.run(main())
+    asyncio.run(_one_more(service))
+    assert service.streaming.open_slots == 0 and service.stats().streams == 0
+
+
+def test_bad_frames_are_named_and_nothing_is_queued(make_service) -> None:
+    service, recorder = make_service()
+
+    async def main() -> None:
+        stream = service.open(1)
+        with pytest.raises(ValueError, match="frame 1 has a code outside"):
+            await stream.decode([(1,) * 7, (1, 2, 3, 4, 5, 6, 4096)])
+        with pytest.raises(ValueError, match="frame 0 has 6 codes"):
+            await stream.decode([(1,) * 6])
+        with pytest.raises(ValueError, match="at least one frame"):
+            await stream.decode([])
+        assert len(await stream.finish()) == 0  # it never had a frame: nothing to bring out
+        with pytest.raises(ValueError, match="seed"):
+            service.open(-1)
+
+    asyncio.run(main())
+    assert recorder.calls == [] and service.stats().streams == 0
+
+
+def test_the_pool_of_slots_grows_when_every_one_is_taken(decoder: SnacDecoder, make_service) -> None:
+    service, _ = make_service(slots=2)
+    utterances = [frames(4, 20 + k) for k in range(5)]
+
+    async def main() -> list[np.ndarray]:
+        return await asyncio.gather(*(speak(service, u, k, [2, 2]) for k, u in enumerate(utterances)))
+
+    for k, (utterance, audio) in enumerate(zip(utterances, asyncio.run(main()))):
+        assert snr_db(decoder.decode(codes_to_snac_levels(utterance), seed=k), audio) >= 100
+    assert service.streaming.slots >= 5
 
 
 def test_close_fails_pending_decodes(make_service) -> None:
-    service = make_service(max_batch=4, max_wait_ms=60_000.0)
+    service, _ = make_service(max_batch=4, max_wait_ms=60_000.0)
 
     async def main() -> None:
-        tasks = [asyncio.create_task(service.decode(window(n=1, seed=i))) for i in range(2)]
+        tasks = [asyncio.create_task(service.open(i).decode(frames(1, i))) for i in range(2)]
         await asyncio.sleep(0.02)
         service.close()
         for task in tasks:
             with pytest.raises(CodecServiceClosed):
                 await asyncio.wait_for(task, timeout=5)
         with pytest.raises(CodecServiceClosed):
-            await service.decode(window(n=1, seed=5))
+            service.open(5)
 
     asyncio.run(main())
-    assert service.stats().windows == 0
+    assert service.stats().batches == 0
     service.close()  # idempotent
 
 
 def test_batch_policy() -> None:
-    assert BatchPolicy.for_device("cuda:0") == BatchPolicy(max_batch=64, max_wait_ms=15.0)
+    assert BatchPolicy.for_device("cuda:0") == BatchPolicy(max_batch=64, max_wait_ms=15.0, max_frames=4)
     cpu = BatchPolicy.for_device("cpu")
-    assert cpu.max_batch >= 1 and cpu.max_wait_ms >= 0
+    assert cpu.max_batch >= 1 and cpu.max_wait_ms == 0
     with pytest.raises(ValueError, match="max_batch"):
         BatchPolicy(max_batch=0)
     with pytest.raises(ValueError, match="max_wait_ms"):
         BatchPolicy(max_wait_ms=-1)
+    with pytest.raises(ValueError, match="max_frames"):
+        BatchPolicy(max_frames=0)
 
 
-def test_the_most_urgent_window_is_decoded_first(decoder: RecordingDecoder, make_service) -> None:
-    # max_batch 1: while the first window decodes, three more queue with different due times.
-    service = make_service(max_batch=1, max_wait_ms=0.0)
-    order: list[int] = []
+def test_the_warm_cost_leaves_out_each_shapes_first_call(make_service) -> None:
+    service, _ = make_service(max_batch=2)
+    cold_s = 1.0  # 250 ms a frame on a call of 4: far above any real decode of the demo codec
+    push, seen = service.streaming.push, set()
 
-    async def decode(n: int, due_in: float) -> None:
-        await service.decode(window(n=n, seed=n), due=time.monotonic() + due_in)
-        order.append(n)
+    def cold_first(feeds: Sequence[tuple[int, Sequence[Sequence[int]]]]) -> list[np.ndarray]:
+        if (shape := (len(feeds), len(feeds[0][1]))) not in seen:
+            seen.add(shape)
+            time.sleep(cold_s)
+        return push(feeds)
 
-    async def main() -> None:
-        first = asyncio.create_task(decode(1, 0.0))
-        while not decoder.batches:  # the worker has taken the first window
-            await asyncio.sleep(0.001)
-        await asyncio.gather(first, decode(2, 3.0), decode(3, 1.0), decode(4, 2.0))
+    service.streaming.push = cold_first  # type: ignore[method-assign]
+    stream = service.open(1)
 
-    asyncio.run(main())
-    assert order == [1, 3, 4, 2]
-    assert decoder.batches == [[1], [3], [4], [2]]
+    async def decode(n: int) -> None:
+        await stream.decode(frames(n, n))
 
-
-def test_windows_far_ahead_wait_longer_to_share_a_batch(decoder: RecordingDecoder, make_service) -> None:
-    service = make_service(max_batch=4, max_wait_ms=40.0)
-
-    async def main() -> list[float]:
-        async def timed(seed: int, due_in: float, after: float) -> float:
-            await asyncio.sleep(after)
-            start = time.monotonic()
-            await service.decode(window(n=2, seed=seed), due=time.monotonic() + due_in)
-            return time.monotonic() - start
-
-        # A window due now goes after max_wait (40 ms) with whatever joined it; two windows due in
-        # 5 s wait up to FAR_WAIT_FACTOR x 40 ms, so the third, 70 ms later, still joins their batch.
-        return await asyncio.gather(timed(1, 0.0, 0.0), timed(2, 5.0, 0.5), timed(3, 5.0, 0.5),
-                                    timed(4, 5.0, 0.57))
-
-    asyncio.run(main())
-    assert decoder.batches == [[2], [2, 2, 2]]
+    asyncio.run(decode(4))
+    assert service.recent_seconds_per_frame > cold_s / 4  # every call counts in the recent cost...
+    assert service.warm_seconds_per_frame == 0.0  # ...but no shape has been decoded warm yet
+    asyncio.run(decode(4))
+    warm = service.warm_seconds_per_frame
+    assert 0.0 < warm < cold_s / 4 / 2  # the second call of the shape alone
+    assert service.recent_seconds_per_frame > cold_s / 4 / 2  # the median of both holds half the cold one
+    asyncio.run(decode(3))  # a new shape: cold again, left out of the warm cost
+    assert service.warm_seconds_per_frame == warm
 
 
-class ColdFirstDecoder(SnacDecoder):
-    """The real decoder, plus ``cold_s`` of waiting the first time it meets a batch shape, as building a
-    shape's kernels costs on a device."""
-
-    def __init__(self, model: SNAC, cold_s: float) -> None:
-        super().__init__(model)
-        self.cold_s = cold_s
-        self.seen: set[tuple[int, int]] = set()
-
-    def decode_windows(self, windows: Sequence[CodecWindow]) -> list[np.ndarray]:
-        if (shape := (windows[0].n_frames, len(windows))) not in self.seen:
-            self.seen.add(shape)
-            time.sleep(self.cold_s)
-        return super().decode_windows(windows)
-
-
-def test_the_warm_cost_leaves_out_each_shapes_first_decode(demo: DemoPaths) -> None:
-    cold_s = 1.0  # 250 ms a frame on a 4-frame window: far above any real decode of the demo codec
-    service = CodecService(ColdFirstDecoder(load_snac(demo.codec), cold_s), BatchPolicy(max_batch=2, max_wait_ms=0.0))
-    try:
-        async def decode(*windows: CodecWindow) -> None:
-            await asyncio.gather(*(service.decode(w) for w in windows))
-
-        asyncio.run(decode(window(n=4, seed=1)))
-        assert service.recent_seconds_per_frame > cold_s / 4  # every decode counts in the recent cost...
-        assert service.warm_seconds_per_frame == 0.0  # ...but no shape has been decoded warm yet
-        asyncio.run(decode(window(n=4, seed=2)))
-        warm = service.warm_seconds_per_frame
-        assert 0.0 < warm < cold_s / 4 / 2  # the second decode of the shape alone
-        assert service.recent_seconds_per_frame > cold_s / 4 / 2  # the median of both holds half the cold one
-        asyncio.run(decode(window(n=5, seed=3)))  # a new shape: cold again, left out of the warm cost
-        assert service.warm_seconds_per_frame == warm
-    finally:
-        service.close()
+def test_windows_like_the_reference_decoder_are_far_from_the_whole_decode(decoder: SnacDecoder,
+                                                                           make_service) -> None:
+    """What the stream replaces: the Orpheus reference's windows (4 frames for each new one, the second kept)
+    seam where their context runs out; the stream is the whole decode to float rounding."""
+    service, _ = make_service()
+    utterance = frames(16, 4)
+    whole = decoder.decode(codes_to_snac_levels(utterance), seed=3)
+    windows = [CodecWindow(tuple(utterance[i - 3:i + 1]), start_frame=i - 3, keep=(1, 2), seed=3)
+               for i in range(3, len(utterance))]
+    reference = np.concatenate([decoder.decode_windows([w])[0] for w in windows])
+    assert snr_db(whole[SAMPLES_PER_FRAME:(len(utterance) - 2) * SAMPLES_PER_FRAME], reference) < 60
+    assert snr_db(whole, asyncio.run(speak(service, utterance, 3, [1] * 16))) >= 100

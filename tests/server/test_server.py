@@ -129,7 +129,7 @@ def test_voices_models_health_ready_and_metrics(server: Server) -> None:
     assert httpx.get(f"{server.url}/ready").status_code == 200
     httpx.post(f"{server.url}/v1/audio/speech", json={"input": "Count me.", **SHORT}, timeout=60)
     for name in ("lyre_time_to_first_audio_seconds_count", "lyre_tokens_generated_total", "lyre_engine_steps_total",
-                 "lyre_codec_windows_total", "lyre_active_streams", "lyre_queued_requests"):
+                 "lyre_codec_rows_total", "lyre_active_streams", "lyre_queued_requests"):
         assert server.metric(name) >= 0
     assert server.metric("lyre_time_to_first_audio_seconds_count") >= 1
 

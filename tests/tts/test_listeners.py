@@ -10,30 +10,27 @@ import pytest
 from lyre.orpheus import FRAME_SECONDS, TOKENS_PER_SECOND
 from lyre.tts.clock import PlaybackClock
 from lyre.tts.listeners import RECENT_S, Listeners
-from lyre.tts.windows import WindowPolicy
-
-WINDOW = WindowPolicy()  # 8 new frames a window at most, 3 of context
 
 
 def test_the_load_adds_the_codecs_share_and_the_engines() -> None:
     listeners = Listeners()
-    codec = 2 / FRAME_SECONDS * 11 / 8 * 0.025  # two streams' frames, each window of 8 decoding 11
+    codec = 2 / FRAME_SECONDS * 0.025  # two streams' frames, each decoded once
     engine = TOKENS_PER_SECOND * 0.006  # steps a second at 6 ms a step
-    assert listeners.load(2, 1.0, 0.006, 0.025, WINDOW) == pytest.approx(codec + engine)
-    assert listeners.load(2, 0.5, 0.006, 0.025, WINDOW) == pytest.approx((codec + engine) / 2)
+    assert listeners.load(2, 1.0, 0.006, 0.025) == pytest.approx(codec + engine)
+    assert listeners.load(2, 0.5, 0.006, 0.025) == pytest.approx((codec + engine) / 2)
 
 
 def test_a_lone_stream_is_always_admitted_and_a_second_only_within_the_rates() -> None:
     listeners = Listeners()
     running, new = PlaybackClock(), PlaybackClock()
     listeners.add(running)
-    assert listeners.refuse(1.0, 1.0, 1.0, WINDOW) is None  # alone: however slow the device
+    assert listeners.refuse(1.0, 1.0, 1.0) is None  # alone: however slow the device
     listeners.add(new)
-    assert listeners.refuse(1.0, 0.001, 0.001, WINDOW) is None
-    why = listeners.refuse(1.0, 0.006, 0.025, WINDOW)  # 2 x 0.40 + 0.49 of the device
-    assert why is not None and "130% of the device" in why
+    assert listeners.refuse(1.0, 0.001, 0.001) is None
+    why = listeners.refuse(1.0, 0.006, 0.025)  # 2 x 0.29 + 0.49 of the device
+    assert why is not None and "108% of the device" in why
     listeners.discard(new)
-    assert len(listeners) == 1 and listeners.refuse(1.0, 0.006, 0.025, WINDOW) is None
+    assert len(listeners) == 1 and listeners.refuse(1.0, 0.006, 0.025) is None
 
 
 def test_a_listener_run_dry_lately_refuses_new_streams_until_it_is_old_news() -> None:
@@ -45,7 +42,7 @@ def test_a_listener_run_dry_lately_refuses_new_streams_until_it_is_old_news() ->
     starved.send(2048, at=now)  # ran dry for 0.915 s, ending now
     listeners.add(starved)
     listeners.add(new)
-    why = listeners.refuse(1.0, 0.0, 0.0, WINDOW)  # rates that would admit it
+    why = listeners.refuse(1.0, 0.0, 0.0)  # rates that would admit it
     assert why is not None and "1 of its 1 streams ran dry" in why
     assert listeners.starving(now=now + RECENT_S / 2) == 1
     assert listeners.starving(now=now + RECENT_S) == 0
@@ -60,15 +57,15 @@ def test_a_stream_dropped_without_closing_leaves_with_its_clock() -> None:
 
 def test_with_cores_of_their_own_the_larger_share_counts() -> None:
     listeners = Listeners()
-    codec = 2 / FRAME_SECONDS * 11 / 8 * 0.025
+    codec = 2 / FRAME_SECONDS * 0.025
     engine = TOKENS_PER_SECOND * 0.006
-    assert listeners.load(2, 1.0, 0.006, 0.025, WINDOW, apart=True) == pytest.approx(max(codec, engine))
+    assert listeners.load(2, 1.0, 0.006, 0.025, apart=True) == pytest.approx(max(codec, engine))
     running, new = PlaybackClock(), PlaybackClock()
     listeners.add(running)
     listeners.add(new)
-    assert listeners.refuse(1.0, 0.006, 0.025, WINDOW, apart=True) is None  # 0.81 of the codec's cores
-    why = listeners.refuse(1.0, 0.006, 0.035, WINDOW, apart=True)  # 2 x 0.57 of them
-    assert why is not None and "113% of the device" in why
+    assert listeners.refuse(1.0, 0.006, 0.025, apart=True) is None  # 0.59 of the codec's cores
+    why = listeners.refuse(1.0, 0.006, 0.045, apart=True)  # 2 x 0.53 of them
+    assert why is not None and "105% of the device" in why
 
 
 def test_threads_are_apart_only_when_both_are_set_and_fit_the_cores() -> None:
@@ -81,15 +78,14 @@ def test_threads_are_apart_only_when_both_are_set_and_fit_the_cores() -> None:
     assert not threads_apart(cores, 1) and not threads_apart(None, 1) and not threads_apart(1, None)
 
 
-def test_a_codec_decoding_one_window_at_a_time_is_shared_by_every_live_listener() -> None:
+def test_a_codec_whose_calls_grow_with_their_frames_is_shared_by_every_live_listener() -> None:
     from types import SimpleNamespace
 
-    from lyre.codec import BatchPolicy
     from lyre.tts.deadlines import GenerationPace, ListenerDeadlines
 
-    def rates(listeners: int, max_batch: int):
+    def rates(listeners: int, serial: bool):
         ctx = SimpleNamespace(listeners=Listeners(), codec=SimpleNamespace(
-            policy=BatchPolicy(max_batch=max_batch, max_wait_ms=0.0), recent_seconds_per_frame=0.025,
+            serial=serial, recent_seconds_per_frame=0.025,
             recent_wait_s=0.01), engine=SimpleNamespace(stats=lambda: SimpleNamespace(
                 recent_step_seconds=0.004, step_seconds=1.0, steps=10)))
         clocks = [PlaybackClock() for _ in range(listeners)]
@@ -97,6 +93,6 @@ def test_a_codec_decoding_one_window_at_a_time_is_shared_by_every_live_listener(
             ctx.listeners.add(clock)
         return ListenerDeadlines(ctx, clocks[0], streamed=True).rates(GenerationPace())
 
-    one, two, batched = rates(1, 1), rates(2, 1), rates(2, 64)
+    one, two, batched = rates(1, True), rates(2, True), rates(2, False)
     assert (one.decode_s, two.decode_s, batched.decode_s) == pytest.approx((0.025, 0.05, 0.025))
     assert one.generate_s == pytest.approx(7 * 0.004) and one.wait_s == 0.01

@@ -46,8 +46,11 @@ def test_chunks_are_int16_pcm_of_whole_frames_without_trim(tts: TTS) -> None:
     total = sum(len(c) for c in chunks)
     assert total == stream.frames * SAMPLES_PER_FRAME and stream.frames == 10
     assert stream.trimmed_ms == 0 and stream.finish_reason is FinishReason.LENGTH
-    # The first chunk: whole frames, as many as the measured rates ask (lyre.tts.windows).
-    assert len(chunks[0]) % SAMPLES_PER_FRAME == 0 and len(chunks[0]) >= SAMPLES_PER_FRAME
+    # The first chunk: the audio of whole frames but the codec's lookahead (what follows it waits for the next
+    # frames), of at least three frames (the first audio the lookahead lets out), as the measured rates ask
+    # (lyre.tts.pacing).
+    first = len(chunks[0]) + tts.codec.lookahead
+    assert first % SAMPLES_PER_FRAME == 0 and first >= 3 * SAMPLES_PER_FRAME
     assert 0 < stream.ttfa_s < 30
 
 
@@ -62,8 +65,7 @@ def test_same_seed_gives_the_same_start_alone_or_beside_other_requests(tts: TTS)
     # The same seed draws the same numbers in a batch, but batched logits equal the lone ones only within
     # float error, so on some CPU a draw partway through may fall the other way and the two part from there
     # (README, Sampling). The first frames come from the first few draws, which float error cannot flip in
-    # practice; where the windows fall depends on timing, and a window edge shifts the last bits of the
-    # frames beside it. So: a nearly identical start, and another seed's is not.
+    # practice. So: a nearly identical start, and another seed's is not.
     start = 3 * SAMPLES_PER_FRAME
     assert min(len(alone), len(busy[0]), len(busy[1])) >= start
     assert _snr_db(alone[:start], busy[0][:start]) > 25
@@ -99,7 +101,8 @@ def test_text_in_pieces_is_one_stream_with_one_seed_and_no_gap_at_sentence_bound
     assert stream.segments == 3 and stream.frames == 18
     for index in range(stream.segments - 1):
         assert stream.segment_started[index + 1] < stream.segment_done[index]
-    # The same seed and segments as the whole text at once: the same audio (up to window edges).
+    # The same seed and segments as the whole text at once: the same audio (the codec decodes each stream
+    # exactly, however its frames come; the bound leaves room for a draw flipped by float error).
     whole, _ = asyncio.run(tts.synthesize("".join(pieces), "mia", _options(3, max_tokens=42), trim=False))
     assert len(whole) == sum(len(c) for c in chunks)
     assert _snr_db(whole, np.concatenate(chunks)) > 25
