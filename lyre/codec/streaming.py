@@ -38,16 +38,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from collections.abc import Callable
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from snac import SNAC
 from snac.layers import DecoderBlock, ResidualUnit, Snake1d
 from torch import nn
 
-from lyre.codec.noise import SeededNoiseBlock, install_seeded_noise, position_noise
+from lyre.codec.noise import SeededNoiseBlock, install_seeded_noise
+from lyre.codec.stream_layers import (
+    LayerState, Step, pointwise, residual, seeded_noise, snake, temporal, transposed)
 from lyre.orpheus import codes_to_snac_levels
 
 __all__ = ["StreamingSnac"]
@@ -64,31 +64,6 @@ class _Row:
     end: int | None = None  # the utterance's latent steps, once it has ended
 
 
-class _State:
-    """Per-slot state of one layer, shape (slots, keep, channels): the last ``keep`` steps it saw."""
-
-    def __init__(self, slots: int, keep: int, channels: int, device: torch.device, dtype: torch.dtype) -> None:
-        self.keep = keep
-        self.state = torch.zeros(slots, keep, channels, device=device, dtype=dtype)
-
-    def take(self, rows: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        """The rows' kept steps followed by ``x`` (B, T, C); the newest ``keep`` are kept."""
-        full = torch.cat([self.state.index_select(0, rows), x], dim=1)  # (B, keep + T, C)
-        self.state.index_copy_(0, rows, full[:, full.shape[1] - self.keep:])
-        return full
-
-    def reset(self, slot: int) -> None:
-        self.state[slot].zero_()
-
-    def grow(self, slots: int) -> None:
-        more = self.state.new_zeros(slots - self.state.shape[0], *self.state.shape[1:])
-        self.state = torch.cat([self.state, more])
-
-
-# A plan step: (decoder, rows' slots, x (B, T, C), fed, end, seeds, noisy) -> x
-_Step = Callable[..., torch.Tensor]
-
-
 class StreamingSnac:
     """SNAC's decoder run as a stream per slot; see the module docstring."""
 
@@ -101,7 +76,7 @@ class StreamingSnac:
         self._rows: dict[int, _Row] = {}
         self._clear = False  # this call's rows have nothing outside their utterances to mask
         self._free = list(range(slots - 1, -1, -1))
-        self._states: list[_State] = []
+        self._states: list[LayerState] = []
         self._plan = self._build(model.decoder.model)
         self.lookahead = sum(lag * rate for lag, rate in self._lag_rates)  # output samples: 4,757 for SNAC 24 kHz
         self._flush_steps = -(-self.lookahead // self._rate)  # latent steps of silence that bring it all out
@@ -215,7 +190,7 @@ class StreamingSnac:
         codes = [torch.tensor([lv[i] for lv in levels], dtype=torch.long, device=self.device) for i in range(3)]
         return self.model.quantizer.from_codes(codes).to(self.dtype).transpose(1, 2).contiguous()
 
-    def _build(self, layers: nn.Sequential) -> list[_Step]:  # type: ignore[type-arg]
+    def _build(self, layers: nn.Sequential) -> list[Step]:  # type: ignore[type-arg]
         """The decoder as steps over (rows, x); each temporal one with its state and its lag."""
         upsampling = 1
         for module in layers:
@@ -224,11 +199,11 @@ class StreamingSnac:
         self._rate = upsampling  # output samples per latent step: 512
         self._latent_dim = layers[0].in_channels
         self._lag_rates: list[tuple[int, int]] = []  # (lag at a layer's rate, output samples per sample there)
-        plan: list[_Step] = []
+        plan: list[Step] = []
         rate, lag = 1, 0  # of the current x: samples per latent step, and how late (at its rate)
 
-        def state(keep: int, channels: int) -> _State:
-            s = _State(self.slots, keep, channels, self.device, self.dtype)
+        def state(keep: int, channels: int) -> LayerState:
+            s = LayerState(self.slots, keep, channels, self.device, self.dtype)
             self._states.append(s)
             return s
 
@@ -243,144 +218,35 @@ class StreamingSnac:
 
         for module in layers:
             if isinstance(module, nn.Conv1d) and module.kernel_size[0] == 1:
-                plan.append(_pointwise(module))
+                plan.append(pointwise(module))
                 mask()
             elif isinstance(module, nn.Conv1d):
-                plan.append(_temporal(module, state((module.kernel_size[0] - 1) * module.dilation[0],
+                plan.append(temporal(module, state((module.kernel_size[0] - 1) * module.dilation[0],
                                                     module.in_channels)))
                 lagged((module.kernel_size[0] - 1) * module.dilation[0] // 2)
             elif isinstance(module, Snake1d):
-                plan.append(_snake(module))
+                plan.append(snake(module))
             elif isinstance(module, nn.Tanh):
                 plan.append(lambda s, i, x, *_: torch.tanh(x))
             elif isinstance(module, DecoderBlock):
-                snake, up, noise, *units = module.block
-                plan.append(_snake(snake))
+                activation, up, noise, *units = module.block
+                plan.append(snake(activation))
                 stride = up.stride[0]
                 if up.kernel_size[0] != 2 * stride or up.output_padding[0] != stride % 2:
                     raise ValueError(f"unexpected transposed convolution in SNAC's decoder: {up}")
-                plan.append(_transposed(up, state(1, stride * up.out_channels)))
+                plan.append(transposed(up, state(1, stride * up.out_channels)))
                 rate, lag = rate * stride, lag * stride
                 lagged(up.padding[0])
                 mask()
                 assert isinstance(noise, SeededNoiseBlock)
-                plan.append(_noise(noise, rate, lag))
+                plan.append(seeded_noise(noise, rate, lag))
                 for unit in units:
                     assert isinstance(unit, ResidualUnit)
                     conv = unit.block[1]
                     d = conv.dilation[0]
-                    plan.append(_residual(unit, state(6 * d, conv.in_channels), state(3 * d, conv.in_channels)))
+                    plan.append(residual(unit, state(6 * d, conv.in_channels), state(3 * d, conv.in_channels)))
                     lagged(3 * d)
                     mask()
             else:
                 raise ValueError(f"unexpected layer in SNAC's decoder: {type(module).__name__}")
         return plan
-
-
-def _pointwise(conv: nn.Conv1d) -> _Step:
-    """A 1x1 convolution as one matrix multiply over every row's steps, its bias added in it."""
-    weight = conv.weight[:, :, 0].t().contiguous()  # (C, C')
-    bias = conv.bias
-
-    def pointwise(s: StreamingSnac, i: torch.Tensor, x: torch.Tensor, *_: object) -> torch.Tensor:
-        b, t, c = x.shape
-        flat = x.reshape(b * t, c)
-        y = flat @ weight if bias is None else torch.addmm(bias, flat, weight)
-        return y.view(b, t, -1)
-    return pointwise
-
-
-def _depthwise(full: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, d: int) -> torch.Tensor:
-    """A k-tap depthwise convolution dilated ``d`` of time-major ``full`` (B, T + (k - 1) d, C), no padding,
-    ``weight`` (C, 1, 1, k) channels-last. Time-major is what a 2-D convolution calls channels-last (NHWC, H = 1),
-    the layout oneDNN runs depthwise convolutions fastest in: 4-5 times the shifted multiply-adds on this CPU."""
-    y = F.conv2d(full.transpose(1, 2).unsqueeze(2), weight, bias, dilation=(1, d), groups=full.shape[2])
-    return y.squeeze(2).transpose(1, 2)  # (B, T, C), contiguous
-
-
-def _depthwise_weight(conv: nn.Conv1d) -> torch.Tensor:
-    return conv.weight.unsqueeze(2).contiguous(memory_format=torch.channels_last)  # (C, 1, 1, k)
-
-
-def _temporal(conv: nn.Conv1d, state: _State) -> _Step:
-    """A k-tap convolution fed the kept steps before the new ones: depthwise as shifted multiply-adds, any other
-    as one matrix multiply per tap."""
-    k, d = conv.kernel_size[0], conv.dilation[0]
-    bias = conv.bias if conv.bias is not None else conv.weight.new_zeros(conv.out_channels)
-    if conv.groups == conv.in_channels == conv.out_channels:
-        taps = _depthwise_weight(conv)
-        return lambda s, i, x, *_: _depthwise(state.take(i, x), taps, bias, d)
-    if conv.groups != 1:
-        raise ValueError(f"unexpected grouped convolution in SNAC's decoder: {conv}")
-    weights = [conv.weight[:, :, tap].t().contiguous() for tap in range(k)]  # k of (C, C')
-
-    def temporal(s: StreamingSnac, i: torch.Tensor, x: torch.Tensor, *_: object) -> torch.Tensor:
-        full = state.take(i, x)
-        t = x.shape[1]
-        y = torch.matmul(full[:, :t], weights[0]) + bias
-        for tap in range(1, k):
-            y += torch.matmul(full[:, tap * d: tap * d + t], weights[tap])
-        return y
-    return temporal
-
-
-def _transposed(up: nn.ConvTranspose1d, tail: _State) -> _Step:
-    """A transposed convolution (kernel 2s, stride s) as one matrix multiply: each new step's 2s output taps,
-    the first s added to the last s of the step before (kept per slot in ``tail``), the bias added in the
-    multiply."""
-    stride, c_out = up.stride[0], up.out_channels
-    taps = up.weight.permute(0, 2, 1).reshape(up.in_channels, -1).contiguous()  # (C, 2s C'): tap-major
-    bias = torch.cat([up.bias.repeat(stride), up.bias.new_zeros(stride * c_out)])  # on the first s taps only
-
-    def transposed(s: StreamingSnac, i: torch.Tensor, x: torch.Tensor, *_: object) -> torch.Tensor:
-        b, t, c = x.shape
-        parts = torch.addmm(bias, x.reshape(b * t, c), taps).view(b, t, 2, stride * c_out)
-        head, over = parts[:, :, 0], parts[:, :, 1]  # (B, T, s C'): each step's own taps, and its overlap
-        y = head + torch.cat([tail.state.index_select(0, i), over[:, :-1]], dim=1)
-        tail.state.index_copy_(0, i, over[:, -1:])
-        return y.view(b, t * stride, c_out)
-    return transposed
-
-
-def _noise(noise: SeededNoiseBlock, rate: int, lag: int) -> _Step:
-    """The seeded noise block: x + n * (x W), n keyed by each row's seed and absolute position (lyre.codec.noise)."""
-    weight = noise.linear.weight[:, :, 0].t().contiguous()
-
-    def seeded(s: StreamingSnac, i: torch.Tensor, x: torch.Tensor, fed: torch.Tensor, end: torch.Tensor,
-               seeds: torch.Tensor, noisy: torch.Tensor | None) -> torch.Tensor:
-        if noisy is None:
-            return x
-        b, t, c = x.shape
-        positions = (fed * rate - lag)[:, None] + torch.arange(t, device=x.device)[None, :]
-        n = position_noise(seeds, noise.index, positions.clamp(min=0)).to(x.dtype) * noisy[:, None]  # (B, T)
-        return torch.addcmul(x, n[:, :, None], (x.reshape(b * t, c) @ weight).view(b, t, c))
-    return seeded
-
-
-def _residual(unit: ResidualUnit, branch: _State, skip: _State) -> _Step:
-    """A residual unit: snake, the dilated depthwise convolution (fed its kept steps), snake, 1x1; plus its
-    input delayed by the convolution's lookahead (kept in ``skip``)."""
-    s1, c7, s2, c1 = unit.block
-    first, second = _snake(s1), _snake(s2)
-    d = c7.dilation[0]
-    taps = _depthwise_weight(c7)
-    weight = c1.weight[:, :, 0].t().contiguous()  # (C, C)
-
-    def residual(s: StreamingSnac, i: torch.Tensor, x: torch.Tensor, *_: object) -> torch.Tensor:
-        b, t, c = x.shape
-        y = second(s, i, _depthwise(branch.take(i, first(s, i, x)), taps, c7.bias, d))
-        out = skip.take(i, x)[:, :t] + c1.bias
-        out.view(b * t, c).addmm_(y.view(b * t, c), weight)
-        return out
-    return residual
-
-
-def _snake(module: Snake1d) -> _Step:
-    """SNAC's Snake activation, x + sin(a x)^2 / a, with 1 / a computed once, over time-major x."""
-    alpha = module.alpha[0, :, 0]  # (C,)
-    inverse = (alpha + 1e-9).reciprocal()
-
-    def snake(s: StreamingSnac, i: torch.Tensor, x: torch.Tensor, *_: object) -> torch.Tensor:
-        wave = torch.mul(x, alpha).sin_()
-        return torch.addcmul(x, inverse, wave.mul_(wave))
-    return snake
