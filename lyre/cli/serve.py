@@ -106,7 +106,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     gpu.add_argument("--codec-dtype", choices=("float32", "bfloat16"), default="float32",
                      help="what SNAC runs in (default: float32)")
     gpu.add_argument("--codec-graphs", action=argparse.BooleanOptionalAction, default=False,
-                     help="replay SNAC decodes from CUDA graphs captured per shape (CUDA only)")
+                     help="replay the streaming codec's calls from CUDA graphs captured at start per frames a "
+                          "call and batch bucket (CUDA only)")
     stt = serve.add_argument_group("speech to text")
     stt.add_argument("--stt", action="store_true",
                      help="also serve speech to text (POST /v1/audio/transcriptions) beside text to speech")

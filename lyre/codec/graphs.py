@@ -1,6 +1,11 @@
-"""SNAC decodes replayed from CUDA graphs, one per (frames per window, batch bucket).
+"""SNAC decodes replayed from CUDA graphs: the streaming decoder's calls, one graph per (latent steps a row,
+batch bucket), and whole windows', one per (frames per window, batch bucket).
 
-A batch of windows is padded up to the next bucket with copies of its first
+A streaming call's rows are padded up to the next bucket with rows of the
+decoder's scratch slot (`StreamingSnac.fixed_shape`), its inputs copied into
+the graph's static ones, and the graph replayed; the state it moves on lives
+in the decoder's slots, which the graph reads and writes where they are. A
+batch of windows is padded up to the next bucket with copies of its first
 row (noise off, output dropped), its codes and noise keys copied into the
 graph's static inputs, and the graph replayed.
 
@@ -22,7 +27,9 @@ wider than ``max_frames`` decodes eagerly.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 from snac import SNAC
@@ -30,7 +37,10 @@ from snac import SNAC
 from lyre.common.batching import bucket_for
 from lyre.codec.noise import NoiseControl
 
-__all__ = ["CODEC_BUCKETS", "MAX_GRAPH_FRAMES", "SnacGraphs", "graph_shapes"]
+if TYPE_CHECKING:
+    from lyre.codec.streaming import StreamingSnac
+
+__all__ = ["CODEC_BUCKETS", "MAX_GRAPH_FRAMES", "SnacGraphs", "StreamGraphs", "graph_shapes"]
 
 CODEC_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
 # The widest window captured by default: 8 frames with 1 of context before them and 2 after, as the windowed
@@ -120,3 +130,66 @@ class SnacGraphs:
         with torch.cuda.graph(graph, pool=pool, stream=side):
             audio = self.model.decode(codes)
         return _Graph(graph, codes, seeds, starts, enabled, audio)
+
+
+@dataclass
+class _StreamGraph:
+    graph: torch.cuda.CUDAGraph
+    inputs: tuple[torch.Tensor, ...]  # index, z, fed, end, seeds, noisy: the call's, padded to the bucket
+    audio: torch.Tensor  # (bucket, 512 steps)
+
+
+class StreamGraphs:
+    """A fixed-shape streaming decoder's calls (`StreamingSnac.forward`) captured for every (latent steps,
+    bucket) when built, replayed by `replay`. Built before serving, like `SnacGraphs`."""
+
+    def __init__(self, stream: StreamingSnac, steps: Sequence[int], buckets: tuple[int, ...] = CODEC_BUCKETS) -> None:
+        if stream.device.type != "cuda":
+            raise ValueError(f"codec CUDA graphs need a CUDA device, got {stream.device}")
+        self.stream = stream
+        self.shapes = sorted(((t, b) for t in steps for b in buckets), key=lambda s: (s[0] * s[1], s), reverse=True)
+        self._graphs: dict[tuple[int, int], _StreamGraph] = {}
+        pool = None
+        device = stream.device
+        side = torch.cuda.Stream(device)
+        side.wait_stream(torch.cuda.current_stream(device))
+        with torch.inference_mode(), torch.cuda.stream(side):
+            for t, bucket in self.shapes:
+                captured = self._capture(t, bucket, side, pool)
+                pool = pool or captured.graph.pool()
+                self._graphs[(t, bucket)] = captured
+        torch.cuda.current_stream(device).wait_stream(side)
+        torch.cuda.synchronize(device)
+
+    @property
+    def captured(self) -> int:
+        return len(self._graphs)
+
+    def replay(self, *inputs: torch.Tensor | None) -> torch.Tensor | None:
+        """The call's audio (bucket, 512 steps; the caller copies it before the next replay), or None when no
+        graph holds its shape: the caller decodes eagerly."""
+        z = inputs[1]
+        assert z is not None
+        g = self._graphs.get((z.shape[1], z.shape[0]))
+        if g is None:
+            return None
+        for static, given in zip(g.inputs, inputs):
+            assert given is not None  # a fixed-shape call always has its noise flags
+            static.copy_(given)
+        g.graph.replay()
+        return g.audio
+
+    def _capture(self, steps: int, bucket: int, side: torch.cuda.Stream, pool: tuple[int, int] | None) -> _StreamGraph:
+        s, dev = self.stream, self.stream.device
+        ints = [torch.zeros(bucket, dtype=torch.long, device=dev) for _ in range(4)]
+        index, fed, end, seeds = ints
+        index.fill_(s.scratch or 0)  # the warm-up and the capture move only the scratch slot's state on
+        z = torch.zeros(bucket, steps, s.latent_dim, device=dev, dtype=s.dtype)
+        noisy = torch.zeros(bucket, device=dev, dtype=s.dtype)
+        inputs = (index, z, fed, end, seeds, noisy)
+        for _ in range(_WARM_UP_PASSES):
+            s.forward(*inputs)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=pool, stream=side):
+            audio = s.forward(*inputs)
+        return _StreamGraph(graph, inputs, audio)

@@ -19,21 +19,19 @@ to its own event loop.
 
 from __future__ import annotations
 
-import asyncio
 import bisect
-import enum
 import itertools
-import statistics
 import threading
 import time
-from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from lyre.codec.snac import SnacDecoder, check_frames, check_seed
+from lyre.codec.codec_stats import CodecStats, CodecTally
+from lyre.codec.codec_stream import CodecServiceClosed, CodecStream, Job, JobState
+from lyre.codec.snac import SnacDecoder, check_seed
 from lyre.codec.streaming import StreamingSnac
 from lyre.common.batching import BatchLimits
 from lyre.common.loops import settle_futures
@@ -55,14 +53,6 @@ CPU_MAX_WAIT_MS = 0.0
 MAX_FRAMES = 4
 # Slots made when the service starts; the pool doubles when every one is taken.
 START_SLOTS = 16
-# Queue waits kept for CodecStats.recent_waits_s.
-RECENT_WAITS = 256
-# Weight of the newest call in the running (exponentially weighted) queue wait: about the last ten calls count.
-EWMA_WEIGHT = 0.1
-# The decode cost per frame is the median of the last this many calls': it follows the load, and one cold call
-# (a shape's first builds its kernels) does not inflate it. The median of warm calls only is what the device
-# sustains, for admission.
-RECENT_COSTS = 15
 # A stream due later than this from now is far ahead of its listener...
 FAR_S = 0.5
 # ...and may wait this many times max_wait_ms for company.
@@ -89,129 +79,6 @@ class BatchPolicy(BatchLimits):
         return cls(max_batch=CPU_MAX_BATCH, max_wait_ms=CPU_MAX_WAIT_MS)
 
 
-@dataclass(frozen=True)
-class CodecStats:
-    """Counters since the service started. Waits are from submit to the start of the call that takes it."""
-
-    decodes: int  # frames handed in by `decode` and finishes, each counted once, including dropped ones
-    batches: int  # calls
-    rows: int  # streams in them, summed
-    frames: int  # decoded (a finish counts the silence that brings out its lookahead)
-    mean_batch: float  # streams a call
-    last_batch: int
-    max_batch: int
-    queue_wait_total_s: float
-    queue_wait_max_s: float
-    recent_waits_s: tuple[float, ...]  # the last RECENT_WAITS waits, oldest first
-    decode_seconds: float
-    dropped: int  # decodes whose caller was cancelled or whose stream was closed: skipped, or result discarded
-    queued: int  # waiting now
-    streams: int  # open now (holding a slot or about to)
-
-
-class CodecServiceClosed(RuntimeError):
-    """The service (or the stream) was closed before this decode was done."""
-
-
-class _State(enum.Enum):
-    QUEUED = enum.auto()
-    RUNNING = enum.auto()
-    DONE = enum.auto()
-
-
-@dataclass(eq=False)
-class _Job:
-    stream: CodecStream
-    frames: list[tuple[int, ...]]  # still to decode (empty for a finish)
-    finish: bool
-    loop: asyncio.AbstractEventLoop
-    future: asyncio.Future[np.ndarray]
-    arrival: float  # time.monotonic()
-    due: float  # time.monotonic() by which its audio is needed
-    seq: int  # arrival order, to break ties
-    pieces: list[np.ndarray] = field(default_factory=list)
-    state: _State = _State.QUEUED
-    waited: bool = False  # its queue wait is counted
-
-    @property
-    def key(self) -> tuple[float, int]:
-        return self.due, self.seq
-
-
-@dataclass
-class _Tally:
-    decodes: int = 0
-    batches: int = 0
-    frames: int = 0
-    rows: int = 0
-    last_batch: int = 0
-    max_batch: int = 0
-    wait_total: float = 0.0
-    wait_max: float = 0.0
-    recent: deque[float] = field(default_factory=lambda: deque(maxlen=RECENT_WAITS))
-    decode_seconds: float = 0.0
-    dropped: int = 0
-    costs: deque[float] = field(default_factory=lambda: deque(maxlen=RECENT_COSTS))  # per frame, call by call
-    recent_per_frame: float | None = None  # their median
-    shapes: set[tuple[bool, int, int]] = field(default_factory=set)  # (finish, frames, rows) of the calls so far
-    warm_costs: deque[float] = field(default_factory=lambda: deque(maxlen=RECENT_COSTS))  # the same, warm ones
-    warm_per_frame: float | None = None  # their median
-    recent_wait: float = 0.0  # EWMA of seconds a decode waits in the queue
-
-
-class CodecStream:
-    """One utterance's decode; see the module docstring. One `decode` or `finish` at a time."""
-
-    def __init__(self, service: CodecService, seed: int | None) -> None:
-        self._service = service
-        self.seed = seed
-        self.slot: int | None = None  # the decoder's slot, taken by the worker at the stream's first call
-        self.closed = False
-        self.frames = 0  # handed in so far
-        self._job: _Job | None = None
-
-    async def decode(self, frames: Sequence[Sequence[int]], due: float | None = None) -> np.ndarray:
-        """The float32 samples the next ``frames`` (7 codes each) let out: the first call's fewer than its
-        frames hold (the lookahead, 4,757 samples), then 2,048 a frame. ``due`` (time.monotonic()) is when the
-        audio is needed (None: now). Raises `CodecServiceClosed` if the stream or service closes first, or what
-        the decode raised; cancelling the caller closes the stream."""
-        frames = check_frames(frames)
-        if not frames:
-            raise ValueError("decode needs at least one frame")
-        self.frames += len(frames)
-        return await self._submit(list(frames), False, due)
-
-    async def finish(self, due: float | None = None) -> np.ndarray:
-        """The samples the lookahead still holds, up to the last frame; the stream is closed after."""
-        if self.slot is None and self.frames == 0:
-            self.close()
-            return np.zeros(0, np.float32)
-        return await self._submit([], True, due)
-
-    def close(self) -> None:
-        """Drop the stream: its queued work is discarded and its slot freed. Safe to call more than once."""
-        self._service._close_stream(self)
-
-    async def _submit(self, frames: list[tuple[int, ...]], finish: bool, due: float | None) -> np.ndarray:
-        if self._job is not None:
-            raise RuntimeError("a codec stream takes one decode at a time")
-        if self.closed:
-            raise CodecServiceClosed("codec stream is closed")
-        loop = asyncio.get_running_loop()
-        now = time.monotonic()
-        job = _Job(self, frames, finish, loop, loop.create_future(), now, now if due is None else due,
-                   next(self._service._seq))
-        self._service._queue_job(job)
-        self._job = job
-        try:
-            return await job.future
-        except asyncio.CancelledError:
-            self.close()
-            raise
-        finally:
-            self._job = None
-
-
 class CodecService:
     """Decodes every stream's frames on one worker thread, batched across streams."""
 
@@ -226,11 +93,11 @@ class CodecService:
         self.streaming = streaming or StreamingSnac(decoder.model, slots)
         self.lookahead = self.streaming.lookahead  # samples held back until the frames after them come
         self._cond = threading.Condition()
-        self._queue: list[_Job] = []  # most urgent first
+        self._queue: list[Job] = []  # most urgent first
         self._freeing: list[int] = []  # slots of closed streams, freed by the worker before its next call
         self._streams = 0
         self._seq = itertools.count()
-        self._tally = _Tally()
+        self._tally = CodecTally()
         self._closed = False
         self._thread = threading.Thread(target=self._work, name="lyre-codec", daemon=True)
         self._thread.start()
@@ -245,6 +112,11 @@ class CodecService:
         return CodecStream(self, seed)
 
     @property
+    def cuda_graphs(self) -> bool:
+        """Whether its calls replay from CUDA graphs (`StreamingSnac.capture_graphs`)."""
+        return self.streaming.graphs is not None
+
+    @property
     def serial(self) -> bool:
         """Whether a call's time grows with the frames in it (a CPU), rather than staying about the same for one
         stream or many (a GPU)."""
@@ -252,8 +124,8 @@ class CodecService:
 
     @property
     def recent_seconds_per_frame(self) -> float:
-        """Decode seconds per frame as measured lately on this device: the median of the last RECENT_COSTS
-        calls', 0 before the first. Read without the lock."""
+        """Decode seconds per frame as measured lately on this device: the median of the last calls'
+        (lyre.codec.codec_stats), 0 before the first. Read without the lock."""
         return self._tally.recent_per_frame or 0.0
 
     @property
@@ -270,14 +142,7 @@ class CodecService:
     def stats(self) -> CodecStats:
         """A snapshot of the counters."""
         with self._cond:
-            t = self._tally
-            return CodecStats(
-                decodes=t.decodes, batches=t.batches, rows=t.rows, frames=t.frames,
-                mean_batch=t.rows / t.batches if t.batches else 0.0, last_batch=t.last_batch,
-                max_batch=t.max_batch, queue_wait_total_s=t.wait_total, queue_wait_max_s=t.wait_max,
-                recent_waits_s=tuple(t.recent), decode_seconds=t.decode_seconds, dropped=t.dropped,
-                queued=len(self._queue), streams=self._streams,
-            )
+            return self._tally.snapshot(len(self._queue), self._streams)
 
     def close(self) -> None:
         """Stop the worker. Queued decodes raise `CodecServiceClosed`; a call already running still delivers.
@@ -286,7 +151,7 @@ class CodecService:
             self._closed = True
             orphans, self._queue = self._queue, []
             for job in orphans:
-                job.state = _State.DONE
+                job.state = JobState.DONE
             self._cond.notify_all()
         _deliver(orphans, [CodecServiceClosed("codec service closed")] * len(orphans))
         if threading.current_thread() is not self._thread:
@@ -294,7 +159,12 @@ class CodecService:
 
     # -- from the streams (any thread) --
 
-    def _queue_job(self, job: _Job) -> None:
+    def next_seq(self) -> int:
+        """The next arrival number (ties between equally urgent decodes go to the first come)."""
+        return next(self._seq)
+
+    def submit(self, job: Job) -> None:
+        """Queue a stream's job (`CodecStream` calls it)."""
         with self._cond:
             if self._closed:
                 raise CodecServiceClosed("codec service is closed")
@@ -302,20 +172,21 @@ class CodecService:
             self._tally.decodes += 1
             self._cond.notify()
 
-    def _close_stream(self, stream: CodecStream) -> None:
+    def drop(self, stream: CodecStream) -> None:
+        """Close ``stream``: its queued job discarded, its slot freed before the next call (`CodecStream.close`)."""
         with self._cond:
             if stream.closed:
                 return
             stream.closed = True
             self._streams -= 1
             job = stream._job
-            dropped = job is not None and job.state is not _State.DONE
-            if job is not None and job.state is _State.QUEUED:
+            dropped = job is not None and job.state is not JobState.DONE
+            if job is not None and job.state is JobState.QUEUED:
                 self._queue.remove(job)
                 self._cond.notify()  # the worker may have been waiting on this one's deadline
             if dropped:
                 assert job is not None
-                job.state = _State.DONE
+                job.state = JobState.DONE
                 self._tally.dropped += 1
             if stream.slot is not None:
                 self._freeing.append(stream.slot)
@@ -350,25 +221,12 @@ class CodecService:
             stream.slot = self.streaming.open(stream.seed)
         return stream.slot
 
-    def _settle(self, batch: list[_Job], outcomes: list[np.ndarray | BaseException], n: int, start: float,
+    def _settle(self, batch: list[Job], outcomes: list[np.ndarray | BaseException], n: int, start: float,
                 elapsed: float) -> None:
-        done: list[tuple[_Job, np.ndarray | BaseException]] = []
+        done: list[tuple[Job, np.ndarray | BaseException]] = []
         with self._cond:
-            t = self._tally
             frames = n * len(batch) if n else len(batch) * self.streaming.flush_frames
-            t.batches += 1
-            t.rows += len(batch)
-            t.frames += frames
-            t.last_batch = len(batch)
-            t.max_batch = max(t.max_batch, len(batch))
-            t.decode_seconds += elapsed
-            per_frame = elapsed / max(1, frames)
-            t.costs.append(per_frame)
-            t.recent_per_frame = statistics.median(t.costs)
-            if (shape := (batch[0].finish, n, len(batch))) in t.shapes:
-                t.warm_costs.append(per_frame)
-                t.warm_per_frame = statistics.median(t.warm_costs)
-            t.shapes.add(shape)
+            self._tally.called((batch[0].finish, n, len(batch)), frames, elapsed)
             for job, outcome in zip(batch, outcomes):
                 stream, failed = job.stream, isinstance(outcome, BaseException)
                 if stream.closed or job.finish or failed:  # the stream is done with its slot
@@ -376,8 +234,8 @@ class CodecService:
                         if failed:  # a finish frees its slot in the decoder itself
                             self._freeing.append(stream.slot)
                         stream.slot = None
-                    if job.state is _State.RUNNING:
-                        job.state = _State.DONE
+                    if job.state is JobState.RUNNING:
+                        job.state = JobState.DONE
                         done.append((job, outcome))
                         if job.finish and not failed:
                             stream.closed = True
@@ -386,14 +244,14 @@ class CodecService:
                 job.pieces.append(outcome)
                 del job.frames[:n]
                 if job.frames:  # the rest go in a later call
-                    job.state = _State.QUEUED
+                    job.state = JobState.QUEUED
                     bisect.insort(self._queue, job, key=lambda j: j.key)
                 else:
-                    job.state = _State.DONE
+                    job.state = JobState.DONE
                     done.append((job, job.pieces[0] if len(job.pieces) == 1 else np.concatenate(job.pieces)))
         _deliver([job for job, _ in done], [outcome for _, outcome in done])
 
-    def _next_batch(self) -> tuple[list[_Job], int] | None:
+    def _next_batch(self) -> tuple[list[Job], int] | None:
         """Block until a call is due: its streams and the frames each gives it (0: finishes); None once
         closed."""
         max_wait = self.policy.max_wait_ms / 1000.0
@@ -418,20 +276,15 @@ class CodecService:
                     batch = mates[: self.policy.max_batch]
                     for job in batch:
                         self._queue.remove(job)
-                        job.state = _State.RUNNING
+                        job.state = JobState.RUNNING
                         if not job.waited:
                             job.waited = True
-                            wait = now - job.arrival
-                            t = self._tally
-                            t.wait_total += wait
-                            t.wait_max = max(t.wait_max, wait)
-                            t.recent.append(wait)
-                            t.recent_wait += EWMA_WEIGHT * (wait - t.recent_wait)
+                            self._tally.waited(now - job.arrival)
                     return batch, n
                 self._cond.wait(wait_left)
         return None
 
 
-def _deliver(jobs: list[_Job], outcomes: Sequence[np.ndarray | BaseException]) -> None:
+def _deliver(jobs: list[Job], outcomes: Sequence[np.ndarray | BaseException]) -> None:
     """Settle each job's future on its own loop: one thread-safe call per loop."""
     settle_futures((job.loop, job.future, outcome) for job, outcome in zip(jobs, outcomes))

@@ -36,6 +36,7 @@ multiplied twice.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -45,12 +46,16 @@ from snac import SNAC
 from snac.layers import DecoderBlock, ResidualUnit, Snake1d
 from torch import nn
 
+from lyre.codec.graphs import CODEC_BUCKETS, StreamGraphs
 from lyre.codec.noise import SeededNoiseBlock, install_seeded_noise
 from lyre.codec.stream_layers import (
     LayerState, Step, pointwise, residual, seeded_noise, snake, temporal, transposed)
+from lyre.common.batching import bucket_for
 from lyre.orpheus import codes_to_snac_levels
 
 __all__ = ["StreamingSnac"]
+
+log = logging.getLogger(__name__)
 
 _STEPS_PER_FRAME = 4  # latent steps of one 7-code frame (SNAC's finest level: 4 codes a frame)
 
@@ -67,16 +72,23 @@ class _Row:
 class StreamingSnac:
     """SNAC's decoder run as a stream per slot; see the module docstring."""
 
-    def __init__(self, model: SNAC, slots: int) -> None:
+    def __init__(self, model: SNAC, slots: int, fixed_shape: bool = False) -> None:
+        """``slots``: streams to hold state for at first; ``fixed_shape``: every call runs the same steps
+        whatever its rows (masks always on, rows padded to a batch bucket with a scratch slot's), as a CUDA
+        graph replays them (`capture_graphs`)."""
         install_seeded_noise(model)  # the same noise blocks as the window decoder's (shares its state dict)
         self.model = model
         p = next(model.parameters())
         self.device, self.dtype = p.device, p.dtype
+        self.fixed_shape = fixed_shape
+        self.scratch = 0 if fixed_shape else None  # the slot padded rows read and write
+        self._first = 1 if fixed_shape else 0  # the first slot a stream can have
         self.slots = slots
         self._rows: dict[int, _Row] = {}
         self._clear = False  # this call's rows have nothing outside their utterances to mask
-        self._free = list(range(slots - 1, -1, -1))
+        self._free = list(range(self._first + slots - 1, self._first - 1, -1))
         self._states: list[LayerState] = []
+        self._graphs: StreamGraphs | None = None
         self._plan = self._build(model.decoder.model)
         self.lookahead = sum(lag * rate for lag, rate in self._lag_rates)  # output samples: 4,757 for SNAC 24 kHz
         self._flush_steps = -(-self.lookahead // self._rate)  # latent steps of silence that bring it all out
@@ -105,15 +117,34 @@ class StreamingSnac:
         return len(self._rows)
 
     @property
+    def graphs(self) -> StreamGraphs | None:
+        """The calls captured as CUDA graphs (None: eager)."""
+        return self._graphs
+
+    @property
     def bytes_per_slot(self) -> int:
         """Memory one stream's state takes."""
         return sum(s.state[0].numel() * s.state.element_size() for s in self._states)
 
     def _grow(self, slots: int) -> None:
+        if self._graphs is not None:  # they read the state where it is now
+            log.warning("the streaming codec's %d slots are all taken: it grows to %d and decodes without its "
+                        "CUDA graphs from now on", self.slots, slots)
+            self._graphs = None
         for state in self._states:
-            state.grow(slots)
-        self._free = list(range(slots - 1, self.slots - 1, -1)) + self._free
+            state.grow(self._first + slots)
+        self._free = list(range(self._first + slots - 1, self._first + self.slots - 1, -1)) + self._free
         self.slots = slots
+
+    def capture_graphs(self, max_frames: int, buckets: tuple[int, ...] = CODEC_BUCKETS) -> int:
+        """Capture a CUDA graph of a call for every 1 to ``max_frames`` frames a row, and of a finish, at every
+        batch bucket (on a fixed-shape decoder on a CUDA device; before serving: lyre.codec.graphs says why).
+        Calls of those shapes replay them from then on; the number captured."""
+        if not self.fixed_shape:
+            raise ValueError("CUDA graphs need a fixed-shape streaming decoder")
+        steps = [n * _STEPS_PER_FRAME for n in range(1, max_frames + 1)] + [self._flush_steps]
+        self._graphs = StreamGraphs(self, sorted(set(steps)), buckets)
+        return self._graphs.captured
 
     @torch.inference_mode()
     def push(self, feeds: Sequence[tuple[int, Sequence[Sequence[int]]]]) -> list[np.ndarray]:
@@ -139,7 +170,7 @@ class StreamingSnac:
         for slot in slots:
             row = self._rows[slot]
             row.end = row.fed
-        z = torch.zeros(len(slots), self._flush_steps, self._latent_dim, device=self.device, dtype=self.dtype)
+        z = torch.zeros(len(slots), self._flush_steps, self.latent_dim, device=self.device, dtype=self.dtype)
         out = self._run(list(slots), z)
         for slot in slots:
             self.close(slot)
@@ -156,28 +187,41 @@ class StreamingSnac:
 
     def _run(self, slots: list[int], z: torch.Tensor) -> list[np.ndarray]:
         rows = [self._rows[s] for s in slots]
-        index = torch.tensor(slots, device=self.device)
-        fed = torch.tensor([r.fed for r in rows], device=self.device)  # (B,) latent steps before this call
-        end = torch.tensor([r.end if r.end is not None else 2**40 for r in rows], device=self.device)  # (B,)
-        seeds = torch.tensor([r.seed or 0 for r in rows], device=self.device)
-        noisy = None if all(r.seed is None for r in rows) else torch.tensor(
-            [r.seed is not None for r in rows], device=self.device, dtype=self.dtype)
+        pad = (bucket_for(len(rows), CODEC_BUCKETS) or len(rows)) - len(rows) if self.fixed_shape else 0
+        # A padded row (the scratch slot's) ends before it starts: every output of it is masked.
+        index, fed, end, seeds = (torch.tensor(values, device=self.device) for values in (
+            slots + [self.scratch] * pad, [r.fed for r in rows] + [0] * pad,
+            [r.end if r.end is not None else 2**40 for r in rows] + [0] * pad, [r.seed or 0 for r in rows] + [0] * pad))
+        noisy = None if not self.fixed_shape and all(r.seed is None for r in rows) else torch.tensor(
+            [r.seed is not None for r in rows] + [False] * pad, device=self.device, dtype=self.dtype)
+        if pad:
+            z = torch.cat([z, z.new_zeros(pad, *z.shape[1:])])
         # Every row far enough in (its lookahead past the start) and not ending: no layer's output is outside
-        # its utterance, so the masks have nothing to do.
-        self._clear = all(r.end is None and r.fed * self._rate >= self.lookahead for r in rows)
-        x = z if self._clear else z * self._inside(fed, end, z.shape[1], 1, 0)
-        for step in self._plan:
-            x = step(self, index, x, fed, end, seeds, noisy)
+        # its utterance, so the masks have nothing to do (a fixed-shape call masks all the same).
+        self._clear = not self.fixed_shape and all(r.end is None and r.fed * self._rate >= self.lookahead
+                                                   for r in rows)
+        x = self._graphs.replay(index, z, fed, end, seeds, noisy) if self._graphs is not None else None
+        if x is None:
+            x = self.forward(index, z, fed, end, seeds, noisy)
         n = z.shape[1]
         for r in rows:
             r.fed += n
-        audio = x[..., 0].float().cpu().numpy()  # (B, 512 n): positions [512 fed - lookahead, ...)
+        audio = x[:len(rows)].float().cpu().numpy()  # (B, 512 n): positions [512 fed - lookahead, ...)
         out = []
         for row, samples, start in zip(rows, audio, (self._rate * (r.fed - n) - self.lookahead for r in rows)):
             lo = max(0, -start)
             hi = samples.shape[0] if row.end is None else max(lo, min(samples.shape[0], self._rate * row.end - start))
             out.append(samples[lo:hi].copy())
         return out
+
+    def forward(self, index: torch.Tensor, z: torch.Tensor, fed: torch.Tensor, end: torch.Tensor,
+                seeds: torch.Tensor, noisy: torch.Tensor | None) -> torch.Tensor:
+        """One call's decode: latent ``z`` (B, T, D) of the rows in slots ``index`` at latent step ``fed``
+        (their ends ``end``, noise ``seeds`` where ``noisy``) -> audio (B, 512 T), their state moved on."""
+        x = z if self._clear else z * self._inside(fed, end, z.shape[1], 1, 0)
+        for step in self._plan:
+            x = step(self, index, x, fed, end, seeds, noisy)
+        return x[..., 0]
 
     def _inside(self, fed: torch.Tensor, end: torch.Tensor, length: int, rate: int, lag: int) -> torch.Tensor:
         """(B, length, 1) 1.0 where a layer's output (``rate`` samples a latent step, ``lag`` late) is inside
@@ -197,13 +241,13 @@ class StreamingSnac:
             if isinstance(module, DecoderBlock):
                 upsampling *= module.block[1].stride[0]
         self._rate = upsampling  # output samples per latent step: 512
-        self._latent_dim = layers[0].in_channels
+        self.latent_dim = layers[0].in_channels
         self._lag_rates: list[tuple[int, int]] = []  # (lag at a layer's rate, output samples per sample there)
         plan: list[Step] = []
         rate, lag = 1, 0  # of the current x: samples per latent step, and how late (at its rate)
 
         def state(keep: int, channels: int) -> LayerState:
-            s = LayerState(self.slots, keep, channels, self.device, self.dtype)
+            s = LayerState(self._first + self.slots, keep, channels, self.device, self.dtype)
             self._states.append(s)
             return s
 

@@ -115,7 +115,7 @@ def pipeline_facts(context: PipelineContext, source: ModelChoice | None) -> TTSF
         scheduler=config.scheduler,
         codec_device=str(decoder.device),
         codec_dtype=decoder.dtype,
-        codec_graphs=decoder.cuda_graphs,
+        codec_graphs=context.codec.cuda_graphs,
         max_adapters=config.max_adapters,
         lora_rank=config.lora_rank if config.max_adapters else None,
         adapters=resident,

@@ -8,7 +8,6 @@
 from __future__ import annotations
 
 import dataclasses
-import logging
 import itertools
 from pathlib import Path
 from typing import Any, Protocol
@@ -17,6 +16,8 @@ import numpy as np
 
 from lyre import orpheus
 from lyre.codec import BatchPolicy, CodecService, SnacDecoder, load_snac
+from lyre.codec.service import START_SLOTS
+from lyre.codec.streaming import StreamingSnac
 from lyre.common.threads import threads_apart
 from lyre.engine import Engine, EngineStats
 from lyre.models.choice import ModelChoice, choose_weights
@@ -40,8 +41,6 @@ from lyre.text.front_end import TextFront
 from lyre.text.said import Said
 from lyre.tts.text import normalize
 from lyre.tts.voices import Voices, load_voices
-
-log = logging.getLogger(__name__)
 
 __all__ = ["TTS", "Synthesizer"]
 
@@ -144,13 +143,15 @@ class TTS:
         folder = source.model.local()
         voices = load_voices(folder, dict(config.voice_aliases))
         tokenizer = load_tokenizer(folder)
-        # The streaming decoder runs eagerly: the CUDA graphs SnacDecoder captures are for whole windows.
-        if serving.codec_graphs:
-            log.warning("--codec-graphs: the streaming codec has no CUDA graphs yet; it decodes eagerly")
         decoder = SnacDecoder(load_snac(source.codec.local(), device=serving.device, dtype=serving.codec_dtype))
+        policy = codec_policy or BatchPolicy.for_device(serving.device)
+        # With CUDA graphs the pool of slots is fixed once captured: room for every stream twice over.
+        slots = max(START_SLOTS, 2 * serving.max_streams) if serving.codec_graphs else START_SLOTS
+        streaming = StreamingSnac(decoder.model, slots, fixed_shape=serving.codec_graphs)
+        if serving.codec_graphs:  # captured before the engine's thread starts (lyre.codec.graphs)
+            streaming.capture_graphs(policy.max_frames)
         engine = Engine.from_folder(folder, serving.engine_config(), AUDIO_CONSTRAINT.family)
-        service = CodecService(decoder, codec_policy or BatchPolicy.for_device(serving.device),
-                               threads=serving.threads()[1])
+        service = CodecService(decoder, policy, threads=serving.threads()[1], streaming=streaming)
         return cls(engine, tokenizer, service, voices, config, serving.playback_rate, source)
 
     @property

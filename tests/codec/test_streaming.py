@@ -128,3 +128,63 @@ def test_misuse_is_named(model32: object) -> None:
         stream.push([(slot, _frames(1, 0))])
     with pytest.raises(ValueError, match=f"slot {slot} is not an open stream"):
         stream.finish([slot])
+
+
+def test_a_fixed_shape_stream_pads_its_rows_to_a_bucket_and_is_still_the_whole_decode(model32: object) -> None:
+    """What a CUDA graph replays: masks always on, three rows padded to four with the scratch slot's."""
+    whole, stream = SnacDecoder(model32), StreamingSnac(model32, slots=3, fixed_shape=True)  # type: ignore[arg-type]
+    utterances = [_frames(5, 30 + k) for k in range(3)]
+    slots = [stream.open(seed=k) for k in range(3)]
+    assert stream.scratch == 0 and 0 not in slots
+    heard: list[list[np.ndarray]] = [[], [], []]
+    for i in range(5):
+        for k, audio in enumerate(stream.push([(slot, u[i:i + 1]) for slot, u in zip(slots, utterances)])):
+            heard[k].append(audio)
+    for k, audio in enumerate(stream.finish(slots)):
+        heard[k].append(audio)
+    for k, utterance in enumerate(utterances):
+        reference = whole.decode(codes_to_snac_levels(utterance), seed=k)
+        assert _snr_db(reference, np.concatenate(heard[k])) >= 100, k
+    assert stream.open() != 0  # the pool grows past its three, never handing out the scratch slot
+    with pytest.raises(ValueError, match="fixed-shape"):
+        StreamingSnac(model32, slots=1).capture_graphs(4)  # type: ignore[arg-type]
+
+
+def test_stream_graphs_capture_every_shape_when_built_and_none_while_serving(monkeypatch: pytest.MonkeyPatch,
+                                                                            caplog: pytest.LogCaptureFixture,
+                                                                            model32: object) -> None:
+    """No GPU here: CUDA's stream calls are stubbed and each capture recorded, to check which shapes are
+    captured, that a shape without a graph decodes eagerly, and that a pool grown past its graphs drops them."""
+    from contextlib import nullcontext
+    from types import SimpleNamespace
+
+    from lyre.codec.graphs import StreamGraphs
+
+    class Stream:
+        def __init__(self, device: torch.device | None = None) -> None: ...
+        def wait_stream(self, other: Stream) -> None: ...
+
+    monkeypatch.setattr(torch.cuda, "Stream", Stream)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: Stream())
+    monkeypatch.setattr(torch.cuda, "stream", lambda s: nullcontext())
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    captured: list[tuple[int, int]] = []
+
+    def capture(self: StreamGraphs, steps: int, bucket: int, side: Stream, pool: object) -> SimpleNamespace:
+        assert torch.is_inference_mode_enabled()
+        captured.append((steps, bucket))
+        return SimpleNamespace(graph=SimpleNamespace(pool=lambda: (0, 1)))
+
+    monkeypatch.setattr(StreamGraphs, "_capture", capture)
+    stream = StreamingSnac(model32, slots=1, fixed_shape=True)  # type: ignore[arg-type]
+    monkeypatch.setattr(stream, "device", torch.device("cuda"))
+    assert stream.capture_graphs(4, buckets=(1, 2, 4)) == 15  # 4, 8, 12, 16 latent steps and a finish's 10
+    assert sorted(captured) == sorted((t, b) for t in (4, 8, 10, 12, 16) for b in (1, 2, 4))
+    assert captured[0] == (16, 4)  # the largest first: the smaller ones fit in its memory pool
+    graphs = stream.graphs
+    assert graphs is not None and graphs.replay(*[torch.zeros(1)], torch.zeros(8, 4, 768)) is None  # no bucket 8
+    stream.open()
+    with caplog.at_level("WARNING"):
+        stream.open()  # the pool is full: it grows, and the graphs (reading the old state) are dropped
+    assert stream.graphs is None and "without its CUDA graphs" in caplog.text
+    assert len(captured) == 15  # nothing was captured while serving
