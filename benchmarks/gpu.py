@@ -16,7 +16,9 @@ arrivals each, and the rest of their requests (not yet run on one):
    so free-running tokens are no test); measures FP8's logits against bf16;
 4. times the decode step at batches 64 and 256 with 0, 1, 4 and 8 distinct
    LoRA adapters (rank 16, random) in the batch, eager and with CUDA graphs;
-5. times SNAC batches fp32 / bf16 with and without CUDA graphs, and bf16's SNR;
+5. times SNAC window batches fp32 / bf16 with and without CUDA graphs, and bf16's SNR (what lyre decoded
+   before, and other servers decode); then the streaming decoder lyre serves with, the same variants, at each
+   batch of streams with 1 and 4 frames a call, and its SNR against the whole decode (`gpu_levers.stream_grid`);
 6. serves the fastest lever set that passed (3) with ``create_app`` on
    loopback and sweeps concurrency with ``lyre bench`` up to and past the SLO
    (p90 TTFA <= 250 ms, >= 99% viable streams), once with the deadline
@@ -62,7 +64,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # gpu_levers, gpu_plan
 
 from gpu_agreement import token_agreement  # noqa: E402
 from gpu_field import field_rows, markdown, rate_sweep  # noqa: E402
-from gpu_levers import Lever, codec_grid, fp8_quality, lora_grid, step_grid  # noqa: E402
+from gpu_levers import Lever, codec_grid, fp8_quality, lora_grid, step_grid, stream_grid  # noqa: E402
 from gpu_plan import REFERENCE, Plan, parse  # noqa: E402
 from gpu_quality import lever_quality  # noqa: E402
 from gpu_serving import build_tts, decoder, machine, model, serving, weights  # noqa: E402
@@ -190,6 +192,9 @@ def main(argv: list[str] | None = None) -> int:
         variants += [("float32", True), ("bfloat16", True)]
     figures["codec"] = codec_grid(lambda dtype, graphs: decoder(plan, dtype, graphs), list(plan.codec_batches),
                                   [4] if plan.small else [4, 11], variants, 1 if plan.small else 10, log)
+    _write(plan, figures)
+    figures["codec_stream"] = stream_grid(lambda dtype, graphs: decoder(plan, dtype, graphs),
+                                          list(plan.codec_batches), variants, 1 if plan.small else 10, log)
     _write(plan, figures)
 
     lever = _serving_lever(plan, figures)

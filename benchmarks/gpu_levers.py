@@ -207,7 +207,8 @@ def fp8_quality(base: Llama, device: str) -> dict:
 
 def codec_grid(make: Callable[[str, bool], SnacDecoder], batches: list[int], frame_counts: list[int],
                variants: list[tuple[str, bool]], repeats: int, log: Callable[[str], None]) -> dict:
-    """ms per batch of windows for each (dtype, graphs) variant; bf16's SNR against fp32."""
+    """ms per batch of windows (what lyre decoded before its streaming decoder, and other servers decode) for
+    each (dtype, graphs) variant; bf16's SNR against fp32."""
     rng = np.random.default_rng(0)
     result: dict = {"ms": {}, "errors": {}}
     outputs: dict[str, np.ndarray] = {}
@@ -238,6 +239,52 @@ def codec_grid(make: Callable[[str, bool], SnacDecoder], batches: list[int], fra
         if reference is not None and name != "float32+eager" and len(audio) == len(reference):
             noise = float(np.sum((reference - audio) ** 2)) or 1e-30
             result.setdefault("snr_db_vs_fp32", {})[name] = 10 * np.log10(float(np.sum(reference**2)) / noise)
+    return result
+
+
+def stream_grid(make: Callable[[str, bool], SnacDecoder], batches: list[int], variants: list[tuple[str, bool]],
+                repeats: int, log: Callable[[str], None]) -> dict:
+    """The streaming decoder (lyre.codec.streaming), as lyre serves with it: ms per call and per frame for each
+    (dtype, CUDA graphs) variant at each batch of streams, 1 and 4 frames a call, each stream past its start;
+    and each variant's SNR against the whole decode of the same 24 frames (float rounding, if it is exact)."""
+    from lyre.codec.streaming import StreamingSnac
+    from lyre.orpheus import codes_to_snac_levels
+
+    rng = np.random.default_rng(1)
+    result: dict = {"ms": {}, "ms_per_frame": {}, "errors": {}, "snr_db_vs_whole": {}}
+    frames = [tuple(int(c) for c in rng.integers(0, 4096, 7)) for _ in range(24)]
+    for dtype, graphs in variants:
+        name = f"{dtype}+{'graphs' if graphs else 'eager'}"
+        try:
+            decoder = make(dtype, False)
+            stream = StreamingSnac(decoder.model, slots=max(batches), fixed_shape=graphs)
+            if graphs:
+                stream.capture_graphs(4)
+            for per_call in (1, 4):
+                for batch in batches:
+                    slots = [stream.open(seed=b) for b in range(batch)]
+                    feeds = [(slot, frames[:per_call]) for slot in slots]
+                    for _ in range(3 if repeats > 1 else 1):  # past the start, where the masks work
+                        stream.push(feeds)
+                    start = time.perf_counter()
+                    for _ in range(repeats):
+                        stream.push(feeds)
+                    ms = 1000 * (time.perf_counter() - start) / repeats
+                    result["ms"][f"{name} {per_call}f x{batch}"] = ms
+                    result["ms_per_frame"][f"{name} {per_call}f x{batch}"] = ms / (per_call * batch)
+                    for slot in slots:
+                        stream.close(slot)
+            slot = stream.open(seed=3)
+            audio = np.concatenate([stream.push([(slot, [f])])[0] for f in frames] + stream.finish([slot]))
+            whole = decoder.decode(codes_to_snac_levels(frames), seed=3)
+            noise = float(np.sum((whole - audio) ** 2)) or 1e-30
+            result["snr_db_vs_whole"][name] = 10 * np.log10(float(np.sum(whole ** 2)) / noise)
+            log(f"  stream {name:<16} " + " ".join(f"{k.split(' ', 1)[1]}:{v:.2f}" for k, v in
+                                                   result["ms_per_frame"].items() if k.startswith(name))
+                + f" ms/frame; {result['snr_db_vs_whole'][name]:.0f} dB from the whole decode")
+        except Exception as exc:
+            result["errors"][name] = f"{type(exc).__name__}: {exc}"
+            log(f"  stream {name} failed: {result['errors'][name]}")
     return result
 
 

@@ -113,7 +113,7 @@ def build_tts(plan: Plan, lever: Lever, max_batch: int, scheduler: str = "deadli
     if lever.fp8:
         quantize_fp8(built)
     engine = Engine(built, config, AUDIO_CONSTRAINT.family)
-    codec = CodecService(decoder(plan, graphs=cuda), BatchPolicy.for_device(plan.device))
+    codec = CodecService(decoder(plan), BatchPolicy.for_device(plan.device))  # lyre serve's default: eager
     if plan.model is not None:
         tokenizer, voices = load_tokenizer(plan.model), load_voices(plan.model, {})
     else:

@@ -72,6 +72,9 @@ def test_small_run_prints_figures_and_writes_results(tmp_path: Path) -> None:
     assert figures["fp8_quality"]["kl_max"] < 0.05, figures["fp8_quality"]  # the bound tests/test_fp8.py holds
     assert {"sdpa+eager+bf16 4x2", "sdpa+graphs+bf16 4x2"} <= set(figures["lora"]["ratio"]), figures["lora"]
     assert any(key.startswith("bfloat16+eager 4f") for key in figures["codec"]["ms"])
+    stream = figures["codec_stream"]
+    assert not stream["errors"] and any(key.startswith("float32+eager 4f x") for key in stream["ms"]), stream
+    assert stream["snr_db_vs_whole"]["float32+eager"] >= 100, stream  # exact to float rounding
     assert figures["bench_deadline"]["targets"][0]["levels"] and figures["bench_fcfs"]["targets"][0]["levels"]
     (rate,) = figures["rate_sweep"]["rows"]
     assert rate["rate"] == 2 and rate["ok"] == rate["requests"] == 2 and 0 <= rate["c100"] <= 1, rate

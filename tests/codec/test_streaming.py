@@ -107,9 +107,9 @@ def test_streams_start_end_and_are_cancelled_inside_shared_calls(model32: object
 
 def test_a_long_stream_does_not_drift(model32: object) -> None:
     whole, stream = SnacDecoder(model32), StreamingSnac(model32, slots=1)  # type: ignore[arg-type]
-    frames = _frames(40, 5)  # 3.4 s of audio, four frames a call
+    frames = _frames(120, 5)  # 10.2 s of audio, four frames a call
     reference = whole.decode(codes_to_snac_levels(frames), seed=2)
-    audio = _streamed(stream, frames, [4] * 10, seed=2)
+    audio = _streamed(stream, frames, [4] * 30, seed=2)
     tail = slice(-12 * SAMPLES_PER_FRAME, None)
     assert _snr_db(reference, audio) >= 100 and _snr_db(reference[tail], audio[tail]) >= 100
 
