@@ -8,16 +8,23 @@ import enum
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
 from lyre.codec.snac import check_frames
 
-if TYPE_CHECKING:
-    from lyre.codec.service import CodecService
-
 __all__ = ["CodecServiceClosed", "CodecStream", "Job", "JobState"]
+
+
+class StreamOwner(Protocol):
+    """What a stream asks of the service that decodes it (lyre.codec.service's `CodecService`)."""
+
+    def next_seq(self) -> int: ...
+
+    def submit(self, job: Job) -> None: ...
+
+    def drop(self, stream: CodecStream) -> None: ...
 
 
 class CodecServiceClosed(RuntimeError):
@@ -56,7 +63,7 @@ class Job:
 class CodecStream:
     """One utterance's decode; see the module docstring. One `decode` or `finish` at a time."""
 
-    def __init__(self, service: CodecService, seed: int | None) -> None:
+    def __init__(self, service: StreamOwner, seed: int | None) -> None:
         self._service = service
         self.seed = seed
         self.slot: int | None = None  # the decoder's slot, taken by the worker at the stream's first call

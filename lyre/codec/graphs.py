@@ -29,16 +29,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 from snac import SNAC
 
 from lyre.common.batching import bucket_for
 from lyre.codec.noise import NoiseControl
-
-if TYPE_CHECKING:
-    from lyre.codec.streaming import StreamingSnac
 
 __all__ = ["CODEC_BUCKETS", "MAX_GRAPH_FRAMES", "SnacGraphs", "StreamGraphs", "graph_shapes"]
 
@@ -132,6 +129,18 @@ class SnacGraphs:
         return _Graph(graph, codes, seeds, starts, enabled, audio)
 
 
+class FixedShapeStream(Protocol):
+    """What is captured: lyre.codec.streaming's `StreamingSnac` with ``fixed_shape``."""
+
+    device: torch.device
+    dtype: torch.dtype
+    latent_dim: int
+    scratch: int | None
+
+    def forward(self, index: torch.Tensor, z: torch.Tensor, fed: torch.Tensor, end: torch.Tensor,
+                seeds: torch.Tensor, noisy: torch.Tensor | None) -> torch.Tensor: ...
+
+
 @dataclass
 class _StreamGraph:
     graph: torch.cuda.CUDAGraph
@@ -143,7 +152,7 @@ class StreamGraphs:
     """A fixed-shape streaming decoder's calls (`StreamingSnac.forward`) captured for every (latent steps,
     bucket) when built, replayed by `replay`. Built before serving, like `SnacGraphs`."""
 
-    def __init__(self, stream: StreamingSnac, steps: Sequence[int], buckets: tuple[int, ...] = CODEC_BUCKETS) -> None:
+    def __init__(self, stream: FixedShapeStream, steps: Sequence[int], buckets: tuple[int, ...] = CODEC_BUCKETS) -> None:
         if stream.device.type != "cuda":
             raise ValueError(f"codec CUDA graphs need a CUDA device, got {stream.device}")
         self.stream = stream

@@ -231,7 +231,7 @@ class CodecService:
                 stream, failed = job.stream, isinstance(outcome, BaseException)
                 if stream.closed or job.finish or failed:  # the stream is done with its slot
                     if stream.slot is not None:
-                        if failed:  # a finish frees its slot in the decoder itself
+                        if not job.finish or failed:  # a finish that went through freed it in the decoder
                             self._freeing.append(stream.slot)
                         stream.slot = None
                     if job.state is JobState.RUNNING:

@@ -320,3 +320,23 @@ def test_windows_like_the_reference_decoder_are_far_from_the_whole_decode(decode
     reference = np.concatenate([decoder.decode_windows([w])[0] for w in windows])
     assert snr_db(whole[SAMPLES_PER_FRAME:(len(utterance) - 2) * SAMPLES_PER_FRAME], reference) < 60
     assert snr_db(whole, asyncio.run(speak(service, utterance, 3, [1] * 16))) >= 100
+
+
+def test_a_stream_closed_as_its_call_takes_its_first_slot_still_frees_it(make_service) -> None:
+    service, recorder = make_service()
+    slot_for = service._slot
+
+    def closed_first(stream: Any) -> int:  # the stream closes between the call's forming and its slot's opening
+        if stream.seed == 13:
+            service.drop(stream)
+        return slot_for(stream)
+
+    service._slot = closed_first  # type: ignore[method-assign]
+
+    async def main() -> None:
+        with pytest.raises(CodecServiceClosed):
+            await service.open(13).decode(frames(1, 13))
+        await _one_more(service)  # its call frees the closed stream's slot first
+
+    asyncio.run(main())
+    assert service.streaming.open_slots == 0 and service.stats().streams == 0
