@@ -29,6 +29,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     route.add_argument("--api-key", default=os.environ.get("LYRE_ROUTER_API_KEY"),
                        help="require this key on every request and socket, before anything else is read, in the "
                             "forms a server takes (default: $LYRE_ROUTER_API_KEY; none: open)")
+    route.add_argument("--twilio-auth-token", metavar="TOKEN", default=os.environ.get("LYRE_TWILIO_AUTH_TOKEN"),
+                       help="with --api-key: let Twilio's webhook and media streams in without the key when they "
+                            "carry Twilio's signature, checked with this token (the servers' own); without it they "
+                            "are refused (default: $LYRE_TWILIO_AUTH_TOKEN)")
     route.add_argument("--max-inflight", type=int, default=1024,
                        help="requests and sockets open through the router at once; more get 503 (default: 1024)")
     route.add_argument("--max-body-bytes", type=int, default=1024 * 1024,
@@ -54,7 +58,8 @@ def run(args: argparse.Namespace) -> int:
 
     config = RouterConfig(redis=args.redis, host=args.host, port=args.port, load_factor=args.load_factor,
                           vnodes=args.vnodes, poll_s=args.poll, admin_key=args.admin_key or None,
-                          api_key=args.api_key or None, max_inflight=args.max_inflight,
+                          api_key=args.api_key or None, twilio_auth_token=args.twilio_auth_token or None,
+                          max_inflight=args.max_inflight,
                           max_body_bytes=args.max_body_bytes, first_message_timeout_s=args.first_message_timeout)
     if args.action == "status":
         print(fleet_status(config.redis, config.vnodes))

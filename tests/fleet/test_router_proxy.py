@@ -33,6 +33,7 @@ pytestmark = pytest.mark.slow
 
 KEY = "router-key"
 AUTH = {"authorization": f"Bearer {KEY}"}
+TWILIO_TOKEN = "router-twilio-token"
 MAX_INFLIGHT = 3
 BODY_LIMIT = 64 * 1024
 STUB = Path(__file__).with_name("upstream_stub.py")
@@ -66,7 +67,7 @@ def fleet() -> Iterator[Fleet]:
     redis = Redis().start()
     stubs = [_stub(redis.url, "tts,stt"), _stub(redis.url, "tts,stt,agent,chat")]
     router = route(redis.url, "--api-key", KEY, "--max-inflight", str(MAX_INFLIGHT), "--max-body-bytes",
-                   str(BODY_LIMIT), "--first-message-timeout", "0.5")
+                   str(BODY_LIMIT), "--first-message-timeout", "0.5", "--twilio-auth-token", TWILIO_TOKEN)
     try:
         wait_ready(stubs)
         wait_ready([router], path="/health")
@@ -347,7 +348,7 @@ def test_every_public_route_of_a_server_is_forwarded_and_calls_go_to_their_own_s
             continue  # one server's own folders and slots: an operator asks that server, not the fleet
         url = fleet.router.url + path.replace("{name}", "somebody")
         headers = {"authorization": "Bearer the-servers-admin-key"} if path.startswith(
-            ("/v1/audio/voices", "/v1/twilio")) and method != "GET" else AUTH  # the server checks its own key
+            "/v1/audio/voices") and method != "GET" else AUTH  # the server checks its own key
         answer = httpx.request(method, url, headers=headers, json={"voice": "tara"} if method == "POST" else None,
                                timeout=10)
         assert answer.status_code == 200, (method, path, answer.text)
@@ -360,7 +361,7 @@ def test_every_public_route_of_a_server_is_forwarded_and_calls_go_to_their_own_s
             assert served == fleet.talker.url, (method, path)  # only a server that can hold a conversation
     for path in sockets:
         async def first(path: str = path) -> dict[str, Any]:
-            query = "" if path.startswith("/v1/twilio") else f"?voice=tara&api_key={KEY}"
+            query = f"?api_key={KEY}" if path.startswith("/v1/twilio") else f"?voice=tara&api_key={KEY}"
             async with connect(fleet.ws + path.replace("{credential}", "CA1.2.3.4.5") + query) as ws:
                 return json.loads(await ws.recv())  # type: ignore[no-any-return]
 
@@ -392,3 +393,53 @@ def test_every_public_route_of_a_server_is_forwarded_and_calls_go_to_their_own_s
         asyncio.run(attached(f"rtc_{'0' * 12}_{'cd' * 12}"))
     assert refused.value.response.status_code == 404
     assert fleet.idle()
+
+
+def test_twilio_passes_a_keyed_router_only_on_twilios_signature(fleet: Fleet) -> None:
+    """Twilio cannot send the router's key: its webhook and streams pass on its signature, checked by the router
+    (--twilio-auth-token); a forged or missing one is refused before any server sees it."""
+    from lyre.common.twilio_signature import signature
+
+    webhook = fleet.router.url + "/v1/twilio/voice?instructions=Say+hi"
+    form = {"CallSid": "CA" + "1" * 32, "From": "+15550001111"}
+    unsigned = httpx.post(webhook, data=form, timeout=10)
+    forged = httpx.post(webhook, data=form, headers={"x-twilio-signature": signature("wrong", webhook, form.items())},
+                        timeout=10)
+    for refused in (unsigned, forged):
+        assert refused.status_code == 403 and "X-Twilio-Signature" in refused.json()["error"]["message"]
+        assert "x-lyre-server" not in refused.headers  # no server saw it
+    changed = httpx.post(webhook, data={**form, "From": "+15559999999"},
+                         headers={"x-twilio-signature": signature(TWILIO_TOKEN, webhook, form.items())}, timeout=10)
+    assert changed.status_code == 403  # the signature covers the form
+    signed = httpx.post(webhook, data=form, headers={"x-twilio-signature": signature(TWILIO_TOKEN, webhook,
+                                                                                     form.items())}, timeout=10)
+    assert signed.status_code == 200 and signed.headers["x-lyre-server"] == fleet.talker.url, signed.text
+
+    stream = fleet.ws + "/v1/twilio/media-stream"
+
+    async def opened(headers: dict[str, str]) -> str:
+        async with connect(stream, additional_headers=headers) as ws:
+            return json.loads(await ws.recv())["server"]  # type: ignore[no-any-return]
+
+    with pytest.raises(InvalidStatus) as info:
+        asyncio.run(opened({}))
+    assert info.value.response.status_code == 403
+    assert asyncio.run(opened({"x-twilio-signature": signature(TWILIO_TOKEN, stream)})) == fleet.talker.url
+
+
+def test_a_keyed_router_without_twilios_token_refuses_twilio_unless_it_brings_the_key() -> None:
+    from starlette.requests import Request
+
+    from lyre.fleet.router import RouterConfig
+    from lyre.fleet.router.twilio_gate import twilio_refusal
+
+    def request(query: str = "") -> Request:
+        return Request({"type": "http", "method": "POST", "path": "/v1/twilio/voice", "query_string": query.encode(),
+                        "headers": [(b"host", b"router"), (b"x-twilio-signature", b"anything")],
+                        "scheme": "http", "server": ("router", 80)})
+
+    keyed = RouterConfig(redis="redis://x", api_key=KEY)
+    why = twilio_refusal(keyed, request())
+    assert why is not None and "--twilio-auth-token" in why
+    assert twilio_refusal(keyed, request(f"api_key={KEY}")) is None  # the key in the webhook's URL
+    assert twilio_refusal(RouterConfig(redis="redis://x"), request()) is None  # an open router passes it on

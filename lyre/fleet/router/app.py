@@ -41,8 +41,9 @@ HTTP_ROUTES = (
 )
 SOCKET_ROUTES = ("/v1/tts/websocket", "/v1/realtime", "/v1/twilio/media-stream", "/v1/twilio/media-stream/{credential}")
 # Requests that cannot carry the router's key, and that the server guards with a key of its own: uploads and
-# deletes of reference voices (the servers' admin key, in the same Bearer header), and Twilio's webhook and
-# media stream (Twilio's signature). The router passes them on; the server refuses what it must.
+# deletes of reference voices (the servers' admin key, in the same Bearer header), which the router passes on
+# for the server to refuse what it must; and Twilio's webhook and media stream, which pass on Twilio's
+# signature, checked by the router too (lyre.fleet.router.twilio_gate).
 _SERVERS_OWN_KEY = (("POST", "/v1/audio/voices"), ("DELETE", "/v1/audio/voices/"), ("POST", "/v1/twilio/voice"))
 # Answered without the router's API key: the probes, and the playground page (as a server answers it).
 _OPEN_PATHS = frozenset({"/health", "/ready", "/"})

@@ -21,6 +21,9 @@ class RouterConfig:
     poll_s: float = 1.0  # the fleet is read this often beside its events
     admin_key: str | None = None  # the hot-voice admin routes answer only to this key; None: they are off
     api_key: str | None = None  # every proxied request must carry this key (as a server's); None: open
+    # With api_key: Twilio's webhook and media streams, which cannot carry it, pass on Twilio's signature checked
+    # with this token; None: they are refused.
+    twilio_auth_token: str | None = None
     connect_timeout_s: float = 2.0  # to a server; past it the request is retried on the next one
     upstream_timeout_s: float = 300.0  # the longest wait for a server's next byte (queued requests included)
     # A body that may name the routing key (a speech request's voice) is read, up to this, before it goes on,

@@ -30,6 +30,7 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator
+from urllib.parse import parse_qsl
 
 import aiohttp
 from fastapi import Request, Response
@@ -41,6 +42,7 @@ from lyre.fleet.router.headers import request_headers, response_headers
 from lyre.fleet.router.identity import (SERVER_HEADER, IdentityError, call_of, identity_of, json_body, key_in_body,
                                   service_of)
 from lyre.fleet.router.state import Lease, RouterState
+from lyre.fleet.router.twilio_gate import TWILIO_VOICE, twilio_refusal
 
 __all__ = ["RETRY_REASONS", "error_response", "forward"]
 
@@ -73,13 +75,17 @@ async def forward(request: Request) -> Response:
         return error_response(503, full, headers={"Retry-After": "1"})
     body: bytes | None = None  # None: the body streams through unread
     routed_by_body = identity.kind != "session" and key_in_body(path)
-    if routed_by_body or _small_body(request, state.config.max_body_bytes):
+    twilio = path == TWILIO_VOICE  # read: its signature covers its form
+    if routed_by_body or twilio or _small_body(request, state.config.max_body_bytes):
         read = await _read_body(request, state.config.max_body_bytes)
         if isinstance(read, Response):  # too large, or the client left while sending it
             if read.status_code == 413:
                 state.metrics.failures.labels("body_too_large").inc()
             return read
         body = read
+        if twilio and (why := twilio_refusal(state.config, request, _form(request, body))) is not None:
+            state.metrics.failures.labels("unauthorized").inc()
+            return error_response(403, why, "authentication_error")
         if routed_by_body:
             identity = identity_of(request.headers, request.query_params,
                                    json_body(body, request.headers.get("content-type", "")))
@@ -144,6 +150,13 @@ async def forward(request: Request) -> Response:
     what = f"serves {service}" if service else "is up"
     return error_response(503, f"no server in the fleet {what} now" + (" (the ring is stale: Redis is away)"
                                                                          if state.view.stale else ""))
+
+
+def _form(request: Request, body: bytes) -> list[tuple[str, str]]:
+    """The POST parameters of a form body (none for any other)."""
+    if not request.headers.get("content-type", "").startswith("application/x-www-form-urlencoded"):
+        return []
+    return parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True)
 
 
 def _small_body(request: Request, limit: int) -> bool:

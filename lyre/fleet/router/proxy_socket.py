@@ -39,6 +39,7 @@ from lyre.fleet.router.headers import request_headers
 from lyre.fleet.router.identity import SERVER_HEADER, Identity, IdentityError, identity_of, service_of, voice_in_message
 from lyre.fleet.router.proxy_http import RETRY_REASONS, error_response
 from lyre.fleet.router.state import RouterState
+from lyre.fleet.router.twilio_gate import is_twilio, twilio_refusal
 
 __all__ = ["relay_socket"]
 
@@ -48,9 +49,6 @@ log = logging.getLogger("lyre.fleet.router")
 _HANDSHAKE = frozenset({"sec-websocket-key", "sec-websocket-version", "sec-websocket-extensions",
                         "sec-websocket-protocol"})
 _MAX_MESSAGE = 16 * 2**20
-# Sockets whose caller cannot send the router's key and the server checks otherwise: Twilio's media stream
-# (with its credential after it, where the server issues them).
-_SIGNED_BY_CALLER = "/v1/twilio/media-stream"
 _TRY_AGAIN_LATER = 1013
 _SERVER_WENT_AWAY = 1011
 _POLICY = 1008
@@ -62,8 +60,12 @@ _NONE_SERVES = {"agent": "no server in the fleet can hold a conversation now (te
 async def relay_socket(ws: WebSocket) -> None:
     state: RouterState = ws.app.state.router
     path = ws.url.path
-    signed_by_caller = path == _SIGNED_BY_CALLER or path.startswith(_SIGNED_BY_CALLER + "/")
-    if not signed_by_caller and not authorized(state.config.api_key, ws.headers, ws.query_params):
+    if is_twilio(path):
+        if (why := twilio_refusal(state.config, ws)) is not None:
+            state.metrics.failures.labels("unauthorized").inc()
+            await ws.send_denial_response(error_response(403, why, "authentication_error"))
+            return
+    elif not authorized(state.config.api_key, ws.headers, ws.query_params):
         await ws.send_denial_response(error_response(403, "missing or wrong API key (send Authorization: Bearer "
                                                           "KEY, X-API-Key: KEY or ?api_key=KEY)",
                                                      "authentication_error"))

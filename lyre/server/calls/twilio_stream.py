@@ -13,7 +13,7 @@ the webhook's query travel as the stream's ``<Parameter>``s, as Twilio allows no
 stream URL.
 
 Who may call: with ``--twilio-auth-token`` both endpoints check Twilio's request signature
-(lyre.server.calls.twilio_signature) instead of the API key, which Twilio has no way to send on a stream, and
+(lyre.common.twilio_signature) instead of the API key, which Twilio has no way to send on a stream, and
 a stream is admitted only with the credential the webhook put in its URL (lyre.server.calls.twilio_credential):
 issued for that call, once, for a minute, with those parameters; a stream refused for it is accepted and
 closed with 1008 and a reason naming why, and counted (``lyre_twilio_streams_refused_total``). Without a
@@ -45,7 +45,7 @@ from lyre.server.sessions import RealtimeSessions
 from lyre.server.state import ServerState
 from lyre.server.calls.twilio_call import TwilioCall, TwilioCalls
 from lyre.server.calls.twilio_credential import GRANTED, Credential, Refused, StreamCredentials, issue
-from lyre.server.calls.twilio_signature import SIGNATURE_HEADER, requested_url, signed
+from lyre.common.twilio_signature import SIGNATURE_HEADER, requested_url, signed
 
 __all__ = ["STREAM_PATH", "VOICE_PATH", "connect_twiml", "open_paths", "router"]
 

@@ -42,7 +42,7 @@ from lyre.server.metrics import Metrics
 from lyre.server.state import ServerState
 from lyre.server.calls.twilio_call import START_TIMEOUT_S
 from lyre.server.calls.twilio_media import FRAME_BYTES, Outbound, Playback, ulaw_decode, ulaw_encode
-from lyre.server.calls.twilio_signature import signature, signed
+from lyre.common.twilio_signature import signature, signed
 from lyre.server.calls.twilio_stream import STREAM_PATH, VOICE_PATH, connect_twiml, router
 
 TOKEN = "twilio-auth-token-for-tests"
