@@ -18,9 +18,11 @@ from types import ModuleType
 
 from lyre.text.said import Pause
 
-__all__ = ["Boundary", "Fixed", "MAX_BREAK_MS", "SSMLError", "Text", "is_ssml", "parse_ssml"]
+__all__ = ["Boundary", "Fixed", "MAX_BREAK_MS", "MAX_DEPTH", "SSMLError", "Text", "is_ssml", "parse_ssml"]
 
 MAX_BREAK_MS = 10_000
+# Elements nested deeper than this are refused: real documents nest a few levels (speak, p, s, say-as).
+MAX_DEPTH = 32
 # SSML 1.1's strengths; "medium" is the default of a <break/> with neither attribute.
 _STRENGTHS = {"none": 0, "x-weak": 100, "weak": 250, "medium": 500, "strong": 750, "x-strong": 1000}
 _EMOTIVE = frozenset({"laugh", "chuckle", "sigh", "cough", "sniffle", "groan", "yawn", "gasp"})
@@ -73,10 +75,22 @@ def parse_ssml(document: str, rules: ModuleType | None = None) -> tuple[list[Pie
         raise SSMLError(f"ssml: malformed: {exc}") from None
     if _name(root) != "speak":
         raise SSMLError(f"ssml: the root element must be <speak>, not <{_name(root)}>")
+    if (depth := _depth(root)) > MAX_DEPTH:
+        raise SSMLError(f"ssml: elements nested {depth} deep; at most {MAX_DEPTH}")
     pieces: list[Piece] = []
     warnings: list[str] = []
     _walk(root, pieces, warnings, rules)
     return pieces, list(dict.fromkeys(warnings))
+
+
+def _depth(root: ET.Element) -> int:
+    """How deep ``root``'s elements nest (1: no children), found without recursion."""
+    deepest, level = 0, [(root, 1)]
+    while level:
+        element, depth = level.pop()
+        deepest = max(deepest, depth)
+        level.extend((child, depth + 1) for child in element)
+    return deepest
 
 
 def _name(element: ET.Element) -> str:

@@ -36,6 +36,20 @@ def test_a_say_as_that_cannot_be_read_is_read_as_text_with_a_warning() -> None:
     assert warnings and "cannot be read as date" in warnings[0]
 
 
+def test_ssml_nested_past_its_depth_is_refused_and_numbers_too_long_to_count_are_read_digit_by_digit() -> None:
+    from lyre.text.ssml import MAX_DEPTH, SSMLError
+
+    nested = "<speak>" + "<s>" * MAX_DEPTH + "Hi." + "</s>" * MAX_DEPTH + "</speak>"
+    with pytest.raises(SSMLError, match=f"nested {MAX_DEPTH + 1} deep; at most {MAX_DEPTH}"):
+        parse_ssml(nested)
+    parse_ssml(nested.replace("<s>", "", 1).replace("</s>", "", 1))  # at the limit: read
+    items, _ = ssml_items('<speak><say-as interpret-as="ordinal">' + "1" + "0" * 399 + "</say-as></speak>",
+                          TextFront(), TextOptions(ssml=True), max_chars=5000)
+    spoken = " ".join(s.spoken for s in items)
+    assert spoken.startswith("one zero zero") and spoken.endswith("zero zeroth") and len(spoken.split()) == 400
+    assert TextFront().read("the 1" + "0" * 60 + "th time", "en").spoken.endswith("zero zeroth time")
+
+
 def test_a_long_block_is_cut_at_sentence_ends_within_the_segment_size() -> None:
     said = TextFront().read("One two three. Four five six. Seven eight nine ten eleven.", "en")
     pieces = split_said(said, max_chars=30)

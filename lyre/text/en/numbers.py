@@ -22,6 +22,11 @@ _HALVES = {2: ("half", "halves"), 4: ("quarter", "quarters")}
 
 
 def _say(value: int, to: str = "cardinal") -> str:
+    """num2words' words for ``value``; one too long for a count (num2words overflows past about 10**33), digit
+    by digit, an ordinal's last digit as an ordinal ("one zero ... zeroth")."""
+    if abs(value) >= _MAX_COUNT:
+        text = str(abs(value))
+        return digits(text) if to != "ordinal" else f"{digits(text[:-1])} {_say(int(text[-1]), to)}"
     from num2words import num2words  # imported on first use: the server imports lyre.text without loading it
 
     return num2words(value, lang="en", to=to)
