@@ -13,7 +13,7 @@ times a speech stream's segments as they end.
 """
 
 from lyre.stt.agreement import LocalAgreement
-from lyre.stt.align import AlignedWord, Alignment
+from lyre.stt.align import AlignedWord, Alignment, TextTooLongToAlign
 from lyre.stt.audio import SAMPLE_RATE, AudioError, AudioTooLong, PcmResampler, decode_file
 from lyre.stt.job_queue import TranscriberBusy, TranscriberClosed
 from lyre.stt.model import demo_whisper, resolve_whisper
@@ -41,6 +41,7 @@ __all__ = [
     "MAX_ALIGN_SECONDS",
     "AlignedWord",
     "Alignment",
+    "TextTooLongToAlign",
     "FULL_WINDOW",
     "MAX_PROMPT_CHARS",
     "MAX_PARTIAL_SECONDS",

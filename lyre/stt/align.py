@@ -30,11 +30,17 @@ from lyre.stt.window import FULL_WINDOW_FRAMES, SAMPLES_PER_FRAME
 if TYPE_CHECKING:
     from faster_whisper import WhisperModel
 
-__all__ = ["AlignedWord", "Alignment", "align_passes", "snap_to_voice"]
+__all__ = ["AlignedWord", "Alignment", "TextTooLongToAlign", "align_passes", "snap_to_voice"]
 
 _ENCODER_FRAMES_PER_S = 50  # one encoder frame per 20 ms
 _PAD_FRAMES = 100  # feature frames (10 ms) of silence after the audio in the encoded window
 _MEDIAN_FILTER = 7  # over the attention weights, as faster-whisper's word timestamps use
+# Whisper's decoder holds 448 positions (every size): the prompt, the text's tokens and the end.
+_DECODER_POSITIONS = 448
+
+
+class TextTooLongToAlign(ValueError):
+    """More text than Whisper's decoder holds at once: the caller's input, not the model's failure."""
 _VOICE_FRAME = SAMPLE_RATE // 100  # 10 ms
 _VOICE_BELOW_PEAK_DB = 35.0  # a 10 ms frame is voiced within this many dB of the loudest
 _VOICE_FLOOR_DBFS = -55.0  # and above this, whatever the peak
@@ -66,11 +72,12 @@ def encoded_frames(samples: int) -> int:
 
 
 def align_passes(model: WhisperModel, audios: list[np.ndarray], texts: list[list[str]],
-                 language: str = "en", snap: bool = True) -> list[Alignment]:
+                 language: str = "en", snap: bool = True) -> list[Alignment | TextTooLongToAlign]:
     """Align each audio (float32, 16 kHz, at most 30 s) with its words, all in one encoder batch.
 
     Raw times from the alignment heads, then `snap_to_voice` (``snap`` False: only made ordered, each word
-    a positive length, as benchmarks/align.py compares); an empty word list aligns to nothing.
+    a positive length, as benchmarks/align.py compares); an empty word list aligns to nothing; words of more
+    tokens than Whisper's decoder holds get `TextTooLongToAlign` (the other rows align).
     """
     from faster_whisper.audio import pad_or_trim
     from faster_whisper.tokenizer import Tokenizer
@@ -85,8 +92,11 @@ def align_passes(model: WhisperModel, audios: list[np.ndarray], texts: list[list
     encoded = model.encode(features)
     per_word = [[tokenizer.encode(" " + word) for word in words] for words in texts]
     tokens = [[t for word in words for t in word] for words in per_word]
-    wanted = [i for i, t in enumerate(tokens) if t]
-    results = {}
+    room = _DECODER_POSITIONS - len(tokenizer.sot_sequence) - 1
+    results: dict[int, object] = {i: TextTooLongToAlign(
+        f"text: {len(t)} tokens; Whisper's aligner takes at most {room} at once (about {room * 3 // 4} English "
+        f"words)") for i, t in enumerate(tokens) if len(t) > room}
+    wanted = [i for i, t in enumerate(tokens) if t and i not in results]
     if wanted:
         import ctranslate2
 
@@ -96,14 +106,17 @@ def align_passes(model: WhisperModel, audios: list[np.ndarray], texts: list[list
         found = model.model.align(rows, tokenizer.sot_sequence, [tokens[i] for i in wanted],
                                   [math.ceil(audios[i].size / SAMPLES_PER_FRAME) for i in wanted],
                                   median_filter_width=_MEDIAN_FILTER)
-        results = dict(zip(wanted, found))
-    out = []
+        results.update(zip(wanted, found))
+    out: list[Alignment | TextTooLongToAlign] = []
     for i, (audio, words) in enumerate(zip(full, texts)):
         duration = audio.size / SAMPLE_RATE
         if i not in results:
             out.append(Alignment((), duration))
             continue
-        starts, ends = _word_times(results[i].alignments, [len(t) for t in per_word[i]])
+        if isinstance(result := results[i], TextTooLongToAlign):
+            out.append(result)
+            continue
+        starts, ends = _word_times(result.alignments, [len(t) for t in per_word[i]])  # type: ignore[attr-defined]
         shift = offsets[i] / SAMPLE_RATE
         starts, ends = np.clip(starts + shift, 0, duration), np.clip(ends + shift, 0, duration)
         spans = snap_to_voice(audio, starts, ends) if snap else _ordered(list(starts), list(ends), duration)

@@ -19,6 +19,7 @@ from lyre.stt import (
     AudioError,
     AudioTooLong,
     PhoneAlignmentFailed,
+    TextTooLongToAlign,
     TranscriberBusy,
     TranscriberClosed,
     TranscriptionFailed,
@@ -99,6 +100,8 @@ async def create_alignment(
         found = await state.aligner.align(audio, words, language, session=("align", client))
     except AlignerUnavailable as exc:
         raise HTTPException(503, str(exc)) from None
+    except TextTooLongToAlign as exc:
+        raise InvalidParam(str(exc), "text") from None
     except PhoneAlignmentFailed as exc:  # --aligner phones, which has no Whisper to fall back to
         raise HTTPException(422, f"the words could not be aligned to the audio: {exc}") from exc
     except (TranscriberBusy, TranscriberClosed, TranscriptionFailed) as exc:
