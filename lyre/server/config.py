@@ -46,6 +46,7 @@ class ServerConfig:
     ws_max_contexts: int = 16  # open contexts per WebSocket
     ws_max_message_bytes: int = 64 * 1024
     ws_idle_timeout_s: float = 60.0  # a context with no new text and nothing to speak is closed
+    write_timeout_s: float = 10.0  # a streamed HTTP answer whose listener takes nothing this long is cut
     ws_flush_after_s: float = 0.8  # pending text with no sentence end is spoken after this pause
     engine: str = "lyre"  # one of ENGINES
     tts: bool = True  # serve text to speech (the Orpheus pipeline)
@@ -113,7 +114,7 @@ class ServerConfig:
             raise ValueError(f"max_queue must be >= 0, got {self.max_queue}")
         if self.ws_ping_s is not None and not self.ws_ping_s > 0:
             raise ValueError(f"ws_ping_s must be > 0 (or None: no pings), got {self.ws_ping_s}")
-        for name in ("queue_timeout_s", "ws_idle_timeout_s", "ws_flush_after_s", "stt_idle_timeout_s",
+        for name in ("queue_timeout_s", "ws_idle_timeout_s", "ws_flush_after_s", "stt_idle_timeout_s", "write_timeout_s",
                      "realtime_max_session_s",
                      "stt_max_buffer_s", "stt_max_file_seconds"):
             if not getattr(self, name) > 0:

@@ -15,7 +15,7 @@ from serving import Server, running_server
 
 pytestmark = pytest.mark.slow
 
-_SPEECH = {"input": "A reply to be heard as it comes.", "max_tokens": 84, "response_format": "pcm", "seed": 3}
+_SPEECH = {"input": "A reply to be heard as it comes.", "max_tokens": 168, "response_format": "pcm", "seed": 3}
 
 
 def _samples(server: Server, name: str) -> dict[str, float]:

@@ -21,6 +21,7 @@ from lyre.server.encoding import FORMATS, make_encoder
 from lyre.server.errors import InvalidParam, error_doc
 from lyre.server.state import ServerState
 from lyre.server.stream_encoder import StreamEncoder
+from lyre.server.watched_response import WatchedStreamingResponse
 from lyre.server.routes.voices_api import inline_reference
 from lyre.stt import AlignedWord, WordTimer
 from lyre.tts import AdapterBusy, AdapterError, SpeechOptions, TextOptions
@@ -147,8 +148,10 @@ async def create_speech(body: SpeechRequest, request: Request) -> StreamingRespo
     timer = state.word_timer(("speech", id(stream))) if body.timestamps else None
     media = {"sse": "text/event-stream", "json": "application/json"}.get(api, encoder.content_type)
     headers = {"X-Lyre-SSML-Warnings": "; ".join(stream.warnings)[:2000]} if stream.warnings else None
-    return StreamingResponse(_body(state, stream, encoder, api, received, exits, timer, TimeStretch(body.speed)),
-                             media_type=media, headers=headers)
+    return WatchedStreamingResponse(_body(state, stream, encoder, api, received, exits, timer,
+                                          TimeStretch(body.speed)), media_type=media, headers=headers,
+                                    write_timeout_s=state.config.write_timeout_s,
+                                    on_stall=lambda: state.metrics.stalled.labels(api).inc())
 
 
 async def _body(state: ServerState, stream: Any, encoder: StreamEncoder, api: str, received: float,
