@@ -167,7 +167,11 @@ class SipServer:
         assert call.sdp_offer is not None
         answer, _ = negotiate_sdp(call.sdp_offer, self._address_for(call), port, supported_codecs=[0, 8],
                                   dtmf_payload_type=media.dtmf_type or 0)
-        call.accept(answer)
+        try:
+            call.accept(answer)
+        except (RuntimeError, OSError) as exc:  # over TCP: the caller's connection closed before the answer
+            self.hang_up(call.call_id, f"the caller cannot be answered: {exc}", "caller_gone")
+            return
         if (refused := await media.start(self._session(call))) is not None:
             log.warning("SIP call %s: its session (--sip-session) was refused: %s", call.call_id, refused)
         self.metrics.setup.observe(time.perf_counter() - received)
@@ -252,12 +256,16 @@ class SipServer:
         if (held := self.calls.get(call_id)) is None:
             return
         log.info("SIP call %s: lyre hangs up: %s", call_id, why)
-        if held[0]._answered:
-            held[0].hangup()
-        elif held[0].dialog.state.name != "TERMINATED":
-            held[0]._send_response(503, "Service Unavailable")
-        self._forget(held[0])
-        self._ended(call_id, outcome)
+        try:
+            if held[0]._answered:
+                held[0].hangup()
+            elif held[0].dialog.state.name != "TERMINATED":
+                held[0]._send_response(503, "Service Unavailable")
+        except (RuntimeError, OSError) as exc:  # over TCP, a caller whose connection closed cannot be told
+            log.info("SIP call %s: the caller cannot be told: %s", call_id, exc)
+        finally:  # the call is closed and its session freed whatever the caller heard
+            self._forget(held[0])
+            self._ended(call_id, outcome)
 
     def _forget(self, call: IncomingCall) -> None:
         """aiosipua's record of the call and its INVITE transaction dropped (an ACK that comes after is ignored)."""

@@ -274,6 +274,30 @@ def test_a_call_over_tcp(sip: Sip) -> None:
 
 
 @needs_sipp
+def test_an_invite_over_tcp_whose_connection_closes_before_the_answer_leaves_nothing(sip: Sip) -> None:
+    """Three INVITEs over TCP, each connection closed while the call rings: the answer cannot be sent, and the
+    calls must still close and free their sessions (they were kept for good), so an ordinary call after them
+    is answered."""
+    before = sip.metric("lyre_sip_calls_total", outcome="caller_gone")
+    for k in range(3):
+        with socket.create_connection(("127.0.0.1", sip.port)) as tcp:
+            local = tcp.getsockname()[1]
+            sdp = ("v=0\r\no=- 1 1 IN IP4 127.0.0.1\r\ns=-\r\nc=IN IP4 127.0.0.1\r\nt=0 0\r\n"
+                   "m=audio 9 RTP/AVP 0\r\na=rtpmap:0 PCMU/8000\r\n")
+            tcp.sendall((f"INVITE sip:agent@127.0.0.1:{sip.port} SIP/2.0\r\n"
+                         f"Via: SIP/2.0/TCP 127.0.0.1:{local};branch=z9hG4bK-gone-{k}\r\nMax-Forwards: 70\r\n"
+                         f"From: <sip:caller@127.0.0.1>;tag=gone{k}\r\nTo: <sip:agent@127.0.0.1>\r\n"
+                         f"Call-ID: tcp-gone-{k}@127.0.0.1\r\nCSeq: 1 INVITE\r\n"
+                         f"Contact: <sip:caller@127.0.0.1:{local};transport=tcp>\r\n"
+                         f"Content-Type: application/sdp\r\nContent-Length: {len(sdp)}\r\n\r\n{sdp}").encode())
+            assert tcp.recv(4096).startswith(b"SIP/2.0 1")  # taken (trying or ringing); closed before the answer
+    sip.wait_idle()
+    assert sip.metric("lyre_sip_calls_total", outcome="caller_gone") == before + 3
+    _passed(sip.sipp("call_caller_bye.xml", talk_ms=300))
+    sip.wait_idle()
+
+
+@needs_sipp
 def test_a_cancel_while_it_rings_gets_487_and_leaves_nothing(sip: Sip) -> None:
     before = sip.metric("lyre_sip_calls_total", outcome="cancel")
     _passed(sip.sipp("cancel.xml", talk_ms=2 * RING_S * 1000))  # no 200 comes after the 487
