@@ -132,6 +132,24 @@ class SipServer:
     # -- the dialogs --
 
     def _invite(self, call: IncomingCall) -> None:
+        """A new call: refused, or taken. Whatever fails while it is taken fails it alone: it is answered 500
+        (where it can be) and forgotten, so nothing of it stays behind."""
+        try:
+            self._take(call)
+        except Exception as exc:  # noqa: BLE001 - one caller's INVITE must not leave a dialog or a session held
+            log.warning("SIP call %s could not be taken: %r", call.call_id, exc)
+            if call.call_id in self.calls:
+                self.hang_up(call.call_id, f"it could not be taken: {exc!r}", "failed")
+                return
+            self.metrics.calls.labels("failed").inc()
+            try:
+                call._send_response(500, "Server Internal Error")
+            except Exception:  # noqa: BLE001 - the caller may be unreachable (a closed TCP connection)
+                pass
+            call.dialog.terminate()
+            self._forget(call)
+
+    def _take(self, call: IncomingCall) -> None:
         refusal = self._refusal(call)
         if refusal is not None:
             code, reason, headers = refusal
@@ -228,7 +246,7 @@ class SipServer:
         if self._udp.trusts(call.source_addr[0]):
             return True
         return self._digest is not None and self._digest.check(call.invite.get_header("authorization"), "INVITE",
-                                                               time.time())
+                                                               time.time(), call.invite.uri)
 
     def _reinvite(self, call: IncomingCall) -> None:
         held = self.calls.get(call.call_id)

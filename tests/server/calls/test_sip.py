@@ -351,6 +351,32 @@ def test_digest_credentials_made_by_a_client_library_check_and_others_do_not() -
     assert not digest.check(None, "INVITE", 1010.0) and not digest.check("Basic bHlyZTpzZWNyZXQ=", "INVITE", 1010.0)
 
 
+def test_digest_credentials_are_good_once_for_their_own_uri_and_hostile_headers_are_cheap() -> None:
+    """Replay (the same nc again, or for another server's URI) is refused; a 400-digit nonce and a 7,000-letter
+    header are refused at once rather than raising or taking the event loop for half a second."""
+    digest = Digest("lyre", "secret")
+    challenge = parse_auth(digest.challenge(1000.0))
+    uri = "sip:agent@127.0.0.1"
+
+    def authorization(nc: int = 1) -> str:
+        credentials = build_credentials(SipDigestAuth("lyre", "secret"), challenge, "INVITE", uri, nonce_count=nc)
+        assert credentials is not None
+        return stringify_auth(credentials)
+
+    first = authorization(1)
+    assert not digest.check(first, "INVITE", 1010.0, "sip:agent@192.0.2.7")  # made for another server
+    assert digest.check(first, "INVITE", 1010.0, uri)
+    assert not digest.check(first, "INVITE", 1011.0, uri)  # the same credentials again: a replay
+    assert digest.check(authorization(2), "INVITE", 1012.0, uri)  # the client's next count
+    assert not digest.check(authorization(2), "INVITE", 1013.0, uri)
+    huge = first.replace(challenge.params["nonce"], "9" * 400 + ".00")
+    assert not digest.check(huge, "INVITE", 1010.0, uri)  # refused, not OverflowError
+    started = time.perf_counter()
+    assert not digest.check("Digest " + "a" * 7000, "INVITE", 1010.0, uri)
+    assert not digest.check("Digest " + "a " * 3500 + "b=", "INVITE", 1010.0, uri)
+    assert time.perf_counter() - started < 0.05  # 550 ms before
+
+
 @needs_sipp
 def test_a_reinvite_puts_the_call_on_hold_and_takes_it_off(sip: Sip) -> None:
     """0.4 s talking, 0.5 s on hold (sendonly: lyre answers recvonly and sends nothing), then resumed
