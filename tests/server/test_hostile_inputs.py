@@ -7,7 +7,6 @@ from __future__ import annotations
 import io
 import json
 import socket
-import time
 import wave
 from collections.abc import Iterator
 
@@ -91,11 +90,9 @@ def test_listeners_that_stop_reading_are_cut_and_free_their_slots(server: Server
     stalled = [_never_read(server) for _ in range(2)]
     try:
         assert eventually(lambda: server.metric("lyre_active_streams") == 2, timeout=30)
-        started = time.monotonic()
         # Both slots held: one more is refused until the stalled ones are cut.
         assert _speech(server, "Me too.").status_code == 429
         assert eventually(lambda: server.metric("lyre_active_streams") == 0, timeout=60)
-        assert time.monotonic() - started < 60
         assert _stalled(server) == before + 2
         assert _speech(server, "Me now.").status_code == 200  # the slots are free again
     finally:

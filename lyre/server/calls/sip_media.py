@@ -124,9 +124,10 @@ class JitterBuffer:
             if (payload := self._held.pop(self._next, None)) is not None:
                 out.append(payload)
                 self._next = (self._next + 1) & 0xFFFF
-            elif len(self._held) > self.depth:  # waited long enough: the missing one is lost
-                self._next = (self._next + 1) & 0xFFFF
-                self.lost += 1
+            elif len(self._held) > self.depth:  # waited long enough: the missing ones up to the next held are lost
+                following = min(self._held, key=lambda seq: (seq - self._next) & 0xFFFF)  # a step, not thousands
+                self.lost += (following - self._next) & 0xFFFF
+                self._next = following
             else:
                 break
         return out

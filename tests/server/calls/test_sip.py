@@ -32,7 +32,7 @@ from speech import SENTENCES, speak
 
 from lyre.server.calls.sip_media import (DTMF_KEYS, JitterBuffer, TelephoneEvents, alaw_decode, alaw_encode,
                                          read_rtp, rtp_packet)
-from lyre.server.calls.sip_auth import NONCE_TTL_S, Digest
+from lyre.server.calls.sip_auth import NONCE_TTL_S, Digest, digest_params
 from lyre.server.calls.sip_transport import GatedUdp, allowed_networks
 from lyre.server.config import ServerConfig, sip_address
 
@@ -99,6 +99,32 @@ def test_the_jitter_buffer_reorders_waits_a_little_and_drops_the_late() -> None:
     for seq in (2, 3, 4):  # 1 never comes: past the depth, it is given up
         out = jitter.push(packet(seq))
     assert out == [bytes([2]), bytes([3]), bytes([4])] and jitter.lost == 1
+
+
+def test_crafted_sequence_numbers_cost_the_jitter_buffer_a_step_each() -> None:
+    """Packets whose numbers leap ahead made the buffer step over each missing number one at a time: 1,000 of
+    them took a second of CPU. It jumps to the next packet it holds."""
+    def packet(seq: int) -> object:
+        return read_rtp(rtp_packet(0, seq & 0xFFFF, seq * 160, 7, bytes([seq % 256])))
+
+    class Counted(dict):  # type: ignore[type-arg]
+        looks = 0
+
+        def pop(self, *args: object) -> object:  # the buffer looks for its next packet once a step
+            Counted.looks += 1
+            return super().pop(*args)
+
+    jitter = JitterBuffer(depth=3)
+    jitter.push(packet(0))
+    jitter._held = Counted()
+    for k in range(1, 1001):
+        jitter.push(packet(k * 16411))  # each far from the last, on both sides of the wrap
+    assert Counted.looks <= 1000 * (jitter.depth + 2)  # a few steps a packet (before: up to 32,767)
+    assert jitter.lost + jitter.dropped + len(jitter._held) > 900  # given up or refused, not played in order
+    jitter = JitterBuffer(depth=1)
+    for seq in (10, 15, 12):  # 11 missing: waited for once, then 11 given up, 12 on; 13 and 14 wait for 15
+        out = jitter.push(packet(seq))
+    assert out == [bytes([12])] and jitter.lost == 1
 
 
 def test_a_key_press_counts_once_though_its_end_comes_three_times() -> None:
@@ -353,7 +379,7 @@ def test_digest_credentials_made_by_a_client_library_check_and_others_do_not() -
 
 def test_digest_credentials_are_good_once_for_their_own_uri_and_hostile_headers_are_cheap() -> None:
     """Replay (the same nc again, or for another server's URI) is refused; a 400-digit nonce and a 7,000-letter
-    header are refused at once rather than raising or taking the event loop for half a second."""
+    header are refused rather than raising or taking the event loop for half a second."""
     digest = Digest("lyre", "secret")
     challenge = parse_auth(digest.challenge(1000.0))
     uri = "sip:agent@127.0.0.1"
@@ -371,10 +397,9 @@ def test_digest_credentials_are_good_once_for_their_own_uri_and_hostile_headers_
     assert not digest.check(authorization(2), "INVITE", 1013.0, uri)
     huge = first.replace(challenge.params["nonce"], "9" * 400 + ".00")
     assert not digest.check(huge, "INVITE", 1010.0, uri)  # refused, not OverflowError
-    started = time.perf_counter()
+    # A header longer than any real one is not parsed at all (the parser took 550 ms over 7,000 letters).
+    assert digest_params("Digest " + "a " * 3500 + "b=") is None and digest_params("Digest a=b") == {"a": "b"}
     assert not digest.check("Digest " + "a" * 7000, "INVITE", 1010.0, uri)
-    assert not digest.check("Digest " + "a " * 3500 + "b=", "INVITE", 1010.0, uri)
-    assert time.perf_counter() - started < 0.05  # 550 ms before
 
 
 @needs_sipp
