@@ -26,6 +26,7 @@ import platform
 import random
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -55,13 +56,14 @@ def make_windows(batch: int, n_frames: int, keep: tuple[int, int], rng: random.R
     ]
 
 
-def median_seconds(decoder: SnacDecoder, windows: list[CodecWindow], warmup: int, runs: int) -> float:
+def median_seconds(call: Callable[[], object], warmup: int, runs: int) -> float:
+    """The median wall seconds of ``call()`` over ``runs`` runs, after ``warmup`` more."""
     for _ in range(warmup):
-        decoder.decode_windows(windows)
+        call()
     times = []
     for _ in range(runs):
         start = time.perf_counter()
-        decoder.decode_windows(windows)
+        call()
         times.append(time.perf_counter() - start)
     return statistics.median(times)
 
@@ -88,7 +90,8 @@ def main() -> None:
     for name, (n_frames, keep) in WIDTHS.items():
         kept = keep[1] - keep[0]
         for batch in args.batches:
-            seconds = median_seconds(decoder, make_windows(batch, n_frames, keep, rng), args.warmup, args.runs)
+            windows = make_windows(batch, n_frames, keep, rng)
+            seconds = median_seconds(lambda: decoder.decode_windows(windows), args.warmup, args.runs)
             audio_seconds = batch * kept * SAMPLES_PER_FRAME / SAMPLE_RATE
             label = f"{name} {n_frames}/{kept}"
             print(
@@ -107,16 +110,9 @@ def streaming(decoder: SnacDecoder, batches: list[int], warmup: int, runs: int, 
             slots = [stream.open(seed=rng.randrange(2**63)) for _ in range(batch)]
             frames = [tuple(rng.randrange(4096) for _ in range(7)) for _ in range(per_call)]
             feeds = [(slot, frames) for slot in slots]
-            for _ in range(warmup + 3):  # past the start, where the masks work
-                stream.push(feeds)
-            times = []
-            for _ in range(runs):
-                start = time.perf_counter()
-                stream.push(feeds)
-                times.append(time.perf_counter() - start)
+            seconds = median_seconds(lambda: stream.push(feeds), warmup + 3, runs)  # past the start: no masks
             for slot in slots:
                 stream.close(slot)
-            seconds = statistics.median(times)
             audio_seconds = batch * per_call * SAMPLES_PER_FRAME / SAMPLE_RATE
             print(f"{'streaming':>12} {batch:>5} {per_call:>11} {1000 * seconds:>9.1f}"
                   f" {1000 * seconds / (batch * per_call):>9.1f} {audio_seconds / seconds:>10.2f}")

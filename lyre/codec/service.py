@@ -213,7 +213,7 @@ class CodecService:
             except Exception as exc:  # the state of these rows is lost: each fails; the worker carries on
                 outcomes = [exc] * len(batch)
             elapsed = time.monotonic() - start
-            self._settle(batch, outcomes, n, start, elapsed)
+            self._settle(batch, outcomes, n, elapsed)
 
     def _slot(self, stream: CodecStream) -> int:
         """The stream's slot (on the worker thread only: opening one resets its state)."""
@@ -221,8 +221,7 @@ class CodecService:
             stream.slot = self.streaming.open(stream.seed)
         return stream.slot
 
-    def _settle(self, batch: list[Job], outcomes: list[np.ndarray | BaseException], n: int, start: float,
-                elapsed: float) -> None:
+    def _settle(self, batch: list[Job], outcomes: list[np.ndarray | BaseException], n: int, elapsed: float) -> None:
         done: list[tuple[Job, np.ndarray | BaseException]] = []
         with self._cond:
             frames = n * len(batch) if n else len(batch) * self.streaming.flush_frames

@@ -17,6 +17,8 @@ from lyre.codec.noise import NOISE_BLOCKS, NoiseControl, SeededNoiseBlock, insta
 from lyre.models.demo import DemoPaths
 from lyre.orpheus import SAMPLES_PER_FRAME, codes_to_snac_levels
 
+from codec_cases import stub_cuda_streams
+
 # Time steps per coarse frame at each noise block (decoder_rates 8, 8, 4, 2 on
 # a latent of 4 steps per frame).
 STEPS_PER_FRAME = (32, 256, 1024, 2048)
@@ -253,22 +255,14 @@ def test_codec_graph_shapes_are_every_window_width_and_bucket_largest_first() ->
 
 def test_codec_graphs_capture_every_shape_when_built_and_none_while_serving(monkeypatch: pytest.MonkeyPatch) -> None:
     """No GPU here: CUDA's stream calls are stubbed and each capture recorded, to check *when* captures happen."""
-    from contextlib import nullcontext
     from types import SimpleNamespace
 
     from lyre.codec.graphs import SnacGraphs, graph_shapes
 
-    class Stream:
-        def __init__(self, device: torch.device | None = None) -> None: ...
-        def wait_stream(self, other: Stream) -> None: ...
-
-    monkeypatch.setattr(torch.cuda, "Stream", Stream)
-    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: Stream())
-    monkeypatch.setattr(torch.cuda, "stream", lambda s: nullcontext())
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    stub_cuda_streams(monkeypatch)
     control, captured = NoiseControl(), []
 
-    def capture(self: SnacGraphs, n: int, bucket: int, side: Stream, pool: object) -> SimpleNamespace:
+    def capture(self: SnacGraphs, n: int, bucket: int, side: object, pool: object) -> SimpleNamespace:
         assert torch.is_inference_mode_enabled() and control.lock.locked()
         control.set(torch.zeros(bucket, dtype=torch.long), torch.zeros(bucket, dtype=torch.long),
                     torch.zeros(bucket, dtype=torch.bool), n)

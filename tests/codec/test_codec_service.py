@@ -17,19 +17,10 @@ from lyre.codec import BatchPolicy, CodecService, CodecServiceClosed, CodecWindo
 from lyre.models.demo import DemoPaths
 from lyre.orpheus import SAMPLES_PER_FRAME, codes_to_snac_levels
 
+from codec_cases import random_codes as frames, snr_db
+
 # Long enough that a test's decodes are all queued before the deadline.
 GATHER_MS = 200.0
-
-
-def frames(n: int, seed: int) -> list[tuple[int, ...]]:
-    rng = random.Random(seed)
-    return [tuple(rng.randrange(4096) for _ in range(7)) for _ in range(n)]
-
-
-def snr_db(reference: np.ndarray, audio: np.ndarray) -> float:
-    assert audio.shape == reference.shape
-    error = float(np.sum((audio.astype(np.float64) - reference) ** 2))
-    return float("inf") if error == 0 else 10 * np.log10(float(np.sum(reference.astype(np.float64) ** 2)) / error)
 
 
 @pytest.fixture(scope="module")

@@ -15,16 +15,7 @@ from lyre.codec.streaming import StreamingSnac
 from lyre.models.demo import DemoPaths, demo_snac
 from lyre.orpheus import SAMPLES_PER_FRAME, codes_to_snac_levels
 
-
-def _frames(n: int, seed: int) -> list[tuple[int, ...]]:
-    rng = random.Random(seed)
-    return [tuple(rng.randrange(4096) for _ in range(7)) for _ in range(n)]
-
-
-def _snr_db(reference: np.ndarray, audio: np.ndarray) -> float:
-    assert audio.shape == reference.shape
-    error = float(np.sum((audio.astype(np.float64) - reference) ** 2))
-    return float("inf") if error == 0 else 10 * np.log10(float(np.sum(reference.astype(np.float64) ** 2)) / error)
+from codec_cases import random_codes as _frames, snr_db as _snr_db, stub_cuda_streams
 
 
 @pytest.fixture(scope="module")
@@ -155,22 +146,14 @@ def test_stream_graphs_capture_every_shape_when_built_and_none_while_serving(mon
                                                                             model32: object) -> None:
     """No GPU here: CUDA's stream calls are stubbed and each capture recorded, to check which shapes are
     captured, that a shape without a graph decodes eagerly, and that a pool grown past its graphs drops them."""
-    from contextlib import nullcontext
     from types import SimpleNamespace
 
     from lyre.codec.graphs import StreamGraphs
 
-    class Stream:
-        def __init__(self, device: torch.device | None = None) -> None: ...
-        def wait_stream(self, other: Stream) -> None: ...
-
-    monkeypatch.setattr(torch.cuda, "Stream", Stream)
-    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: Stream())
-    monkeypatch.setattr(torch.cuda, "stream", lambda s: nullcontext())
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    stub_cuda_streams(monkeypatch)
     captured: list[tuple[int, int]] = []
 
-    def capture(self: StreamGraphs, steps: int, bucket: int, side: Stream, pool: object) -> SimpleNamespace:
+    def capture(self: StreamGraphs, steps: int, bucket: int, side: object, pool: object) -> SimpleNamespace:
         assert torch.is_inference_mode_enabled()
         captured.append((steps, bucket))
         return SimpleNamespace(graph=SimpleNamespace(pool=lambda: (0, 1)))
