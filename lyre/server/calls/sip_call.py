@@ -1,15 +1,20 @@
 """One SIP call's media bridged to the voice agent: RTP in, the agent's speech out as RTP paced at 20 ms.
 The signalling (lyre.server.calls.sip_server) opens it once the offer is accepted and ends it with the dialog.
 
-    call = SipCall(state, codec, dtmf_type, remote, hang_up)
+    call = SipCall(state, codec, dtmf_type, remote, signalling_host, hang_up)
     port = await call.bind(host)          # the RTP port the SDP answer names
     call.start()                          # the conversation opens; media flows both ways
     call.hold(True) / call.hold(False)    # a re-INVITE put the call on hold, or took it off
+    call.move(("192.0.2.9", 4000))        # a re-INVITE moved the caller's media
     await call.close()                    # the conversation closed, its slots freed, the socket shut
 
 The caller's packets pass a small jitter buffer (lyre.server.calls.sip_media), are decoded and handed to the
 conversation (a `VoiceCall`) at 8 kHz. RTP goes back to where the caller's packets come from (symmetric RTP:
-the address the SDP offer named only until the first packet, which a NAT may have rewritten). A reply's
+the address the SDP offer named only until the first packet, which a NAT may have rewritten). The call's port
+takes packets from one source only: the first from the offer's host or the host the signalling came from is
+latched, and packets from anywhere else are dropped and counted (``media_errors{kind="source"}``), so no one
+else can steer the call's audio, speak or press keys in it, or keep a silent call alive. A latched source
+quiet for RELATCH_S may be replaced by another from those two hosts (a NAT that rebinds). A reply's
 audio is cut into 20 ms frames and sent at real time; between replies, silence keeps the stream (and the
 NATs on its way) alive. A barge-in drops what is queued: the next packet is silence, and each reply cut
 is cut in the history at the frames that went out. A key press (RFC 4733) reaches the agent as a user
@@ -47,6 +52,7 @@ log = logging.getLogger("lyre.server.sip")
 
 _HEARD_QUEUED = 250  # caller's packets waiting for the conversation (5 s): past this, dropped
 _WATCH_S = 0.2
+RELATCH_S = 1.0  # the latched source silent this long: another from the caller's hosts may take its place
 # The session listens at Whisper's own rate, so the caller's 8 kHz is resampled once.
 _LISTEN = {"audio": {"input": {"format": {"type": "audio/pcm", "rate": 16_000}}}}
 _ULAW_TO_PCM = np.frombuffer(ulaw_decode(bytes(range(256))), "<i2")
@@ -67,12 +73,14 @@ class SipCall:
     """One call's media and conversation, and the `MediaSink` of it; see the module docstring."""
 
     def __init__(self, state: ServerState, codec: Codec, dtmf_type: int | None, remote: tuple[str, int],
-                 hang_up: Callable[[str], None], on_media_error: Callable[[str], None] | None = None,
+                 signalling_host: str, hang_up: Callable[[str], None],
+                 on_media_error: Callable[[str], None] | None = None,
                  transfer: Callable[[str], bool] | None = None) -> None:
         self.state = state
         self.codec = codec
         self.dtmf_type = dtmf_type
         self.remote = remote  # where RTP goes: the offer's address, then the caller's packets' source
+        self._hosts = {remote[0], signalling_host}  # where the caller's packets may come from
         self.media_errors = 0
         self.voice: VoiceCall | None = None
         self.sent_packets = 0
@@ -134,6 +142,12 @@ class SipCall:
             self.voice.hush()
         self.held = held
 
+    def move(self, remote: tuple[str, int]) -> None:
+        """The caller's media moved (a re-INVITE's offer): RTP goes there, and its packets are latched afresh."""
+        if remote != self.remote or remote[0] not in self._hosts:
+            self._hosts.add(remote[0])
+            self.remote, self._latched = remote, False
+
     async def close(self) -> None:
         for task in self._tasks:
             task.cancel()
@@ -149,6 +163,10 @@ class SipCall:
     # -- the caller's packets --
 
     def received(self, data: bytes, addr: tuple[str, int]) -> None:
+        if not self._from_caller((addr[0], addr[1])):
+            self.media_errors += 1
+            self._on_media_error("source")
+            return
         if (packet := read_rtp(data)) is None:
             return  # RTCP, or not RTP: nothing lyre needs from it
         if packet.payload_type == self.dtmf_type:
@@ -165,6 +183,17 @@ class SipCall:
             self._latched, self.remote = True, (addr[0], addr[1])
         self._heard_at = time.monotonic()
         self.received_packets += 1
+
+    def _from_caller(self, addr: tuple[str, int]) -> bool:
+        """The latched source; or, before one is (or after it went quiet), one of the caller's hosts."""
+        if self._latched and addr == self.remote:
+            return True
+        if addr[0] not in self._hosts:
+            return False
+        if self._latched and time.monotonic() - (self._heard_at or 0.0) < RELATCH_S:
+            return False
+        self._latched = False  # latched below, once the packet reads as the call's
+        return True
 
     def _queue(self, item: bytes | str) -> None:
         try:

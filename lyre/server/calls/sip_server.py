@@ -9,12 +9,14 @@ required headers), and its UAS sends 100 Trying, retransmits a 200 on UDP until 
 timers G and H), matches a CANCEL to its INVITE and answers it 487, keeps the dialog's tags and route set, and
 answers OPTIONS with 200. In front of it, lyre.server.calls.sip_transport's gate drops what does not parse, is
 too long or comes from outside ``--sip-allow`` (unless ``--sip-auth`` is set: then an INVITE from outside
-must authenticate, 401 with a digest challenge until it does). This module decides what a call is: over the
-INVITE rate or while draining, 503 with Retry-After; past ``--stt-max-sessions`` (shared with sockets, WebRTC
+must authenticate, 401 with a digest challenge until it does), and lyre.server.calls.sip_screen answers what
+aiosipua would mishandle. This module decides what a call is: over its source's INVITE rate
+(lyre.server.calls.sip_limits) or while draining, 503 with Retry-After; past ``--stt-max-sessions`` (shared with sockets, WebRTC
 calls and phone streams), 486 Busy Here; an offer with neither PCMU nor PCMA, 488. Otherwise 180 Ringing, then
 (after ``--sip-ring`` seconds) 200 with the SDP answer, and the call's media runs in
 lyre.server.calls.sip_call, its session from ``--sip-session`` by the number called. A re-INVITE whose offer
-is sendonly, inactive or at address 0.0.0.0 puts the call on hold; sendrecv again takes it off. The call ends
+is sendonly, inactive or at address 0.0.0.0 puts the call on hold; sendrecv again takes it off; a new address
+moves the call's media there. The call ends
 at a BYE (200), a CANCEL, no ACK, no media, the agent's ``end_call``, a transfer that connected
 (lyre.server.calls.sip_transfer) or the server stopping (lyre sends BYE for the last four); whatever the end,
 the conversation is closed and its engine slots and session freed.
@@ -36,7 +38,9 @@ from aiosipua import IncomingCall, SdpNegotiationError, SipRequest, SipUAS, nego
 
 from lyre.server.calls.sip_auth import Digest
 from lyre.server.calls.sip_call import SipCall
+from lyre.server.calls.sip_limits import InviteBuckets
 from lyre.server.calls.sip_media import CODECS, offer_codec, offer_dtmf
+from lyre.server.calls.sip_screen import screen
 from lyre.server.calls.sip_transfer import Transfers
 from lyre.server.calls.sip_transport import GatedTcp, GatedUdp, SipMetrics, allowed_networks
 from lyre.server.sessions import RealtimeSessions
@@ -46,8 +50,6 @@ __all__ = ["SipServer"]
 
 log = logging.getLogger("lyre.server.sip")
 
-_INVITES_PER_S = 20.0  # new calls a second, on average, before 503
-_INVITE_BURST = 40.0
 _RETRY_AFTER_S = 5
 _HOLD_DIRECTIONS = ("sendonly", "inactive")
 
@@ -65,7 +67,7 @@ class SipServer:
                                                       for uas in self._uases.values()))
         self._udp: GatedUdp | None = None
         self._uases: dict[int, SipUAS] = {}  # by id() of its transport: UDP's and TCP's
-        self._tokens, self._refilled = _INVITE_BURST, time.monotonic()
+        self._invites = InviteBuckets()
         self._host = "127.0.0.1"
         self._closing: set[asyncio.Task[None]] = set()  # calls ended, their conversations closing
         self.transfers = Transfers(state.config.sip_transfers)
@@ -82,6 +84,9 @@ class SipServer:
                 transport = GatedTcp(local_addr=(host, self.port))
             transport.set_up(allowed, self.metrics.dropped, record_routes)
             transport.open_to_all = self._digest is not None
+            if isinstance(transport, GatedTcp):
+                transport.busy = self._carries_call
+                self.metrics.connections.set_function(lambda tcp=transport: tcp.caps.open)
             uas = self._uases[id(transport)] = SipUAS(transport, user_agent="lyre")
             uas.on_invite = self._invite
             uas.on_reinvite = self._reinvite
@@ -100,22 +105,29 @@ class SipServer:
     def _uas(self, call: IncomingCall) -> SipUAS:
         return self._uases[id(call.transport)]
 
+    def _carries_call(self, addr: tuple[str, int]) -> bool:
+        """A call lyre holds came over the TCP connection from ``addr``."""
+        return any(call.source_addr == addr and call.transport.reliable for call, _, _ in self.calls.values())
+
     def _arrived(self, uas: SipUAS, message: SipRequest | Any, addr: tuple[str, int]) -> None:
-        """A message, past the gate, for aiosipua; but an INVITE again for a call lyre holds (no To-tag: not
-        a re-INVITE) is a retransmission its answer is on the way for (aiosipua resends the 200 until the ACK)."""
-        if (isinstance(message, SipRequest) and message.method == "INVITE" and message.call_id in self.calls
-                and "tag=" not in (message.headers.get_first("to") or "")):
-            return
+        """A message, past the gate and the screen (lyre.server.calls.sip_screen), for aiosipua. Whatever fails
+        in it fails that message alone: 400 for a header that does not read, and no dialog left behind."""
         try:
+            if isinstance(message, SipRequest) and not screen(uas, message, self.calls):
+                return
             uas._on_message(message, addr)
-        except (ValueError, TypeError, AttributeError, IndexError, KeyError) as exc:  # a header that does not read
-            log.info("SIP %s from %s refused: %s", getattr(message, "method", "response"), addr[0], str(exc)[:200])
+        except Exception as exc:  # noqa: BLE001 - one peer's message must not fault the endpoint
+            log.info("SIP %s from %s refused: %r", getattr(message, "method", "response"), addr[0], exc)
             self.metrics.dropped.labels("malformed").inc()
             if isinstance(message, SipRequest) and message.method != "ACK":
                 try:
                     uas._send_error(message, 400, "Bad Request")
-                except (ValueError, TypeError, AttributeError, IndexError, KeyError):
-                    pass  # not even its Via reads: nowhere to answer
+                except Exception:  # noqa: BLE001 - not even its Via reads, or the peer is gone: nowhere to answer
+                    pass
+            call = uas._calls.get(getattr(message, "call_id", None) or "")
+            if call is not None and call.call_id not in self.calls:  # a dialog begun for a call lyre never took
+                call.dialog.terminate()
+                self._forget(call)
 
     @property
     def port(self) -> int:
@@ -165,7 +177,7 @@ class SipServer:
         stack = AsyncExitStack()  # closed in reverse: the answer stopped, the media closed, the session freed
         stack.enter_context(self.sessions.hold())
         media = SipCall(self.state, CODECS[offer_codec(call.sdp_offer)], offer_dtmf(call.sdp_offer),
-                        call.sdp_offer.rtp_address,  # type: ignore[union-attr,arg-type]  # _refusal checked it
+                        call.sdp_offer.rtp_address, call.source_addr[0],  # type: ignore[union-attr,arg-type]
                         lambda why: self.hang_up(call.call_id, why, "end_call" if "end_call" in why else "hangup"),
                         lambda kind: self.metrics.media_errors.labels(kind).inc(),
                         lambda target: self.transfers.refer(call, target))
@@ -220,13 +232,12 @@ class SipServer:
             self.hang_up(call_id, "internal error")
 
     def _refusal(self, call: IncomingCall) -> tuple[int, str, dict[str, str] | None] | None:
-        now = time.monotonic()
-        self._tokens = min(_INVITE_BURST, self._tokens + (now - self._refilled) * _INVITES_PER_S)
-        self._refilled = now
-        if self.state.draining or self._tokens < 1:
+        assert self._udp is not None
+        source = call.source_addr[0]
+        trusted = self._udp.trusts(source)
+        if self.state.draining or not self._invites.take(source, trusted, time.monotonic()):
             return 503, "Service Unavailable", {"Retry-After": str(_RETRY_AFTER_S)}
-        self._tokens -= 1
-        if not self._trusted(call):
+        if not trusted and not self._authenticated(call):
             if self._digest is None:
                 return 403, "Forbidden", None
             return 401, "Unauthorized", {"WWW-Authenticate": self._digest.challenge(time.time())}
@@ -240,11 +251,8 @@ class SipServer:
             return 488, "Not Acceptable Here", None
         return None
 
-    def _trusted(self, call: IncomingCall) -> bool:
-        """From the allowed networks, or authenticated (--sip-auth)."""
-        assert self._udp is not None
-        if self._udp.trusts(call.source_addr[0]):
-            return True
+    def _authenticated(self, call: IncomingCall) -> bool:
+        """Its credentials check (--sip-auth)."""
         return self._digest is not None and self._digest.check(call.invite.get_header("authorization"), "INVITE",
                                                                time.time(), call.invite.uri)
 
@@ -266,6 +274,8 @@ class SipServer:
             return
         address = offer.rtp_address
         media.hold(offer.audio.direction in _HOLD_DIRECTIONS or address is None or address[0] == "0.0.0.0")
+        if not media.held and address is not None:
+            media.move(address)
         call.accept(answer)
         log.info("SIP call %s %s", call.call_id, "on hold" if media.held else "resumed")
 

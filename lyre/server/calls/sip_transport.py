@@ -2,7 +2,9 @@
 datagram from outside the allowed networks (``--sip-allow``) or over MAX_MESSAGE_BYTES is dropped unread and
 counted, as is one aiosipua's parser refuses (a line it cannot read, over 256 headers, a body short of its
 Content-Length); and the Record-Route of an INVITE is copied into the responses that set up its dialog (RFC 3261
-12.1.1), which aiosipua leaves out. The endpoint's metrics (SipMetrics) are here too.
+12.1.1), which aiosipua leaves out. Over TCP, responses go back on the connection the request came on (RFC 3261
+18.2.2), whatever port its Via names; connections are capped per source and closed when idle
+(lyre.server.calls.sip_limits). The endpoint's metrics (SipMetrics) are here too.
 """
 
 from __future__ import annotations
@@ -13,15 +15,17 @@ import logging
 from typing import Any
 
 from aiosipua import SipMessage, SipRequest
-from aiosipua.transport import TcpSipTransport, UdpSipTransport, _stamp_via_received
+from aiosipua.headers import parse_via, stringify_via
+from aiosipua.transport import TcpSipTransport, UdpSipTransport, _read_sip_message, _stamp_via_received
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-__all__ = ["MAX_MESSAGE_BYTES", "MAX_TCP_CONNECTIONS", "GatedTcp", "GatedUdp", "SipMetrics", "allowed_networks"]
+from lyre.server.calls.sip_limits import IDLE_S, TRUSTED_IDLE_S, ConnectionCaps
+
+__all__ = ["MAX_MESSAGE_BYTES", "GatedTcp", "GatedUdp", "SipMetrics", "allowed_networks"]
 
 log = logging.getLogger("lyre.server.sip")
 
 MAX_MESSAGE_BYTES = 8192  # a message longer than this is dropped unread (an INVITE with SDP is under 2 kB)
-MAX_TCP_CONNECTIONS = 64  # a trunk or PBX keeps one or a few
 
 
 def allowed_networks(cidrs: tuple[str, ...]) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
@@ -46,8 +50,9 @@ class SipMetrics:
                                     "dropped for a slow conversation, media timeouts", ["kind"], registry=r)
         self.dialogs = Gauge("lyre_sip_dialogs", "SIP dialogs and transactions aiosipua keeps (answered, ringing, "
                              "or waiting for an ACK)", registry=r)
-        self.dropped = Counter("lyre_sip_messages_dropped", "SIP datagrams dropped unanswered", ["reason"],
-                               registry=r)
+        self.dropped = Counter("lyre_sip_messages_dropped", "SIP messages and TCP connections dropped unanswered",
+                               ["reason"], registry=r)
+        self.connections = Gauge("lyre_sip_tcp_connections", "SIP TCP connections open", registry=r)
 
 
 class _Gate:
@@ -80,7 +85,7 @@ class _Gate:
             try:  # aiosipua's parse, without its log of a traceback for each message it cannot read
                 message = SipMessage.parse(data)
                 if isinstance(message, SipRequest):
-                    _stamp_via_received(message, addr)
+                    self._stamp(message, addr)
             except Exception as exc:  # noqa: BLE001 - whatever the parser refuses, the datagram is dropped
                 log.info("SIP datagram from %s dropped: %s", addr[0], str(exc)[:200])
                 reason = "malformed"
@@ -90,6 +95,10 @@ class _Gate:
                 return
         if self.dropped is not None:
             self.dropped.labels(reason).inc()
+
+    def _stamp(self, request: SipRequest, addr: tuple[str, int]) -> None:
+        """Where the request came from, in its top Via (RFC 3581): its responses are routed by it."""
+        _stamp_via_received(request, addr)
 
     def send(self, message: Any, addr: tuple[str, int]) -> None:
         if getattr(message, "status_code", 0) in range(101, 300):
@@ -109,20 +118,67 @@ class GatedUdp(_Gate, UdpSipTransport):
 
 
 class GatedTcp(_Gate, TcpSipTransport):
-    """SIP over TCP behind the gate: a connection from outside the allowed networks, or past
-    MAX_TCP_CONNECTIONS open, is closed at once."""
+    """SIP over TCP behind the gate: a connection from outside the allowed networks, or past its source's cap
+    (lyre.server.calls.sip_limits), is closed at once; one that carries no call (``busy(addr)`` false) and
+    sends no whole message for its idle time is closed then."""
+
+    caps: ConnectionCaps
+    busy: Any = staticmethod(lambda addr: False)  # a call's dialog runs over the connection from addr
+    idle_s = (IDLE_S, TRUSTED_IDLE_S)  # a stranger's, a trusted source's
+
+    async def start(self) -> None:
+        self.caps = ConnectionCaps()
+        await super().start()
+
+    def _stamp(self, request: SipRequest, addr: tuple[str, int]) -> None:
+        """Responses go back on the connection the request came on (RFC 3261 18.2.2): its top Via is made to
+        name that connection's address and port, whatever the sender wrote there."""
+        vias = request.headers.get("via")
+        if not vias:
+            return
+        via = parse_via(vias[0])
+        via.params["received"], via.params["rport"] = addr[0], str(addr[1])
+        request.headers.remove("Via")
+        for value in [stringify_via(via), *vias[1:]]:
+            request.headers.append("Via", value)
 
     async def _handle_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")
-        reason = None if peer and self.allows(str(peer[0])) else "source"
-        if reason is None and len(self._connections) >= MAX_TCP_CONNECTIONS:
-            reason = "connections"
-        if reason is None:
-            await super()._handle_connection(reader, writer)
+        addr = (str(peer[0]), int(peer[1])) if peer else ("0.0.0.0", 0)
+        trusted = peer is not None and self.trusts(addr[0])
+        reason = None if peer and self.allows(addr[0]) else "source"
+        if reason is None and (reason := self.caps.admit(addr[0], trusted)) is None:
+            try:
+                await self._read(reader, writer, addr, self.idle_s[trusted])
+            finally:
+                self.caps.release(addr[0], trusted)
             return
         if self.dropped is not None:
             self.dropped.labels(reason).inc()
         writer.close()
+
+    async def _read(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, addr: tuple[str, int],
+                    idle_s: float) -> None:
+        self._connections[addr] = (reader, writer)
+        try:
+            while True:
+                try:
+                    async with asyncio.timeout(idle_s):
+                        data = await _read_sip_message(reader)
+                except TimeoutError:
+                    if self.busy(addr):  # quiet, but a call's BYE or re-INVITE may still come this way
+                        continue
+                    if self.dropped is not None:
+                        self.dropped.labels("idle").inc()
+                    return
+                if data is None:
+                    return
+                self._dispatch(data, addr)
+        except (asyncio.IncompleteReadError, ConnectionError, ValueError):
+            pass
+        finally:
+            self._connections.pop(addr, None)
+            writer.close()
 
 
 class _Datagrams(asyncio.DatagramProtocol):

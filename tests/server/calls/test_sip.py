@@ -19,14 +19,14 @@ import wave
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import numpy as np
 import pytest
 from aiosipua import SipDigestAuth
 from aiosipua.auth import build_credentials
 from aiosipua.header_codec import parse_auth, stringify_auth
 from scripted_thinker import ASKED, REPLY, thinking_at
-from serving import Server, running_server
+from serving import running_server
+from sip_endpoint import Sip, free_udp_port, passed
 from sip_peer import SILENCE, RtpPeer, ulaw_speech as _ulaw
 from speech import SENTENCES, speak
 
@@ -36,7 +36,6 @@ from lyre.server.calls.sip_auth import NONCE_TTL_S, Digest, digest_params
 from lyre.server.calls.sip_transport import GatedUdp, allowed_networks
 from lyre.server.config import ServerConfig, sip_address
 
-SCENARIOS = Path(__file__).parent / "sip"
 IDLE_S = 3  # --stt-idle-timeout: a held call with no audio this long is ended
 RING_S = 0.3  # --sip-ring: long enough for a CANCEL to come before the answer
 SHORT = 35  # audio tokens per spoken segment: 5 frames, about 0.4 s of noise
@@ -50,12 +49,6 @@ TRANSFER_CALL = {"type": "function", "name": "transfer_call", "description": "Ha
 TRANSFER = {**SESSION, "tools": [TRANSFER_CALL]}  # calls to "transfer": a sentence, then a transfer to "sales"
 
 needs_sipp = pytest.mark.skipif(shutil.which("sipp") is None, reason="SIPp (apt-get install sip-tester) is missing")
-
-
-def _free_udp_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # -- the parts, alone --
@@ -146,59 +139,11 @@ def test_the_sip_settings_are_checked() -> None:
 # -- calls, from SIPp --
 
 
-class Sip:
-    """The server, and SIPp pointed at it."""
-
-    def __init__(self, server: Server, port: int) -> None:
-        self.server, self.port = server, port
-        self.tasks = self.metric("lyre_event_loop_tasks")  # the server's asyncio tasks with no call
-
-    def sipp(self, scenario: str, *args: str, calls: int = 1, timeout_s: float = 40.0, rtp_port: int = 9,
-             codec: int = 0, talk_ms: int | None = None, source: str = "127.0.0.1", number: str = "agent",
-             background: bool = False) -> subprocess.Popen[str] | subprocess.CompletedProcess[str]:
-        """SIPp running ``scenario`` (``calls`` of it at once); ``rtp_port``: where the offer says the caller's
-        media is (9, discard, where the test does not listen); ``talk_ms``: how long a call lasts (the
-        scenarios that pause)."""
-        command = ["sipp", "127.0.0.1", "-p", str(_free_udp_port()), "-i", source, "-s", number,
-                   "-sf", str(SCENARIOS / scenario), "-m", str(calls), "-l", str(calls), "-r", "50",
-                   "-nostdin", "-timeout", f"{timeout_s:g}s", "-timeout_error",
-                   "-key", "codec", str(codec), "-key", "rtp_port", str(rtp_port), *args]
-        if talk_ms is not None:
-            command += ["-set", "talk_ms", str(talk_ms)]
-        command.append(f"127.0.0.1:{self.port}")
-        if background:
-            return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                    cwd="/tmp")
-        return subprocess.run(command, capture_output=True, text=True, timeout=timeout_s + 10, cwd="/tmp")
-
-    def metric(self, name: str, **labels: str) -> float:
-        want = ",".join(f'{k}="{v}"' for k, v in labels.items())
-        head = f"{name}{{{want}}}" if labels else name
-        for line in httpx.get(f"{self.server.url}/metrics", timeout=10).text.splitlines():
-            if line.startswith(head + " "):
-                return float(line.rsplit(" ", 1)[1])
-        return 0.0
-
-    def wait_idle(self, timeout_s: float = 15.0) -> None:
-        """Every call closed: no SIP call, realtime session or stream left."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            left = {name: self.metric(name) for name in ("lyre_sip_calls_active", "lyre_sip_dialogs",
-                                                         "lyre_realtime_sessions", "lyre_active_streams",
-                                                         "lyre_queued_requests")}
-            left["tasks over those with no call"] = max(0.0, self.metric("lyre_event_loop_tasks") - self.tasks)
-            if not any(left.values()):
-                assert "Traceback" not in self.server.output(), self.server.output()[-3000:]  # nothing failed
-                return
-            assert time.monotonic() < deadline, f"still held after the calls ended: {left}"
-            time.sleep(0.1)
-
-
 @pytest.fixture(scope="module")
 def sip() -> Iterator[Sip]:
     if shutil.which("sipp") is None:
         pytest.skip("SIPp (apt-get install sip-tester) is missing")
-    port = _free_udp_port()
+    port = free_udp_port()
     with thinking_at() as thinker, running_server(
             "--stt", "--llm-url", thinker, "--llm-model", "scripted", "--max-streams", "4",
             "--sip", f"127.0.0.1:{port}", "--sip-ring", str(RING_S), "--stt-idle-timeout", str(IDLE_S),
@@ -208,11 +153,6 @@ def sip() -> Iterator[Sip]:
             "--sip-session", "transfer=" + json.dumps(TRANSFER),
             "--sip-transfer", "sales=sip:sales@127.0.0.1:9") as running:
         yield Sip(running, port)
-
-
-def _passed(done: subprocess.CompletedProcess[str] | subprocess.Popen[str]) -> None:
-    out = done.stdout if isinstance(done.stdout, str) else ""
-    assert done.returncode == 0, f"sipp exited {done.returncode}:\n{out[-3000:]}"
 
 
 @needs_sipp
@@ -283,7 +223,7 @@ def test_transfer_call_sends_a_refer_to_the_configured_target_and_lyre_leaves_on
 @needs_sipp
 def test_the_caller_hangs_up_an_a_law_call(sip: Sip) -> None:
     before = sip.metric("lyre_sip_calls_total", outcome="bye")
-    _passed(sip.sipp("call_caller_bye.xml", codec=8, talk_ms=800))  # the 200 names PCMA, copies Record-Route
+    passed(sip.sipp("call_caller_bye.xml", codec=8, talk_ms=800))  # the 200 names PCMA, copies Record-Route
     sip.wait_idle()
     assert sip.metric("lyre_sip_calls_total", outcome="bye") == before + 1
 
@@ -293,8 +233,8 @@ def test_a_call_over_tcp(sip: Sip) -> None:
     """The same port takes SIP over TCP: OPTIONS, then a call answered (no 200 retransmission on TCP) and
     hung up by the caller."""
     before = sip.metric("lyre_sip_calls_total", outcome="bye")
-    _passed(sip.sipp("options.xml", "-t", "t1"))
-    _passed(sip.sipp("call_caller_bye.xml", "-t", "t1", talk_ms=800))
+    passed(sip.sipp("options.xml", "-t", "t1"))
+    passed(sip.sipp("call_caller_bye.xml", "-t", "t1", talk_ms=800))
     sip.wait_idle()
     assert sip.metric("lyre_sip_calls_total", outcome="bye") == before + 1
 
@@ -319,21 +259,21 @@ def test_an_invite_over_tcp_whose_connection_closes_before_the_answer_leaves_not
             assert tcp.recv(4096).startswith(b"SIP/2.0 1")  # taken (trying or ringing); closed before the answer
     sip.wait_idle()
     assert sip.metric("lyre_sip_calls_total", outcome="caller_gone") == before + 3
-    _passed(sip.sipp("call_caller_bye.xml", talk_ms=300))
+    passed(sip.sipp("call_caller_bye.xml", talk_ms=300))
     sip.wait_idle()
 
 
 @needs_sipp
 def test_a_cancel_while_it_rings_gets_487_and_leaves_nothing(sip: Sip) -> None:
     before = sip.metric("lyre_sip_calls_total", outcome="cancel")
-    _passed(sip.sipp("cancel.xml", talk_ms=2 * RING_S * 1000))  # no 200 comes after the 487
+    passed(sip.sipp("cancel.xml", talk_ms=2 * RING_S * 1000))  # no 200 comes after the 487
     sip.wait_idle()
     assert sip.metric("lyre_sip_calls_total", outcome="cancel") == before + 1
 
 
 @needs_sipp
 def test_options_is_answered(sip: Sip) -> None:
-    _passed(sip.sipp("options.xml"))
+    passed(sip.sipp("options.xml"))
 
 
 @needs_sipp
@@ -341,7 +281,7 @@ def test_a_call_from_outside_the_allowed_networks_must_authenticate(sip: Sip) ->
     """--sip-allow 127.0.0.1/32 and --sip-auth lyre:secret: from 127.0.0.2 an INVITE gets 401 with a digest
     challenge; the INVITE again with the right credentials is answered, with wrong ones 401 again."""
     refused = sip.metric("lyre_sip_calls_total", outcome="refused_401")
-    _passed(sip.sipp("auth_call.xml", "-au", "lyre", "-ap", "secret", source="127.0.0.2", talk_ms=300))
+    passed(sip.sipp("auth_call.xml", "-au", "lyre", "-ap", "secret", source="127.0.0.2", talk_ms=300))
     assert sip.metric("lyre_sip_calls_total", outcome="refused_401") == refused + 1
     wrong = sip.sipp("auth_call.xml", "-au", "lyre", "-ap", "guess", source="127.0.0.2", talk_ms=300, timeout_s=1.5)
     assert wrong.returncode != 0
@@ -431,7 +371,7 @@ def test_what_lyre_cannot_take_gets_a_4xx_and_junk_is_dropped(sip: Sip) -> None:
     then datagrams no parser should take, sent raw: lyre answers what it can with a 4xx, drops the rest,
     and still answers OPTIONS after it all."""
     before = sip.metric("lyre_sip_calls_total", outcome="refused_488")
-    _passed(sip.sipp("refused.xml"))
+    passed(sip.sipp("refused.xml"))
     assert sip.metric("lyre_sip_calls_total", outcome="refused_488") == before + 3
     junk = [b"", b"\x00" * 100, b"\xff\xfe garbage", b"INVITE\r\n\r\n", b"SIP/2.0 200 OK\r\n\r\n", b"A" * 9000,
             b"INVITE sip:a@b SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:9;branch=z9hG4bK1\r\n"
@@ -444,7 +384,7 @@ def test_what_lyre_cannot_take_gets_a_4xx_and_junk_is_dropped(sip: Sip) -> None:
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         for datagram in junk:
             s.sendto(datagram, ("127.0.0.1", sip.port))
-    _passed(sip.sipp("options.xml"))
+    passed(sip.sipp("options.xml"))
     assert sip.metric("lyre_sip_messages_dropped_total", reason="too_long") >= 1
     assert sip.metric("lyre_sip_messages_dropped_total", reason="malformed") >= 5
     assert sip.server.process.poll() is None
@@ -541,7 +481,7 @@ def test_baresip_calls_with_a_wav_for_its_microphone_and_hears_the_reply(sip: Si
     (tmp_path / "accounts").write_text("<sip:caller@127.0.0.1>;regint=0;audio_codecs=PCMU\n")
     before = sip.metric("lyre_sip_calls_total", outcome="bye")
     for _ in range(3):  # baresip binds UDP, TCP and TLS on and beside its port: another process may hold one
-        (tmp_path / "config").write_text(BARESIP_CONFIG.format(sip_port=_free_udp_port(), folder=tmp_path,
+        (tmp_path / "config").write_text(BARESIP_CONFIG.format(sip_port=free_udp_port(), folder=tmp_path,
                                                                question=tmp_path / "question.wav"))
         done = subprocess.run(["baresip", "-f", str(tmp_path), "-e", f"/dial sip:agent@127.0.0.1:{sip.port}",
                                "-t", str(len(mic) // 8000 + 2)], capture_output=True, text=True, timeout=60)
