@@ -71,7 +71,7 @@ class SipLine:
 
     def read(self, timeout_s: float = 3.0) -> str | None:
         """The next message from lyre; None if none comes in ``timeout_s`` (or the connection closed)."""
-        deadline = time.monotonic() + timeout_s
+        deadline, tried = time.monotonic() + timeout_s, False
         while True:
             if not self.tcp and self._buffer:
                 message, self._buffer = self._buffer, b""
@@ -79,9 +79,10 @@ class SipLine:
             if self.tcp and (message := self._framed()) is not None:
                 return message
             left = deadline - time.monotonic()
-            if left <= 0:
+            if left <= 0 and tried:
                 return None
-            self.socket.settimeout(left)
+            tried = True  # a timeout of 0 still takes what has come
+            self.socket.settimeout(max(left, 0.001))
             try:
                 data = self.socket.recv(65536)
             except (TimeoutError, ConnectionError):

@@ -1,6 +1,9 @@
 """The SIP requests lyre answers itself before aiosipua sees them, where aiosipua would do the wrong thing
 with a request a hostile or confused peer sends (lyre.server.calls.sip_server calls ``screen`` for each):
 
+- method names are case-sensitive (RFC 3261 7.1): "invite" is a method lyre does not take, 405 (aiosipua would
+  take it for an INVITE and keep a transaction no one removes); a CSeq that names another method than the
+  request line's, 400;
 - an INVITE without a To-tag for a call lyre holds is a retransmission (its answer is on the way: aiosipua
   resends the 200 until the ACK), dropped;
 - an INVITE with a To-tag belongs to a dialog: unless one is confirmed under its Call-ID, 481 (aiosipua would
@@ -27,6 +30,12 @@ __all__ = ["reply", "screen"]
 def screen(uas: SipUAS, request: SipRequest, held: Container[str]) -> bool:
     """Whether aiosipua should have ``request``; if not, it has been answered (or dropped) here."""
     call_id = request.call_id or ""
+    if request.method != request.method.upper():
+        reply(uas, request, 405, "Method Not Allowed")
+        return False
+    if request.cseq is not None and request.cseq.method != request.method:
+        reply(uas, request, 400, "CSeq Method Does Not Match")
+        return False
     if request.method == "INVITE":
         if "tag=" not in (request.headers.get_first("to") or ""):
             return call_id not in held  # held: a retransmission

@@ -42,7 +42,7 @@ from lyre.server.calls.sip_limits import InviteBuckets
 from lyre.server.calls.sip_media import CODECS, offer_codec, offer_dtmf
 from lyre.server.calls.sip_screen import screen
 from lyre.server.calls.sip_transfer import Transfers
-from lyre.server.calls.sip_transport import GatedTcp, GatedUdp, SipMetrics, allowed_networks
+from lyre.server.calls.sip_transport import GatedTcp, GatedUdp, SipMetrics, allowed_networks, routable
 from lyre.server.sessions import RealtimeSessions
 from lyre.server.state import ServerState
 
@@ -243,8 +243,8 @@ class SipServer:
             return 401, "Unauthorized", {"WWW-Authenticate": self._digest.challenge(time.time())}
         if self.sessions.open >= self.state.config.stt_max_sessions:
             return 486, "Busy Here", None
-        if call.sdp_offer is None or call.sdp_offer.rtp_address is None:
-            return 488, "Not Acceptable Here", None  # no offer in the INVITE: lyre answers offers only
+        if call.sdp_offer is None or call.sdp_offer.rtp_address is None or not routable(call.sdp_offer.rtp_address):
+            return 488, "Not Acceptable Here", None  # no offer (lyre answers offers only), or nowhere to send RTP
         try:
             offer_codec(call.sdp_offer)
         except SdpNegotiationError:
@@ -274,7 +274,7 @@ class SipServer:
             return
         address = offer.rtp_address
         media.hold(offer.audio.direction in _HOLD_DIRECTIONS or address is None or address[0] == "0.0.0.0")
-        if not media.held and address is not None:
+        if not media.held and address is not None and routable(address):
             media.move(address)
         call.accept(answer)
         log.info("SIP call %s %s", call.call_id, "on hold" if media.held else "resumed")

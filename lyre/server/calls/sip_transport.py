@@ -21,7 +21,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from lyre.server.calls.sip_limits import IDLE_S, TRUSTED_IDLE_S, ConnectionCaps
 
-__all__ = ["MAX_MESSAGE_BYTES", "GatedTcp", "GatedUdp", "SipMetrics", "allowed_networks"]
+__all__ = ["MAX_MESSAGE_BYTES", "GatedTcp", "GatedUdp", "SipMetrics", "allowed_networks", "routable"]
 
 log = logging.getLogger("lyre.server.sip")
 
@@ -101,6 +101,11 @@ class _Gate:
         _stamp_via_received(request, addr)
 
     def send(self, message: Any, addr: tuple[str, int]) -> None:
+        if not routable(addr):  # asyncio closes a UDP socket for good on a sendto that raises other than OSError
+            log.info("SIP message to %r not sent: not an IP address and port", addr)
+            if self.dropped is not None:
+                self.dropped.labels("unroutable").inc()
+            return
         if getattr(message, "status_code", 0) in range(101, 300):
             routes = self.record_routes.get(message.call_id or "")
             if routes and message.cseq is not None and message.cseq.method == "INVITE":
@@ -187,6 +192,16 @@ class _Datagrams(asyncio.DatagramProtocol):
 
     def datagram_received(self, data: bytes, addr: tuple[str, int] | Any) -> None:
         self.transport._dispatch(data, (str(addr[0]), int(addr[1])))
+
+
+def routable(addr: tuple[str, int]) -> bool:
+    """An IP address and a port a datagram can go to: a Via or an offer naming port 99999 made ``sendto`` raise
+    OverflowError, on which asyncio closed lyre's whole SIP socket (or the call's RTP socket)."""
+    try:
+        _address(str(addr[0]))
+    except ValueError:
+        return False
+    return isinstance(addr[1], int) and 0 < addr[1] < 65536
 
 
 def _address(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:

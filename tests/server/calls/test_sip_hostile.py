@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import socket
 import time
 from collections.abc import Iterator
 
+import httpx
 import pytest
 from scripted_thinker import thinking_at
 from serving import running_server
 from sip_endpoint import Sip, free_udp_port
+from sip_fuzz import SipFuzz
 from sip_lines import Dialog, SipLine, code_of, invite, request
 from sip_peer import RtpPeer
 
@@ -24,6 +27,9 @@ from lyre.server.calls.sip_media import rtp_packet
 from lyre.server.calls.sip_transport import GatedTcp, allowed_networks
 
 RING_S = 1.5  # --sip-ring: time for the tests to act on a call that rings
+# The fuzzer's messages and seed; the long run: LYRE_SIP_FUZZ_MESSAGES=20000.
+FUZZ_MESSAGES = int(os.environ.get("LYRE_SIP_FUZZ_MESSAGES", "1500"))
+FUZZ_SEED = int(os.environ.get("LYRE_SIP_FUZZ_SEED", "1"))
 SESSION = {"max_speech_tokens": 35, "audio": {"input": {"transcription": {"language": "en"}}}}
 
 
@@ -56,6 +62,24 @@ def test_an_invite_over_tcp_naming_another_port_in_its_via_is_answered_on_its_ow
         assert call.bye() == 200
     finally:
         line.close()
+    sip.wait_idle()
+
+
+def test_a_via_or_an_offer_naming_a_port_past_65535_is_not_answered_there_and_breaks_nothing(sip: Sip) -> None:
+    """Found by the fuzzer: an answer to a Via naming port 99999 made sendto raise OverflowError, on which asyncio
+    closed lyre's SIP socket over UDP for every caller. Now it is not sent (counted), and an offer naming such
+    a port for its media gets 488."""
+    unroutable = sip.metric("lyre_sip_messages_dropped_total", reason="unroutable")
+    line = SipLine(sip.port)
+    try:
+        line.send(request(line, "OPTIONS", "port-99999", via_port=99999))
+        line.send(invite(line, "rtp-70000", rtp_port=70000))
+        assert _codes(line, 1) == [488]
+        line.send(request(line, "OPTIONS", "after-it"))
+        assert _codes(line, 1) == [200]
+    finally:
+        line.close()
+    assert sip.metric("lyre_sip_messages_dropped_total", reason="unroutable") >= unroutable + 1
     sip.wait_idle()
 
 
@@ -235,3 +259,24 @@ def test_a_reinvite_that_moves_the_media_moves_lyres_audio(sip: Sip) -> None:
         for closing in (line, first, second):
             closing.close()
     sip.wait_idle()
+
+
+def test_the_sip_and_rtp_fuzzer_leaves_nothing_behind_and_the_server_still_answers(sip: Sip) -> None:
+    """tests/sip_fuzz.py's messages and packets, in runs of 500; after each run /health answers, and after
+    them all, once the calls still up are hung up, nothing is held and the log has no fault of lyre's."""
+    fuzz = SipFuzz(sip.port, seed=FUZZ_SEED)
+    health = []
+    try:
+        while fuzz.sent < FUZZ_MESSAGES:
+            fuzz.run(min(500, FUZZ_MESSAGES - fuzz.sent))
+            start = time.perf_counter()
+            assert httpx.get(f"{sip.server.url}/health", timeout=10).status_code == 200
+            health.append(time.perf_counter() - start)
+    finally:
+        fuzz.finish()
+    print(f"\nSIP fuzzer: {fuzz.sent} messages, seed {FUZZ_SEED}; came back: {dict(sorted(fuzz.seen.items()))}; "
+          f"/health after each 500: {', '.join(f'{1000 * t:.0f} ms' for t in health)}")
+    assert all(fuzz.seen[code] for code in ("200", "400", "401", "405", "481", "486"))  # it reached each path
+    sip.wait_idle(timeout_s=45)
+    log = sip.server.output()
+    assert "could not be taken" not in log and "media (" not in log, log[-3000:]
