@@ -35,6 +35,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                             "are refused (default: $LYRE_TWILIO_AUTH_TOKEN)")
     route.add_argument("--max-inflight", type=int, default=1024,
                        help="requests and sockets open through the router at once; more get 503 (default: 1024)")
+    route.add_argument("--max-inflight-per-client", type=int, default=None, metavar="N",
+                       help="requests and sockets one client address may have open through the router; more get "
+                            "429 (default: no share; set it where clients reach the router directly, not through "
+                            "one balancer address)")
     route.add_argument("--max-body-bytes", type=int, default=1024 * 1024,
                        help="largest body read to find its voice (a speech request); others stream through "
                             "(default: 1 MiB)")
@@ -59,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     config = RouterConfig(redis=args.redis, host=args.host, port=args.port, load_factor=args.load_factor,
                           vnodes=args.vnodes, poll_s=args.poll, admin_key=args.admin_key or None,
                           api_key=args.api_key or None, twilio_auth_token=args.twilio_auth_token or None,
-                          max_inflight=args.max_inflight,
+                          max_inflight=args.max_inflight, max_inflight_per_client=args.max_inflight_per_client,
                           max_body_bytes=args.max_body_bytes, first_message_timeout_s=args.first_message_timeout)
     if args.action == "status":
         print(fleet_status(config.redis, config.vnodes))

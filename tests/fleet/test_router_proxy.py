@@ -35,6 +35,7 @@ KEY = "router-key"
 AUTH = {"authorization": f"Bearer {KEY}"}
 TWILIO_TOKEN = "router-twilio-token"
 MAX_INFLIGHT = 3
+PER_CLIENT = 2  # --max-inflight-per-client
 BODY_LIMIT = 64 * 1024
 STUB = Path(__file__).with_name("upstream_stub.py")
 
@@ -66,7 +67,8 @@ def _stub(redis_url: str, services: str) -> Process:
 def fleet() -> Iterator[Fleet]:
     redis = Redis().start()
     stubs = [_stub(redis.url, "tts,stt"), _stub(redis.url, "tts,stt,agent,chat")]
-    router = route(redis.url, "--api-key", KEY, "--max-inflight", str(MAX_INFLIGHT), "--max-body-bytes",
+    router = route(redis.url, "--api-key", KEY, "--max-inflight", str(MAX_INFLIGHT), "--max-inflight-per-client",
+                   str(PER_CLIENT), "--max-body-bytes",
                    str(BODY_LIMIT), "--first-message-timeout", "0.5", "--twilio-auth-token", TWILIO_TOKEN)
     try:
         wait_ready(stubs)
@@ -80,10 +82,11 @@ def fleet() -> Iterator[Fleet]:
         redis.stop()
 
 
-def _raw(url: str, head: str, timeout_s: float = 5.0) -> str:
+def _raw(url: str, head: str, timeout_s: float = 5.0, source: str | None = None) -> str:
     """Send only a request's head (no body, whatever its Content-Length says); the status line that comes back."""
     host, port = url.removeprefix("http://").split(":")
-    with socket.create_connection((host, int(port)), timeout=timeout_s) as s:
+    with socket.create_connection((host, int(port)), timeout=timeout_s,
+                                  source_address=(source, 0) if source else None) as s:
         s.sendall(head.encode() + b"\r\n")
         return s.recv(65536).decode(errors="replace").split("\r\n", 1)[0]
 
@@ -167,10 +170,16 @@ def test_hop_by_hop_headers_stay_behind_and_x_forwarded_for_is_added(fleet: Flee
     assert "x-secret-hop" not in seen and seen["x-forwarded-for"] == "127.0.0.1"
 
 
+def _client_at(address: str) -> httpx.Client:
+    """A client whose connections leave from ``address`` (loopback has all of 127.0.0.0/8)."""
+    return httpx.Client(timeout=30, headers=AUTH, transport=httpx.HTTPTransport(local_address=address))
+
+
 def test_past_the_inflight_limit_a_request_gets_503_at_once(fleet: Fleet) -> None:
     slow = {"voice": "tara", "chunks": 200, "chunk_s": 0.1}
-    with httpx.Client(timeout=30, headers=AUTH) as client:
-        held = [client.stream("POST", fleet.router.url + "/v1/audio/speech", json=slow) for _ in range(MAX_INFLIGHT)]
+    with httpx.Client(timeout=30, headers=AUTH) as client, _client_at("127.0.0.2") as other:
+        held = [client.stream("POST", fleet.router.url + "/v1/audio/speech", json=slow) for _ in range(PER_CLIENT)]
+        held += [other.stream("POST", fleet.router.url + "/v1/audio/speech", json=slow)]  # each within its share
         try:
             for stream in held:
                 assert stream.__enter__().status_code == 200
@@ -180,6 +189,30 @@ def test_past_the_inflight_limit_a_request_gets_503_at_once(fleet: Fleet) -> Non
             assert refused.status_code == 503 and refused.headers["retry-after"] == "1", refused.text
             assert time.monotonic() - started < 2
             assert "in flight" in refused.json()["error"]["message"]
+        finally:
+            for stream in held:
+                stream.__exit__(None, None, None)
+    assert eventually(fleet.idle, timeout=10), fleet.inflight()
+
+
+def test_one_client_past_its_share_gets_429_and_the_others_still_get_through(fleet: Fleet) -> None:
+    """One client address holds its share (--max-inflight-per-client 2) of the router's 3: its next request and
+    socket get 429 naming the share, while another address's request is still proxied."""
+    slow = {"voice": "tara", "chunks": 200, "chunk_s": 0.1}
+    with _client_at("127.0.0.3") as greedy, _client_at("127.0.0.4") as other:
+        held = [greedy.stream("POST", fleet.router.url + "/v1/audio/speech", json=slow) for _ in range(PER_CLIENT)]
+        try:
+            for stream in held:
+                assert stream.__enter__().status_code == 200
+            refused = greedy.post(fleet.router.url + "/v1/audio/speech", json={"voice": "tara"})
+            assert refused.status_code == 429 and refused.headers["retry-after"] == "1", refused.text
+            assert "share" in refused.json()["error"]["message"] and "127.0.0.3" in refused.json()["error"]["message"]
+            refused_socket = _raw(fleet.router.url,
+                                  f"GET /v1/tts/websocket?voice=tara&api_key={KEY} HTTP/1.1\r\nHost: x\r\n"
+                                  "Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\n"
+                                  "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n", source="127.0.0.3")
+            assert " 429 " in refused_socket, refused_socket
+            assert other.post(fleet.router.url + "/v1/audio/speech", json={"voice": "tara"}).status_code == 200
         finally:
             for stream in held:
                 stream.__exit__(None, None, None)

@@ -30,6 +30,10 @@ class RouterConfig:
     # so a retry can resend it; every other body streams through unread (the server applies its own limit).
     max_body_bytes: int = 1024 * 1024
     max_inflight: int = 1024  # requests and sockets open through this router at once; more get 503 at once
+    # One client address's share of max_inflight: more from it get 429 at once, so one client's flood leaves
+    # room for the others. None: no share (a client behind the same balancer address as the rest must not
+    # be capped on its own).
+    max_inflight_per_client: int | None = None
     first_message_timeout_s: float = 10.0  # a TTS socket routed by its first message must send it this soon
 
     def __post_init__(self) -> None:
@@ -44,8 +48,8 @@ class RouterConfig:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
         if not 0 < self.port < 65536:
             raise ValueError(f"port must be in 1..65535, got {self.port}")
-        for name in ("max_body_bytes", "max_inflight"):
-            if getattr(self, name) < 1:
+        for name in ("max_body_bytes", "max_inflight", "max_inflight_per_client"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         for name in ("admin_key", "api_key"):
             if getattr(self, name) is not None and not getattr(self, name):

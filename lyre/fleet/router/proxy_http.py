@@ -73,6 +73,10 @@ async def forward(request: Request) -> Response:
     if (full := state.full()) is not None:
         state.metrics.failures.labels("inflight_limit").inc()
         return error_response(503, full, headers={"Retry-After": "1"})
+    client = request.client.host if request.client else None
+    if (over := state.over_share(client)) is not None:
+        state.metrics.failures.labels("client_share").inc()
+        return error_response(429, over, "rate_limit_error", headers={"Retry-After": "1"})
     body: bytes | None = None  # None: the body streams through unread
     routed_by_body = identity.kind != "session" and key_in_body(path)
     twilio = path == TWILIO_VOICE  # read: its signature covers its form
@@ -110,7 +114,7 @@ async def forward(request: Request) -> Response:
         if attempt == 0:
             state.metrics.overhead.observe(time.perf_counter() - started)
         sent = time.perf_counter()
-        lease = state.lease(url)
+        lease = state.lease(url, client)
         upload = _Upload(request) if body is None else None
         try:
             response = await state.client.request(request.method, url + target, headers=headers,

@@ -79,6 +79,11 @@ async def relay_socket(ws: WebSocket) -> None:
         state.metrics.failures.labels("inflight_limit").inc()
         await ws.send_denial_response(error_response(503, full, headers={"Retry-After": "1"}))
         return
+    client = ws.client.host if ws.client else None
+    if (over := state.over_share(client)) is not None:
+        state.metrics.failures.labels("client_share").inc()
+        await ws.send_denial_response(error_response(429, over, "rate_limit_error", headers={"Retry-After": "1"}))
+        return
     first: str | bytes | None = None
     if identity.kind == "any" and service_of(path, ws.query_params) == "tts":
         await ws.accept()
@@ -90,7 +95,7 @@ async def relay_socket(ws: WebSocket) -> None:
     if upstream is None:
         return
     url, conn = upstream
-    lease = state.lease(url)
+    lease = state.lease(url, client)
     try:
         if first is None:
             await ws.accept(subprotocol=conn.subprotocol, headers=[(SERVER_HEADER.encode(), url.encode())])

@@ -25,6 +25,7 @@ class RouterState:
     client: aiohttp.ClientSession  # pooled keep-alive connections to every server
     metrics: RouterMetrics
     inflight: Counter[str] = field(default_factory=Counter)  # requests and sockets this router has open, by server
+    clients: Counter[str] = field(default_factory=Counter)  # the same, by client address
 
     def loads(self) -> dict[str, int]:
         """Each server's load for the bound: the requests and sockets this router has in flight there.
@@ -59,13 +60,28 @@ class RouterState:
             return f"the router has {limit} requests and sockets in flight, its limit; retry shortly"
         return None
 
-    def lease(self, url: str) -> Lease:
-        """One more request or socket in flight on ``url``, until the lease is released, however it ends."""
+    def over_share(self, client: str | None) -> str | None:
+        """Why ``client`` may open nothing more now (its ``max_inflight_per_client`` are open), or None."""
+        share = self.config.max_inflight_per_client
+        if share is not None and client is not None and self.clients[client] >= share:
+            return (f"this client ({client}) has {share} requests and sockets in flight through the router, "
+                    "its share (--max-inflight-per-client); retry when one ends")
+        return None
+
+    def lease(self, url: str, client: str | None = None) -> Lease:
+        """One more request or socket in flight on ``url`` (from ``client``), until the lease is released,
+        however it ends."""
         self.inflight[url] += 1
         self.metrics.inflight.labels(url).set(self.inflight[url])
-        return Lease(self, url)
+        if client is not None:
+            self.clients[client] += 1
+        return Lease(self, url, client)
 
-    def _release(self, url: str) -> None:
+    def _release(self, url: str, client: str | None) -> None:
+        if client is not None:
+            self.clients[client] -= 1
+            if self.clients[client] <= 0:
+                del self.clients[client]
         self.inflight[url] -= 1
         self.metrics.inflight.labels(url).set(self.inflight[url])
         if self.inflight[url] <= 0:
@@ -75,11 +91,11 @@ class RouterState:
 class Lease:
     """One request's or socket's place in its server's in-flight count; released once, however often asked."""
 
-    def __init__(self, state: RouterState, url: str) -> None:
-        self._state, self.url = state, url
+    def __init__(self, state: RouterState, url: str, client: str | None) -> None:
+        self._state, self.url, self.client = state, url, client
         self.released = False
 
     def release(self) -> None:
         if not self.released:
             self.released = True
-            self._state._release(self.url)
+            self._state._release(self.url, self.client)
