@@ -166,13 +166,17 @@ def running_server(*args: str, timeout_s: float = 180.0) -> Iterator[Server]:
 
 
 @contextmanager
-def serving_in_thread(app: object) -> Iterator[int]:
-    """Serve an ASGI ``app`` (lifespan off) with uvicorn on a thread, on a free loopback port; yields the port."""
+def serving_in_thread(app: object, send_buffer_bytes: int | None = None) -> Iterator[int]:
+    """Serve an ASGI ``app`` (lifespan off) with uvicorn on a thread, on a free loopback port; yields the port.
+    ``send_buffer_bytes``: each connection's send buffer, fixed as ``lyre serve`` fixes it (SEND_BUFFER_BYTES
+    in lyre.cli.serve), for a listener that stops reading to fill within seconds."""
     import threading
 
     import uvicorn
 
     sock = socket.socket()
+    if send_buffer_bytes is not None:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, send_buffer_bytes)
     sock.bind(("127.0.0.1", 0))
     uv = uvicorn.Server(uvicorn.Config(app, lifespan="off", log_level="warning"))
     thread = threading.Thread(target=uv.run, kwargs={"sockets": [sock]}, daemon=True)

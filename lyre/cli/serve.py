@@ -136,8 +136,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                      metavar="SECONDS", help="the longest a conversation on /v1/realtime lasts, quiet or not; a "
                                              "quiet client keeps its session until then (default: 3600, OpenAI's)")
     serve.add_argument("--write-timeout", dest="write_timeout_s", type=float, default=10.0, metavar="SECONDS",
-                       help="cut a streamed speech answer (HTTP, SSE) whose listener has taken nothing for this long, "
-                            "freeing its stream (default: 10)")
+                       help="cut a streamed speech answer (HTTP, SSE) or a WebSocket (TTS, realtime, Twilio) whose "
+                            "listener has taken nothing for this long, freeing its stream or session (default: 10)")
     stt.add_argument("--ws-ping", dest="ws_ping_s", type=float, default=10.0, metavar="SECONDS",
                      help="ping each WebSocket client this often; one that has not answered within as long again is "
                           "gone, and its session is freed (default: 10)")

@@ -46,7 +46,7 @@ class ServerConfig:
     ws_max_contexts: int = 16  # open contexts per WebSocket
     ws_max_message_bytes: int = 64 * 1024
     ws_idle_timeout_s: float = 60.0  # a context with no new text and nothing to speak is closed
-    write_timeout_s: float = 10.0  # a streamed HTTP answer whose listener takes nothing this long is cut
+    write_timeout_s: float = 10.0  # a streamed HTTP answer or WebSocket whose listener takes nothing this long is cut
     ws_flush_after_s: float = 0.8  # pending text with no sentence end is spoken after this pause
     engine: str = "lyre"  # one of ENGINES
     tts: bool = True  # serve text to speech (the Orpheus pipeline)

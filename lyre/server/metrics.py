@@ -274,8 +274,8 @@ class Metrics:
         self.audio = Counter("lyre_audio_seconds", "Audio seconds sent", ["api"], registry=r)
         self.underruns = Counter("lyre_stream_underruns", "Times a stream's listener ran dry (modelled from when "
                                  "each chunk left: playing from the first at --playback-rate)", ["api"], registry=r)
-        self.stalled = Counter("lyre_stalled_listeners", "Streamed answers cut because their listener took "
-                               "nothing for --write-timeout seconds", ["api"], registry=r)
+        self.stalled = Counter("lyre_stalled_listeners", "Streamed answers and WebSockets cut because their "
+                               "listener took nothing for --write-timeout seconds", ["api"], registry=r)
         self.underrun_gaps = Histogram("lyre_stream_underrun_seconds", "Each underrun's stall, by API", ["api"],
                                        buckets=(0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0), registry=r)
         self.requests = Counter("lyre_requests", "Requests by outcome", ["api", "outcome"], registry=r)

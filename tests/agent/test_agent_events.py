@@ -1,6 +1,6 @@
 """Client events a conversation session must survive: a reply cancelled before it starts, a truncate of an item
 the client made, a handler that fails, and a model that calls tools it was not given or at an index far past
-any reply's.
+any reply's; and a client that stops reading a reply.
 
 Through a real ``lyre serve --stt --llm-url`` (demo TTS, Whisper base) whose endpoint is a scripted
 OpenAI-compatible front in this process (no chat model to load), driven over loopback by a plain WebSocket
@@ -17,10 +17,13 @@ import logging
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
+import httpx
 import pytest
 from fastapi import FastAPI, Request
 from fastapi.responses import StreamingResponse
+from polling import eventually
 from serving import Server, running_server, serving_in_thread
+from stalled_reader import StalledReader
 from test_agent import SHORT, Talk
 from test_agent_parts import _Thinker, _TTS
 from websockets.asyncio.client import ClientConnection, connect
@@ -33,6 +36,7 @@ TOOLS = [{"type": "function", "name": "get_weather", "description": "The weather
           "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}]
 STORY = "One day a fox found a well. It looked down, saw the moon, and jumped in after it."
 FAR = 5_000  # a tool-call index far past any reply's calls, small enough that lyre before the bound survives it
+WRITE_TIMEOUT_S = 2  # lyre serve --write-timeout
 
 
 def _chunk(delta: dict[str, Any]) -> str:
@@ -85,7 +89,8 @@ def front() -> _Front:
 @pytest.fixture(scope="module")
 def agent(front: _Front) -> Iterator[Server]:
     with serving_in_thread(front.app) as port:
-        with running_server("--stt", "--llm-url", f"http://127.0.0.1:{port}/v1", "--no-smart-turn") as running:
+        with running_server("--stt", "--llm-url", f"http://127.0.0.1:{port}/v1", "--no-smart-turn",
+                            "--write-timeout", str(WRITE_TIMEOUT_S)) as running:
             yield running
 
 
@@ -242,6 +247,35 @@ def test_a_tool_call_index_far_past_any_replys_fails_the_reply_and_the_session_g
     assert not [item for item in failed["output"] if item["type"] == "function_call"]
     assert [e["error"]["code"] for e in talk.of("error")] == ["response_failed"]
     assert ok["status"] == "completed"
+
+
+def test_a_client_that_stops_reading_a_reply_is_cut_and_its_session_freed(agent: Server) -> None:
+    """A client that asks for a long spoken reply and reads none of it: once a send has waited the write timeout
+    the socket is cut, closed with 1008 naming the stall, the reply's slots and the session freed, and counted."""
+    before = _stalled(agent)
+    reader = StalledReader(f"{agent.ws_url}/v1/realtime")
+    try:
+        reader.send({"type": "session.update", "session": {  # at a quarter speed: four times the audio a second
+            "type": "realtime", "max_speech_tokens": 700, "speculative": False,
+            "audio": {"input": {"turn_detection": None}, "output": {"speed": 0.25}}}})
+        reader.send(_say("Tell me a story."))
+        reader.send({"type": "response.create"})
+        assert eventually(lambda: _stalled(agent) == before + 1, timeout=60)
+        code, reason = reader.to_the_end()  # the connection ends once what was on its way is read
+    finally:
+        reader.close()
+    assert eventually(lambda: agent.metric("lyre_realtime_sessions") == 0, timeout=10)
+    assert agent.metric("lyre_active_streams") == 0
+    # The close frame waits behind what the reader never took, for a while; it may have given up.
+    assert (code, reason) in ((1008, f"the listener took nothing for {WRITE_TIMEOUT_S} s"), (None, "")), (code, reason)
+
+
+def _stalled(agent: Server) -> float:
+    """Realtime sockets cut for a listener that took nothing."""
+    for line in httpx.get(agent.url + "/metrics", timeout=10).text.splitlines():
+        if line.startswith('lyre_stalled_listeners_total{api="realtime"}'):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
 
 
 def test_a_handler_that_fails_is_an_error_for_its_event_and_is_logged(monkeypatch: pytest.MonkeyPatch,

@@ -18,6 +18,7 @@ from fastapi import FastAPI
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import InvalidStatus
 
+from lyre.cli.serve import SEND_BUFFER_BYTES
 from lyre.models.demo import DemoPaths
 from lyre.orpheus import FRAME_TOKENS, SAMPLES_PER_FRAME
 from lyre.server.admission import Admission
@@ -28,7 +29,9 @@ from lyre.server.metrics import Metrics
 from lyre.server.state import ServerState
 from lyre.server.sockets.tts_socket import WEBSOCKET_PATH, router
 from lyre.tts import TTS, ServingConfig, TTSConfig
+from polling import eventually
 from serving import serving_in_thread
+from stalled_reader import StalledReader
 
 FLUSH_AFTER_S = 0.5
 SHORT = 28  # max_tokens: 4 frames, well under a second of work
@@ -57,7 +60,7 @@ def server(demo: DemoPaths) -> Iterator[_Server]:
     app = FastAPI()
     app.state.lyre = state
     app.include_router(router)
-    with serving_in_thread(app) as port:
+    with serving_in_thread(app, SEND_BUFFER_BYTES) as port:
         yield _Server(state, port)
     tts.close()
 
@@ -334,6 +337,29 @@ def test_hanging_up_mid_speech_frees_the_engine(server: _Server) -> None:
         return await _engine_idle(server)
 
     assert asyncio.run(main())
+
+
+def test_a_listener_that_stops_reading_is_cut_and_its_contexts_freed(server: _Server) -> None:
+    """A player that takes nothing more (a paused tab, a crashed reader whose socket stays open): once a send has
+    waited the write timeout the socket is cut, closed with 1008 naming the stall, its contexts' slots and
+    engine requests freed, and counted."""
+    before = _metric(server, "lyre_stalled_listeners_total", api="websocket")
+    with configured(server, write_timeout_s=1.0):
+        reader = StalledReader(server.url)
+        try:
+            for context in ("a", "b"):  # two long contexts: far more chunks than the buffers on the way hold
+                reader.send(_msg(context, "Nobody hears the end of this.", False, max_tokens=LONG, seed=9))
+            assert eventually(lambda: server.state.admission.active == 2, timeout=30)
+            assert eventually(lambda: _metric(server, "lyre_stalled_listeners_total", api="websocket") == before + 1,
+                              timeout=60)
+            code, reason = reader.to_the_end()  # the connection ends once what was on its way is read
+        finally:
+            reader.close()
+    assert eventually(lambda: server.state.admission.active == 0, timeout=10)
+    assert server.state.tts.engine.stats().running == 0
+    # The close frame waits behind what the reader never took, for the write timeout; it may have given up.
+    assert (code, reason) in ((1008, "the listener took nothing for 1 s"), (None, "")), (code, reason)
+    assert _metric(server, "lyre_stalled_listeners_total", api="websocket") == before + 1
 
 
 def test_api_key_is_required_when_configured(server: _Server) -> None:

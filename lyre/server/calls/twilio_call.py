@@ -18,9 +18,10 @@ A fault ends the stream: the socket closes with a code and a reason naming it, a
 base64; 1008: an unknown event, media before ``start``, a second ``start``, a payload of an impossible
 size, a media format other than mu-law at 8 kHz, custom parameters the session refuses, a ``start`` for
 another call or with other parameters than its credential's, no ``start`` within START_TIMEOUT_S, a
-client that leaves lyre's messages unread; 1009: a message over twilio_messages.MAX_MESSAGE_CHARS; 1000:
-``stop``, or no media for the server's ``stt_idle_timeout_s``; 1011: a fault of lyre's own. Whatever the
-end, the conversation is closed and its replies' engine slots freed.
+client that leaves lyre's messages unread, or takes nothing for the write timeout (a stall, counted in
+``lyre_stalled_listeners_total{api="twilio"}``: lyre.server.watched_socket); 1009: a message over
+twilio_messages.MAX_MESSAGE_CHARS; 1000: ``stop``, or no media for the server's ``stt_idle_timeout_s``;
+1011: a fault of lyre's own. Whatever the end, the conversation is closed and its replies' engine slots freed.
 """
 
 from __future__ import annotations
@@ -33,10 +34,10 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from fastapi import FastAPI, WebSocket, WebSocketDisconnect, status
-from starlette.websockets import WebSocketDisconnected, WebSocketState
+from fastapi import FastAPI, WebSocket, status
 
 from lyre.server.state import ServerState
+from lyre.server.watched_socket import STALLED, Stalled, WatchedSocket
 from lyre.server.calls.twilio_credential import Credential, Refused
 from lyre.server.calls.twilio_media import PHONE_RATE, ulaw_decode
 from lyre.server.calls.twilio_messages import Hangup, parse, read_mark, read_media, read_start, session_updates
@@ -83,7 +84,8 @@ class TwilioCall:
         self.heard: deque[tuple[float, str]] = deque(maxlen=_HEARD_KEPT)
         self._calls = calls
         self._credential = credential
-        self._sender = TwilioSender(websocket)
+        self._socket = WatchedSocket.of(websocket, state, "twilio")
+        self._sender = TwilioSender(self._socket)
         self._errors = 0  # error events from the conversation
         self._last_error = ""
         self._deadline = asyncio.get_running_loop().time() + START_TIMEOUT_S
@@ -108,7 +110,9 @@ class TwilioCall:
         while True:
             try:
                 async with asyncio.timeout_at(self._deadline):
-                    message = await self.websocket.receive()
+                    message = await self._socket.receive()
+            except Stalled as stall:
+                raise Hangup(STALLED, str(stall)) from None
             except TimeoutError:
                 raise self._timed_out() from None
             if message["type"] == "websocket.disconnect":
@@ -216,13 +220,10 @@ class TwilioCall:
             log.info("%s ended: the caller left", where)
             return
         log.log(logging.WARNING if end.fault else logging.INFO, "%s closed (%d): %s", where, end.code, end.reason)
-        if end.code in _BAD_INPUT:
+        if end.code in _BAD_INPUT and self._socket.stall is None:  # a stall is counted as one
             self.state.metrics.errors.labels("invalid_request").inc()
-        if self.websocket.client_state == WebSocketState.CONNECTED:
-            try:  # a client that reads nothing could hold the close for ever
-                await asyncio.wait_for(self.websocket.close(end.code, end.reason), _LAST_SEND_S)
-            except (TimeoutError, WebSocketDisconnect, WebSocketDisconnected, RuntimeError):
-                pass
+        # A client that reads nothing could hold the close for ever.
+        await self._socket.close(end.code, end.reason, within=_LAST_SEND_S)
 
 
 _ACTS: dict[str, Callable[[TwilioCall, dict[str, Any]], Awaitable[None]]] = {

@@ -2,7 +2,7 @@
 reply's audio as ``media`` messages of 20 ms (160 bytes of mu-law), a ``mark`` after each chunk of it, and
 ``clear`` when the caller speaks over a reply Twilio is still playing.
 
-    sender = TwilioSender(websocket)
+    sender = TwilioSender(socket)                # a WatchedSocket: a send Twilio leaves untaken is bounded
     writer = asyncio.create_task(sender.run())   # sends until close(), then ends
     sender.stream_sid = sid                      # once Twilio's start names it
     sender.play(pcm, response_id)                # the reply's audio (pcm16 at 24 kHz), as it comes
@@ -22,10 +22,8 @@ import json
 import time
 from typing import Any
 
-from fastapi import WebSocket, WebSocketDisconnect
-from starlette.websockets import WebSocketDisconnected
-
 from lyre.server.calls.twilio_media import FRAME_MS, Outbound, Playback
+from lyre.server.watched_socket import Gone, WatchedSocket
 
 __all__ = ["TwilioSender"]
 
@@ -33,8 +31,8 @@ __all__ = ["TwilioSender"]
 class TwilioSender:
     """The messages lyre sends on one stream; see the module docstring."""
 
-    def __init__(self, websocket: WebSocket) -> None:
-        self.websocket = websocket
+    def __init__(self, socket: WatchedSocket) -> None:
+        self.socket = socket
         self.stream_sid = ""
         self._outbox: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
         self._playback = Playback()
@@ -69,7 +67,8 @@ class TwilioSender:
         return self._playback.clear(time.monotonic())
 
     async def run(self) -> None:
-        """Send the queued messages in order until close(); once Twilio has left, drop them."""
+        """Send the queued messages in order until close(); once Twilio has left, or been cut for taking
+        nothing, drop them."""
         gone = False
         while True:
             message = await self._outbox.get()
@@ -77,8 +76,8 @@ class TwilioSender:
                 if message is None:
                     return
                 if not gone:
-                    await self.websocket.send_text(json.dumps(message))
-            except (WebSocketDisconnect, WebSocketDisconnected, RuntimeError):
+                    await self.socket.send_text(json.dumps(message))
+            except Gone:
                 gone = True
             finally:
                 self._outbox.task_done()

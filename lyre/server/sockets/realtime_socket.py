@@ -29,7 +29,10 @@ did not ask for. Beyond the session's own limits, the socket has these:
   with 1011;
 - a client that sends faster than it reads is read no further until it has
   read what it was sent; one that leaves its events unread for 5 s is closed
-  with 1008, so they cannot pile up in memory.
+  with 1008, so they cannot pile up in memory;
+- a client that takes nothing it is sent for ``write_timeout_s`` (a send waits
+  that long) is cut: its session freed, the socket closed with 1008, the stall
+  counted (lyre.server.watched_socket).
 
 When the socket closes, the session's passes are cancelled (queued ones are
 dropped from the transcriber's queue).
@@ -42,18 +45,20 @@ import json
 from typing import Any, Protocol
 
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect, status
-from starlette.websockets import WebSocketDisconnected, WebSocketState
+from starlette.websockets import WebSocketDisconnected
 
 from lyre.agent import AgentSession
 from lyre.server.auth import refuse_socket
 from lyre.server.state import AGENT_OFF, STT_OFF, ServerState
 from lyre.server.errors import error_response
 from lyre.server.sessions import Attachable, RealtimeSessions, agent_config
+from lyre.server.watched_socket import STALLED, Gone, Stalled, WatchedSocket
 from lyre.stt import RealtimeConfig, RealtimeError, RealtimeSession, error_event
 
 __all__ = ["REALTIME_PATH", "router"]
 
 REALTIME_PATH = "/v1/realtime"
+_API = "realtime"  # the metrics label
 _MAX_UNSENT = 256  # events queued for the client: past this the socket stops reading until they are sent
 _LAST_SEND_S = 5.0  # how long a client may leave them unread; also for the last events and the close frame
 
@@ -82,8 +87,9 @@ async def _refuse(websocket: WebSocket, error: RealtimeError, code: int) -> None
         pass  # the client left first
 
 
-async def _write(websocket: WebSocket, outbox: asyncio.Queue[dict[str, Any] | None]) -> None:
-    """Send the session's events in order until the None that ends them; once the client has left, drop them."""
+async def _write(socket: WatchedSocket, outbox: asyncio.Queue[dict[str, Any] | None]) -> None:
+    """Send the session's events in order until the None that ends them; once the client has left, or been cut
+    for taking nothing, drop them."""
     gone = False
     while True:
         event = await outbox.get()
@@ -91,8 +97,8 @@ async def _write(websocket: WebSocket, outbox: asyncio.Queue[dict[str, Any] | No
             if event is None:
                 return
             if not gone:
-                await websocket.send_text(json.dumps(event))
-        except (WebSocketDisconnect, WebSocketDisconnected, RuntimeError):
+                await socket.send_text(json.dumps(event))
+        except Gone:
             gone = True
         finally:
             outbox.task_done()
@@ -135,7 +141,8 @@ async def _serve(websocket: WebSocket, state: ServerState) -> None:
         outbox.put_nowait(event)
 
     session_id, session = _open_session(websocket, state, emit)
-    writer = asyncio.create_task(_write(websocket, outbox), name=f"lyre-realtime-{session_id}")
+    socket = WatchedSocket.of(websocket, state, _API)
+    writer = asyncio.create_task(_write(socket, outbox), name=f"lyre-realtime-{session_id}")
     close: tuple[int, str] | None = None  # None: the client closed, or left
     loop = asyncio.get_running_loop()
     expires = loop.time() + config.realtime_max_session_s
@@ -146,7 +153,10 @@ async def _serve(websocket: WebSocket, state: ServerState) -> None:
             wait = left if conversing else min(left, config.stt_idle_timeout_s)
             try:
                 async with asyncio.timeout(max(wait, 0.0)):
-                    message = await websocket.receive()
+                    message = await socket.receive()
+            except Stalled as stall:
+                close = (STALLED, str(stall))
+                break
             except TimeoutError:
                 if expires - loop.time() <= 0:
                     reason = f"the session reached its maximum duration of {config.realtime_max_session_s:g} s"
@@ -174,11 +184,8 @@ async def _serve(websocket: WebSocket, state: ServerState) -> None:
         await session.close()  # cancels its passes; emits nothing more
         outbox.put_nowait(None)
         await _settle(writer)
-        if close is not None and websocket.client_state == WebSocketState.CONNECTED:
-            try:  # a client that reads nothing could hold the close for ever
-                await asyncio.wait_for(websocket.close(*close), _LAST_SEND_S)
-            except (TimeoutError, WebSocketDisconnect, WebSocketDisconnected, RuntimeError):
-                pass
+        if close is not None:  # a client that reads nothing could hold the close for ever
+            await socket.close(*close, within=_LAST_SEND_S)
 
 
 async def _drained(outbox: asyncio.Queue[dict[str, Any] | None]) -> bool:
@@ -198,9 +205,10 @@ async def _settle(writer: asyncio.Task[None]) -> None:
         await asyncio.wait({writer})
 
 
-async def _attach(websocket: WebSocket, call: Attachable) -> None:
+async def _attach(websocket: WebSocket, state: ServerState, call: Attachable) -> None:
     """A backend's socket on a call (a sideband): the call's events out, the backend's client events in,
-    until either side ends; a backend that leaves its events unread is closed as any client is."""
+    until either side ends; a backend that leaves its events unread, or takes nothing, is closed as any
+    client is."""
     outbox: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
     over = asyncio.get_running_loop().create_future()
 
@@ -211,16 +219,21 @@ async def _attach(websocket: WebSocket, call: Attachable) -> None:
             outbox.put_nowait(event)
 
     detach = call.attach(listen)
-    writer = asyncio.create_task(_write(websocket, outbox), name="lyre-realtime-sideband")
-    close = (status.WS_1000_NORMAL_CLOSURE, "the call ended")
+    socket = WatchedSocket.of(websocket, state, _API)
+    writer = asyncio.create_task(_write(socket, outbox), name="lyre-realtime-sideband")
+    close: tuple[int, str] | None = (status.WS_1000_NORMAL_CLOSURE, "the call ended")
     try:
         while not over.done():
-            receiving = asyncio.ensure_future(websocket.receive())
+            receiving = asyncio.ensure_future(socket.receive())
             await asyncio.wait({receiving, over}, return_when=asyncio.FIRST_COMPLETED)
             if not receiving.done():
                 receiving.cancel()
                 break
-            message = receiving.result()
+            try:
+                message = receiving.result()
+            except Stalled as stall:
+                close = (STALLED, str(stall))
+                break
             if message["type"] == "websocket.disconnect":
                 close = None
                 break
@@ -234,11 +247,8 @@ async def _attach(websocket: WebSocket, call: Attachable) -> None:
         detach()
         outbox.put_nowait(None)
         await _settle(writer)
-        if close is not None and websocket.client_state == WebSocketState.CONNECTED:
-            try:
-                await asyncio.wait_for(websocket.close(*close), _LAST_SEND_S)
-            except (TimeoutError, WebSocketDisconnect, WebSocketDisconnected, RuntimeError):
-                pass
+        if close is not None:
+            await socket.close(*close, within=_LAST_SEND_S)
 
 
 @router.websocket(REALTIME_PATH)
@@ -256,7 +266,7 @@ async def realtime_websocket(websocket: WebSocket) -> None:
                 "call_id"))
             return
         await websocket.accept()
-        await _attach(websocket, call)
+        await _attach(websocket, state, call)
         return
     off = STT_OFF if state.stt is None else None
     if off is None and not _wants_transcription(websocket) and not state.converses:

@@ -31,13 +31,13 @@ import logging
 from collections import OrderedDict
 from typing import Any
 
-from fastapi import APIRouter, WebSocket, WebSocketDisconnect
-from starlette.websockets import WebSocketDisconnected
+from fastapi import APIRouter, WebSocket
 
 from lyre.server.aligner import word_timestamps
 from lyre.server.auth import refuse_socket
 from lyre.server.sockets import ws_messages as msg
 from lyre.server.state import TTS_OFF, ServerState
+from lyre.server.watched_socket import STALLED, Gone, WatchedSocket
 from lyre.stt import WordTimer
 from lyre.tts import TextError
 
@@ -146,10 +146,12 @@ class _Context:
 
 
 class _Session:
-    """One socket: reads messages, routes them to contexts, and sends one frame at a time."""
+    """One socket: reads messages, routes them to contexts, and sends one frame at a time (a listener that takes
+    nothing for the write timeout cuts it, lyre.server.watched_socket: its contexts end, the socket closes)."""
 
     def __init__(self, websocket: WebSocket, state: ServerState) -> None:
         self.websocket = websocket
+        self.socket = WatchedSocket.of(websocket, state, _API)
         self.state = state
         self.metrics = state.metrics
         self.contexts: dict[str, _Context] = {}  # the open ones
@@ -163,8 +165,8 @@ class _Session:
             if self._gone:
                 raise _Gone
             try:
-                await self.websocket.send_text(json.dumps(message))
-            except (WebSocketDisconnect, WebSocketDisconnected):
+                await self.socket.send_text(json.dumps(message))
+            except Gone:
                 self._gone = True
                 raise _Gone from None
 
@@ -184,11 +186,12 @@ class _Session:
             self._ended.popitem(last=False)
 
     async def serve(self) -> None:
-        """Read until the client leaves, then cancel every context (aborting its engine requests)."""
+        """Read until the client leaves or stops taking what it is sent, then cancel every context (aborting its
+        engine requests)."""
         try:
-            while (message := await self.websocket.receive())["type"] != "websocket.disconnect":
+            while (message := await self.socket.receive())["type"] != "websocket.disconnect":
                 await self._handle(message.get("text"))
-        except _Gone:
+        except (_Gone, Gone):
             pass
         finally:
             self._gone = True
@@ -196,6 +199,8 @@ class _Session:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+            if (stall := self.socket.stall) is not None:
+                await self.socket.close(STALLED, str(stall))
 
     async def _fail(self, context_id: str, error: str, kind: str = "invalid_request") -> None:
         """Report a problem on a context and end it: nothing more is sent for it."""

@@ -32,6 +32,7 @@ from fastapi import FastAPI
 from scripted_thinker import thinking_at
 from serving import Server, running_server, serving_in_thread
 from speech import SENTENCES, speak
+from stalled_reader import StalledReader
 from twilio.request_validator import RequestValidator
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
@@ -52,6 +53,7 @@ MAX_SESSIONS = 4  # lyre serve --stt-max-sessions
 SHORT = 35  # audio tokens per spoken segment: 5 frames, about 0.4 s of noise
 SESSION = {"max_speech_tokens": SHORT, "audio": {"input": {"transcription": {"language": "en"}}}}
 SILENCE = bytes([0xFF]) * FRAME_BYTES  # 20 ms of mu-law silence
+WRITE_TIMEOUT_S = 2  # lyre serve --write-timeout
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +61,8 @@ def server() -> Iterator[Server]:
     with thinking_at() as thinker, running_server(
             "--stt", "--llm-url", thinker, "--llm-model", "scripted", "--max-streams", "4",
             "--twilio-auth-token", TOKEN, "--api-key", API_KEY, "--stt-idle-timeout", str(IDLE_S),
-            "--stt-max-sessions", str(MAX_SESSIONS)) as running:
+            "--stt-max-sessions", str(MAX_SESSIONS), "--write-timeout", str(WRITE_TIMEOUT_S),
+            "--ws-ping", "60") as running:  # a line that stops reading is cut by the write timeout, not a ping
         yield running
 
 
@@ -165,11 +168,9 @@ class Phone:
         await self.ws.send(json.dumps({**message, "sequenceNumber": str(self._sequence)}))
 
     async def start(self, parameters: dict[str, str]) -> None:
-        await self.ws.send(json.dumps({"event": "connected", "protocol": "Call", "version": "1.0.0"}))
-        await self.send({"event": "start", "streamSid": self.stream_sid, "start": {
-            "accountSid": "AC" + "0" * 32, "streamSid": self.stream_sid, "callSid": "CA" + self.stream_sid[2:],
-            "tracks": ["inbound"], "customParameters": parameters,
-            "mediaFormat": {"encoding": "audio/x-mulaw", "sampleRate": 8000, "channels": 1}}})
+        connected, start = _opening(self.stream_sid, parameters)
+        await self.ws.send(json.dumps(connected))
+        await self.send(start)
         self._next_frame = time.monotonic()
 
     async def speak(self, ulaw: bytes) -> None:
@@ -224,6 +225,15 @@ class Phone:
 
     def kinds(self) -> list[str]:
         return [m["event"] for m in self.received]
+
+
+def _opening(stream_sid: str, parameters: dict[str, str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Twilio's first two messages on a stream: ``connected``, then ``start`` with the call's parameters."""
+    return {"event": "connected", "protocol": "Call", "version": "1.0.0"}, {
+        "event": "start", "streamSid": stream_sid, "start": {
+            "accountSid": "AC" + "0" * 32, "streamSid": stream_sid, "callSid": "CA" + stream_sid[2:],
+            "tracks": ["inbound"], "customParameters": parameters,
+            "mediaFormat": {"encoding": "audio/x-mulaw", "sampleRate": 8000, "channels": 1}}}
 
 
 async def closed(ws: ClientConnection) -> tuple[int | None, str | None]:
@@ -353,6 +363,42 @@ def test_speaking_over_a_reply_clears_it_and_a_fault_mid_reply_frees_its_slots(s
     assert (code, reason) == (1007, "a message that is not JSON")
     assert _settles(server, "lyre_engine_running")
     assert "Traceback" not in server.output()  # nothing failed on the way (the cut by the marks included)
+
+
+def test_a_line_that_stops_taking_the_reply_is_cut_and_its_slots_freed(server: Server) -> None:
+    """A stream that goes on sending the caller's audio but takes none of the reply (a media server stuck, a link
+    dead one way): once a send has waited the write timeout the stream is cut, closed with 1008 naming the
+    stall, its conversation's slots freed, and counted."""
+    sid = "MZ" + "9" * 32
+    session = {**SESSION, "max_speech_tokens": 700,  # at a quarter speed: four times the audio a second
+               "audio": {**SESSION["audio"], "output": {"speed": 0.25}}}
+    url, parameters = _granted(server, sid, {"session": json.dumps(session)})
+    before, invalid = _stalled(server), _errors(server, "invalid_request")
+    reader = StalledReader(url, {"X-Twilio-Signature": RequestValidator(TOKEN).compute_signature(url, {})})
+    try:
+        for message in _opening(sid, parameters):
+            reader.send(message)
+        line = _ulaw("Tell me a story.") + SILENCE * 40
+        deadline = time.monotonic() + 90
+        for at in range(0, 1 << 20, 800):  # the caller's audio in 100 ms messages at real time, then silence
+            reader.send({"event": "media", "streamSid": sid, "media": {
+                "track": "inbound", "payload": base64.b64encode(line[at:at + 800] or SILENCE * 5).decode()}})
+            time.sleep(0.1)
+            if at % 8000 == 0 and _stalled(server) == before + 1:  # a look each second
+                break
+            assert time.monotonic() < deadline, "the line was never cut"
+        code, reason = reader.to_the_end()  # the connection ends once what was on its way is read
+    finally:
+        reader.close()
+    assert _settles(server, "lyre_realtime_sessions") and _settles(server, "lyre_engine_running")
+    # The close frame waits behind what the line never took, for a while; it may have given up.
+    assert (code, reason) in ((1008, f"the listener took nothing for {WRITE_TIMEOUT_S} s"), (None, "")), (code, reason)
+    assert _stalled(server) == before + 1
+    assert _errors(server, "invalid_request") == invalid  # a stalled line is not bad input
+
+
+def _stalled(server: Server) -> float:
+    return _errors(server, "twilio", "lyre_stalled_listeners_total", "api")
 
 
 def test_the_webhook_answers_twiml_that_connects_the_call(server: Server) -> None:
