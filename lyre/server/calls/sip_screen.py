@@ -20,11 +20,11 @@ from __future__ import annotations
 
 from collections.abc import Container
 
-from aiosipua import SipRequest, SipResponse, SipUAS
+from aiosipua import IncomingCall, SipRequest, SipResponse, SipUAS
 from aiosipua.dialog import DialogState
 from aiosipua.utils import generate_tag
 
-__all__ = ["reply", "screen"]
+__all__ = ["drop_stray", "reply", "screen"]
 
 
 def screen(uas: SipUAS, request: SipRequest, held: Container[str]) -> bool:
@@ -58,6 +58,22 @@ def screen(uas: SipUAS, request: SipRequest, held: Container[str]) -> bool:
             reply(uas, request, 200, "OK")  # too late to cancel: the call goes on, to be ended by a BYE
             return False
     return True
+
+
+def drop_stray(uas: SipUAS, request: SipRequest) -> IncomingCall | None:
+    """What aiosipua began for a request that then failed, for a call lyre never took: its server transaction
+    removed (an INVITE whose offer did not parse left one for good), and its call (if one was made) ended and
+    returned, for the caller to forget."""
+    call = uas._calls.get(request.call_id or "")
+    if call is not None:
+        call.dialog.terminate()
+    try:
+        branch = request.via[0].branch if request.via else None
+    except Exception:  # noqa: BLE001 - a Via that does not read: no transaction was made for it
+        return call
+    if branch and (txn := uas.transactions.get_server(branch, request.method)) is not None:
+        uas.transactions.remove(txn)
+    return call
 
 
 def reply(uas: SipUAS, request: SipRequest, status: int, reason: str) -> None:

@@ -40,7 +40,7 @@ from lyre.server.calls.sip_auth import Digest
 from lyre.server.calls.sip_call import SipCall
 from lyre.server.calls.sip_limits import InviteBuckets
 from lyre.server.calls.sip_media import CODECS, offer_codec, offer_dtmf
-from lyre.server.calls.sip_screen import screen
+from lyre.server.calls.sip_screen import drop_stray, screen
 from lyre.server.calls.sip_transfer import Transfers
 from lyre.server.calls.sip_transport import GatedTcp, GatedUdp, SipMetrics, allowed_networks, routable
 from lyre.server.sessions import RealtimeSessions
@@ -124,10 +124,8 @@ class SipServer:
                     uas._send_error(message, 400, "Bad Request")
                 except Exception:  # noqa: BLE001 - not even its Via reads, or the peer is gone: nowhere to answer
                     pass
-            call = uas._calls.get(getattr(message, "call_id", None) or "")
-            if call is not None and call.call_id not in self.calls:  # a dialog begun for a call lyre never took
-                call.dialog.terminate()
-                self._forget(call)
+            if isinstance(message, SipRequest) and (message.call_id or "") not in self.calls:
+                self._forget(drop_stray(uas, message))
 
     @property
     def port(self) -> int:
@@ -295,8 +293,10 @@ class SipServer:
             self._forget(held[0])
             self._ended(call_id, outcome)
 
-    def _forget(self, call: IncomingCall) -> None:
+    def _forget(self, call: IncomingCall | None) -> None:
         """aiosipua's record of the call and its INVITE transaction dropped (an ACK that comes after is ignored)."""
+        if call is None:
+            return
         uas = self._uas(call)
         if uas._calls.get(call.call_id) is call:
             del uas._calls[call.call_id]

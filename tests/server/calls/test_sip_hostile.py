@@ -83,6 +83,21 @@ def test_a_via_or_an_offer_naming_a_port_past_65535_is_not_answered_there_and_br
     sip.wait_idle()
 
 
+def test_an_invite_whose_offer_does_not_read_is_refused_and_leaves_no_transaction(sip: Sip) -> None:
+    """Found by the fuzzer's long run: bytes that are not UTF-8 in an offer made its parse fail after aiosipua had
+    opened the INVITE's transaction, which stayed for good (eight of them after 20,000 messages)."""
+    line = SipLine(sip.port)
+    try:
+        body = (b"v=0\r\no=- 1 1 IN IP4 127.0.0.1\r\ns=-\r\nc=IN IP4 127.0.0.1\r\nt=0 0\r\n"
+                b"m=audio 9 RTP/AVP 0\r\na=rtpmap:0 PCMU/\xcc8000\r\n")
+        head = request(line, "INVITE", "unreadable-offer").split(b"Content-Length")[0]
+        line.send(head + b"Content-Type: application/sdp\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+        assert _codes(line, 1) == [400]
+    finally:
+        line.close()
+    sip.wait_idle()
+
+
 def test_one_sources_invite_flood_denies_neither_another_stranger_nor_the_trusted_trunk(sip: Sip) -> None:
     """100 INVITEs at once from 127.0.0.2 with no credentials: its own budget runs out (401 then 503), but
     127.0.0.3 is still challenged (401, not 503) and the trusted 127.0.0.1 still reaches the call checks (488:
