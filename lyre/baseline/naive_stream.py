@@ -145,6 +145,9 @@ class NaiveSpeechStream:
     def leave(self) -> None:
         """Nothing: the naive pipeline counts no listeners for admission (`SpeechStream.leave`)."""
 
+    def join(self) -> None:
+        """Nothing, as `leave` (`SpeechStream.join`)."""
+
     async def aclose(self) -> None:
         self._cancel.set()
         await self._agen.aclose()

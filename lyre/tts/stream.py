@@ -168,6 +168,12 @@ class SpeechStream:
         """Its listener no longer counts for admission: for a stream dropped before it ran (`aclose` does it too)."""
         self._ctx.listeners.discard(self.clock)
 
+    def join(self) -> None:
+        """Its listener counts for admission again (after `leave`, while its request waited in the queue), if
+        someone plays it as it comes and it is still open."""
+        if self.streamed and not self._closed:
+            self._ctx.listeners.add(self.clock)
+
     async def aclose(self) -> None:
         self._closed = True
         self.leave()

@@ -10,7 +10,7 @@ from contextlib import AsyncExitStack
 from typing import Any, Literal
 
 from fastapi import APIRouter, Request
-from fastapi.responses import StreamingResponse
+from fastapi.responses import Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException
 
@@ -19,6 +19,7 @@ from lyre.server.aligner import word_timestamps
 from lyre.server.body_limit import ServerLimitRoute
 from lyre.server.encoding import FORMATS, make_encoder
 from lyre.server.errors import InvalidParam, error_doc
+from lyre.server.speech_admission import admit_speech
 from lyre.server.state import ServerState
 from lyre.server.stream_encoder import StreamEncoder
 from lyre.server.watched_response import WatchedStreamingResponse
@@ -80,7 +81,15 @@ class SpeechRequest(BaseModel):
                        "X-Lyre-SSML-Warnings header. Malformed SSML is a 400 naming the problem")
     priority: Literal["realtime", "batch"] = Field(
         "realtime", description="realtime: played as it streams, scheduled on the listener's playback deadline; "
-                                "batch: a file nobody plays live, made with spare capacity")
+                                "batch: a file nobody plays live, made with spare capacity. Said explicitly, "
+                                "realtime also marks the request live: refused at once (429) when the server's "
+                                "measured rates cannot take one more stream, rather than queued")
+
+    @property
+    def live(self) -> bool:
+        """Marked live by the client (``"priority": "realtime"`` given): refused at once when the rates cannot
+        take it, so a router can place it elsewhere. Unmarked (what the OpenAI SDK sends), it waits its turn."""
+        return "priority" in self.model_fields_set and self.priority == "realtime"
 
     def options(self) -> SpeechOptions:
         return SpeechOptions(**{name: getattr(self, name) for name in _SAMPLING_FIELDS})
@@ -108,11 +117,13 @@ _AUDIO_TYPES = {"audio/pcm": {}, "audio/wav": {}, "audio/mpeg": {}, "audio/ogg":
     responses={200: {"description": "Audio, streamed as it is made", "content": _AUDIO_TYPES},
                404: error_doc("Text to speech is not served by this server"),
                413: error_doc("The request body is over the server's limit"),
-               429: error_doc("Every adapter slot holds a cloned voice in use, or too many requests' own "
-                              "reference clips are being made into voices"),
+               429: error_doc("A request marked live (\"priority\": \"realtime\") the server's measured rates "
+                              "cannot take now; the queue of requests waiting for a stream is full, or one "
+                              "waited past its timeout (30 s by default); every adapter slot holds a cloned voice "
+                              "in use, or too many requests' own reference clips are being made into voices"),
                503: error_doc("The server is shutting down, or a cloned voice's folder cannot be loaded")},
 )
-async def create_speech(body: SpeechRequest, request: Request) -> StreamingResponse:
+async def create_speech(body: SpeechRequest, request: Request) -> Response:
     state: ServerState = request.app.state.lyre
     tts = state.require_tts()
     if state.draining:
@@ -129,10 +140,14 @@ async def create_speech(body: SpeechRequest, request: Request) -> StreamingRespo
     encoder = make_encoder(body.response_format)
     exits = AsyncExitStack()
     try:
-        wait = await exits.enter_async_context(state.admission.slot(tts.overloaded))
+        wait = await admit_speech(state, tts, stream, request, body.live, exits)
     except BaseException:
         await stream.aclose()
+        await exits.aclose()
         raise
+    if wait is None:  # the client left while it waited
+        await stream.aclose()
+        return Response(status_code=499)
     state.metrics.queue_wait.observe(wait)
     try:  # a cloned voice is made resident now (loading it on a miss), so a refusal is still a status code
         await stream.hold_voice()
