@@ -5,7 +5,8 @@ Two kinds of request meet the measured rates (``overloaded()``, lyre.tts.listene
 at once when they cannot take one more, so a router can place it on another server while it is still worth
 hearing; a caller that passes no ``overloaded`` (an agent's reply) is never refused for the rates. Any other
 (a file being saved, a client that said nothing) waits in the same FIFO queue until they can and a slot is
-free: re-asked whenever a stream ends, and every `RECHECK_S` since the rates change without one ending. Both kinds wait there for a free slot; a full queue, or a wait past ``timeout_s``, is a 429.
+free: re-asked whenever a stream ends, and every `RECHECK_S` since the rates change without one ending. Both
+kinds wait there for a free slot; a full queue, or a wait past ``timeout_s``, is a 429.
 """
 
 from __future__ import annotations
