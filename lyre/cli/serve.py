@@ -37,6 +37,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                        help="experiments on hardware too slow for real time: listeners are taken to play at this "
                             "times real time, and deadlines scale with it (default: 1)")
     serve.add_argument("--max-queue", type=int, default=16, help="requests waiting beyond that; more get 429")
+    serve.add_argument("--max-per-client", type=int, default=None, metavar="N",
+                       help="speech streams (running or queued) and realtime sessions one client address may hold "
+                            "at once, each; more get 429 (or close 1013) naming the share, so one client cannot "
+                            "take the server from the rest (default: no share; set it where many clients reach "
+                            "the server, not one backend)")
     serve.add_argument("--max-seq-len", type=int, default=2048,
                        help="positions one request may use, prompt and audio together (default: 2048)")
     kv = serve.add_argument_group("the KV cache (one pool of blocks that every stream takes from as it grows)")

@@ -18,6 +18,8 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
+from lyre.server.client_shares import ClientShares
+
 __all__ = ["RECHECK_S", "Admission", "Check", "Overloaded"]
 
 RECHECK_S = 0.25  # how often the queue's head asks the rates again when no stream has ended
@@ -50,8 +52,10 @@ class Admission:
     """Admits at most ``max_active`` streams; up to ``max_queue`` more wait in FIFO order, each at most
     ``timeout_s`` (who waits and who is refused at once: the module's docstring)."""
 
-    def __init__(self, max_active: int, max_queue: int, timeout_s: float) -> None:
+    def __init__(self, max_active: int, max_queue: int, timeout_s: float, per_client: int | None = None) -> None:
+        """``per_client``: the streams, running or queued, one client address may hold (None: no share)."""
         self.max_active = max_active
+        self.shares = ClientShares(per_client, "speech streams")
         self.max_queue = max_queue
         self.timeout_s = timeout_s
         self.active = 0
@@ -64,13 +68,23 @@ class Admission:
         return len(self._waiters)
 
     @asynccontextmanager
-    async def slot(self, overloaded: Check | None = None, live: bool = True) -> AsyncIterator[float]:
+    async def slot(self, overloaded: Check | None = None, live: bool = True,
+                   client: str | None = None) -> AsyncIterator[float]:
         """Hold one stream slot for the block; yields the seconds spent queued.
 
         ``overloaded()`` true, or a reason, says the streams already running cannot take one more (they would
         only all be late). A ``live`` request is refused at once then; any other waits in the queue until it
-        says nothing. Overloaded (429) when the queue is full or the wait times out, naming which.
+        says nothing. Overloaded (429) when the queue is full, the wait times out, or ``client`` holds its share
+        already, naming which.
         """
+        if (over := self.shares.refusal(client)) is not None:
+            raise Overloaded(over, retry_after_s=1)
+        with self.shares.hold(client):
+            async with self._slot(overloaded, live) as wait:
+                yield wait
+
+    @asynccontextmanager
+    async def _slot(self, overloaded: Check | None, live: bool) -> AsyncIterator[float]:
         start = time.perf_counter()
         if live and overloaded is not None and (why := overloaded()):
             raise Overloaded(f"server is at capacity: {_reason(why)}; retry shortly", retry_after_s=1)

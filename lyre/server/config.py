@@ -29,6 +29,9 @@ class ServerConfig:
     serving: ServingConfig = field(default_factory=lambda: ServingConfig(device="auto", max_adapters=8))
     max_queue: int = 16  # requests waiting for a stream beyond max_streams; more get 429
     queue_timeout_s: float = 30.0  # a queued request gives up after this
+    # Speech streams (running or queued) and realtime sessions one client address may hold at once, each;
+    # None: no share (lyre.server.client_shares says why that is the default).
+    max_per_client: int | None = None
     max_body_bytes: int = 1024 * 1024  # a JSON request body (transcription uploads have their own limit)
     adapters: tuple[tuple[str, str], ...] = ()  # (name, folder) loaded at start (--adapter NAME=PATH)
     admin_key: str | None = None  # the adapter admin routes answer only to this key; None: they are off
@@ -112,6 +115,8 @@ class ServerConfig:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.max_queue < 0:
             raise ValueError(f"max_queue must be >= 0, got {self.max_queue}")
+        if self.max_per_client is not None and self.max_per_client < 1:
+            raise ValueError(f"max_per_client must be >= 1, got {self.max_per_client}")
         if self.ws_ping_s is not None and not self.ws_ping_s > 0:
             raise ValueError(f"ws_ping_s must be > 0 (or None: no pings), got {self.ws_ping_s}")
         for name in ("queue_timeout_s", "ws_idle_timeout_s", "ws_flush_after_s", "stt_idle_timeout_s", "write_timeout_s",

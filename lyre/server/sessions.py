@@ -11,6 +11,7 @@ from typing import Any, Protocol
 from fastapi import FastAPI
 
 from lyre.agent import AgentConfig
+from lyre.server.client_shares import ClientShares
 from lyre.server.state import ServerState
 from lyre.stt import RealtimeConfig
 
@@ -33,21 +34,31 @@ class Attachable(Protocol):
 class RealtimeSessions:
     """The app's count of open realtime sockets, against its limit, and its calls by id."""
 
-    def __init__(self) -> None:
+    def __init__(self, per_client: int | None = None) -> None:
         self.open = 0
         self.calls: dict[str, Attachable] = {}
+        self.shares = ClientShares(per_client, "realtime sessions")
 
     @classmethod
     def of(cls, app: FastAPI) -> RealtimeSessions:
         if (sessions := getattr(app.state, "realtime_sessions", None)) is None:
-            sessions = app.state.realtime_sessions = cls()
+            state: ServerState = app.state.lyre
+            sessions = app.state.realtime_sessions = cls(state.config.max_per_client)
         return sessions
 
+    def refusal(self, limit: int, client: str | None) -> str | None:
+        """Why one more session (from ``client``) may not open now: ``limit`` are open, or the client holds its
+        share; None when it may."""
+        if self.open >= limit:
+            return f"too many realtime sessions and calls open (limit {limit}); try again later"
+        return self.shares.refusal(client)
+
     @contextmanager
-    def hold(self) -> Iterator[None]:
+    def hold(self, client: str | None = None) -> Iterator[None]:
         self.open += 1
         try:
-            yield
+            with self.shares.hold(client):
+                yield
         finally:
             self.open -= 1
 

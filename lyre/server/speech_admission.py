@@ -44,7 +44,8 @@ async def admit_speech(state: ServerState, tts: Synthesizer, stream: Any, reques
     left = asyncio.ensure_future(_disconnected(request))
     left.add_done_callback(client_left)
     try:
-        return await exits.enter_async_context(state.admission.slot(overloaded, live=live))
+        client = request.client.host if request.client else None
+        return await exits.enter_async_context(state.admission.slot(overloaded, live=live, client=client))
     except asyncio.CancelledError:
         if left.done() and not left.cancelled() and left.exception() is None and task.uncancel() == 0:
             return None  # the wait was cancelled for the client's leaving alone

@@ -14,6 +14,9 @@ import httpx
 import numpy as np
 import pytest
 
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import ClientConnection, connect
+
 from polling import eventually
 from serving import Server, running_server
 
@@ -22,7 +25,8 @@ WRITE_TIMEOUT_S = 2.0
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[Server]:
-    with running_server("--stt", "--max-streams", "2", "--max-queue", "0", "--no-admit-on-rates",
+    with running_server("--stt", "--max-streams", "2", "--max-queue", "0", "--no-admit-on-rates", "--max-per-client",
+                        "1",
                         "--write-timeout", str(WRITE_TIMEOUT_S), "--max-seq-len", "2048") as s:
         yield s
         assert "Traceback" not in s.output(), s.output()
@@ -73,11 +77,12 @@ def test_alignments_refuse_more_text_than_whispers_aligner_holds(server: Server)
     assert ordinal.status_code < 500, ordinal.text
 
 
-def _never_read(server: Server) -> socket.socket:
+def _never_read(server: Server, source: str = "127.0.0.1") -> socket.socket:
     """A client that asks for a long streamed answer and never reads it (its receive buffer kept small)."""
     host, port = server.url.removeprefix("http://").split(":")
     client = socket.socket()
     client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    client.bind((source, 0))
     client.connect((host, int(port)))
     body = json.dumps({"input": "A long answer nobody reads. " * 20, "max_tokens": 1400, "response_format": "pcm"})
     client.sendall(f"POST /v1/audio/speech HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
@@ -87,7 +92,7 @@ def _never_read(server: Server) -> socket.socket:
 
 def test_listeners_that_stop_reading_are_cut_and_free_their_slots(server: Server) -> None:
     before = _stalled(server)
-    stalled = [_never_read(server) for _ in range(2)]
+    stalled = [_never_read(server, source) for source in ("127.0.0.1", "127.0.0.2")]  # one each: --max-per-client 1
     try:
         assert eventually(lambda: server.metric("lyre_active_streams") == 2, timeout=30)
         # Both slots held: one more is refused until the stalled ones are cut.
@@ -98,6 +103,54 @@ def test_listeners_that_stop_reading_are_cut_and_free_their_slots(server: Server
     finally:
         for client in stalled:
             client.close()
+
+
+def _from(source: str) -> httpx.Client:
+    return httpx.Client(timeout=120, transport=httpx.HTTPTransport(local_address=source))
+
+
+def _realtime_from(server: Server, source: str) -> ClientConnection:
+    """A transcription session's socket, opened from ``source``."""
+    host, port = server.url.removeprefix("http://").split(":")
+    sock = socket.socket()
+    sock.bind((source, 0))
+    sock.connect((host, int(port)))
+    return connect(f"{server.ws_url}/v1/realtime?intent=transcription", sock=sock)
+
+
+def _opened(ws: ClientConnection) -> dict[str, object]:
+    """The socket's first event, and for a refusal the close that follows (its code and reason added)."""
+    event = json.loads(ws.recv(timeout=30))
+    if event["type"] == "error":
+        with pytest.raises(ConnectionClosed) as closed:
+            ws.recv(timeout=30)
+        event["close"] = (closed.value.rcvd.code, closed.value.rcvd.reason) if closed.value.rcvd else None
+    return event
+
+
+def test_one_client_holds_at_most_its_share_and_the_others_still_get_in(server: Server) -> None:
+    """--max-per-client 1: a client holding a stream gets 429 naming its share for another, while a client at
+    another address is served; the same for realtime sessions (1013 naming the share)."""
+    greedy = _never_read(server, "127.0.0.3")
+    try:
+        assert eventually(lambda: server.metric("lyre_active_streams") == 1, timeout=30)
+        body = {"input": "Me too.", "max_tokens": 28, "response_format": "pcm"}
+        with _from("127.0.0.3") as same, _from("127.0.0.4") as other:
+            refused = same.post(server.url + "/v1/audio/speech", json=body)
+            assert refused.status_code == 429 and "127.0.0.3" in refused.json()["error"]["message"], refused.text
+            assert "share" in refused.json()["error"]["message"]
+            assert other.post(server.url + "/v1/audio/speech", json=body).status_code == 200
+    finally:
+        greedy.close()
+    with _realtime_from(server, "127.0.0.5") as first:
+        assert _opened(first)["type"] == "session.created"
+        with _realtime_from(server, "127.0.0.5") as second:
+            refused = _opened(second)
+            assert refused["type"] == "error" and "share" in refused["error"]["message"], refused  # type: ignore[index]
+            assert refused["close"] and refused["close"][0] == 1013  # type: ignore[index]
+        with _realtime_from(server, "127.0.0.6") as other:
+            assert _opened(other)["type"] == "session.created"
+    assert eventually(lambda: server.metric("lyre_realtime_sessions") == 0, timeout=15)
 
 
 def _stalled(server: Server) -> float:

@@ -173,7 +173,7 @@ class SipServer:
         self._udp.record_routes[call.call_id] = list(call.invite.headers.get("record-route"))
         call.advertised_addr = (self._address_for(call), self.port)  # Contact: never 0.0.0.0
         stack = AsyncExitStack()  # closed in reverse: the answer stopped, the media closed, the session freed
-        stack.enter_context(self.sessions.hold())
+        stack.enter_context(self.sessions.hold(call.source_addr[0]))
         media = SipCall(self.state, CODECS[offer_codec(call.sdp_offer)], offer_dtmf(call.sdp_offer),
                         call.sdp_offer.rtp_address, call.source_addr[0],  # type: ignore[union-attr,arg-type]
                         lambda why: self.hang_up(call.call_id, why, "end_call" if "end_call" in why else "hangup"),
@@ -239,7 +239,7 @@ class SipServer:
             if self._digest is None:
                 return 403, "Forbidden", None
             return 401, "Unauthorized", {"WWW-Authenticate": self._digest.challenge(time.time())}
-        if self.sessions.open >= self.state.config.stt_max_sessions:
+        if self.sessions.refusal(self.state.config.stt_max_sessions, source) is not None:
             return 486, "Busy Here", None
         if call.sdp_offer is None or call.sdp_offer.rtp_address is None or not routable(call.sdp_offer.rtp_address):
             return 488, "Not Acceptable Here", None  # no offer (lyre answers offers only), or nowhere to send RTP

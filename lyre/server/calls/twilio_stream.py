@@ -174,12 +174,11 @@ async def _stream(websocket: WebSocket, path: str | None) -> None:
     limit = state.config.stt_max_sessions
     if state.draining:
         await _close(websocket, status.WS_1001_GOING_AWAY, "server is shutting down; call another server")
-    elif sessions.open >= limit:
+    elif (refused := sessions.refusal(limit, client := websocket.client.host if websocket.client else None)):
         state.metrics.errors.labels("overloaded").inc()
-        await _close(websocket, status.WS_1013_TRY_AGAIN_LATER,
-                     f"too many realtime sessions and calls open (limit {limit}); try again later")
+        await _close(websocket, status.WS_1013_TRY_AGAIN_LATER, refused)
     else:
-        with sessions.hold():
+        with sessions.hold(client):
             await TwilioCall(websocket, state, TwilioCalls.of(websocket.app), credential).serve()
 
 

@@ -94,15 +94,15 @@ async def create_call(request: Request) -> Response:
     except ValueError as exc:
         return error_response(400, str(exc), "invalid_request_error", str(exc).partition(":")[0])
     sessions, limit = RealtimeSessions.of(request.app), state.config.stt_max_sessions
-    if sessions.open >= limit:
+    client = request.client.host if request.client else None
+    if (refused := sessions.refusal(limit, client)) is not None:
         state.metrics.errors.labels("overloaded").inc()
-        return error_response(429, f"too many realtime sessions open (limit {limit}); try again later",
-                              "server_error", headers={"Retry-After": "5"})
+        return error_response(429, refused, "server_error", headers={"Retry-After": "5"})
     from lyre.server.calls.webrtc_call import Call  # aiortc and PyAV load with the first call, not with the server
 
     calls = Calls.of(request.app)
     call = Call(state, session.get("model") if session else None, calls.forget)
-    call.hold(sessions)
+    call.hold(sessions, client)
     calls.open[call.id] = call
     # Whatever stops the answer (the offer's fault, the server's, or the request cancelled), the call is
     # hung up and everything it holds freed before the reply goes: nothing of it outlives the request.

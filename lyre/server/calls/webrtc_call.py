@@ -130,9 +130,10 @@ class Call:
         self._spawn(self._read_events())
         return self.pc.localDescription.sdp
 
-    def hold(self, sessions: RealtimeSessions) -> None:
-        """The call counts against the server's sessions, and a backend may attach to it, until it is freed."""
-        self._held.enter_context(sessions.hold())
+    def hold(self, sessions: RealtimeSessions, client: str | None = None) -> None:
+        """The call counts against the server's sessions (and ``client``'s share), and a backend may attach to
+        it, until it is freed."""
+        self._held.enter_context(sessions.hold(client))
         self._held.enter_context(sessions.call(self.id, self))
         self._held.callback(self._call_over)
 

@@ -280,11 +280,10 @@ async def realtime_websocket(websocket: WebSocket) -> None:
         await _refuse(websocket, RealtimeError("server is shutting down; connect to another server",
                                                "server_shutting_down", kind="server_error"),
                       status.WS_1001_GOING_AWAY)
-    elif sessions.open >= limit:
+    elif (refused := sessions.refusal(limit, client := websocket.client.host if websocket.client else None)):
         state.metrics.errors.labels("overloaded").inc()
-        await _refuse(websocket, RealtimeError(f"too many realtime sessions open (limit {limit}); "
-                                               "try again later", "session_limit", kind="server_error"),
+        await _refuse(websocket, RealtimeError(refused, "session_limit", kind="server_error"),
                       status.WS_1013_TRY_AGAIN_LATER)
     else:
-        with sessions.hold():
+        with sessions.hold(client):
             await _serve(websocket, state)
