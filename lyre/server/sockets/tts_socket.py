@@ -113,7 +113,8 @@ class _Context:
             stream.on_spoken(lambda ended: timer.segment(ended.text, ended.start, ended.end, ended.said))
             words = asyncio.create_task(self._send_words(timer), name=f"lyre-ws-words-{self.id}")
         try:
-            client = self.websocket.client.host if self.websocket.client else None
+            websocket = self._session.websocket
+            client = websocket.client.host if websocket.client else None
             async with state.admission.slot(state.tts.overloaded, client=client) as wait:
                 metrics.queue_wait.observe(wait)
                 async for chunk in stream:
