@@ -14,7 +14,7 @@ the address the SDP offer named only until the first packet, which a NAT may hav
 takes packets from one source only: the first from the offer's host or the host the signalling came from is
 latched, and packets from anywhere else are dropped and counted (``media_errors{kind="source"}``), so no one
 else can steer the call's audio, speak or press keys in it, or keep a silent call alive. A latched source
-quiet for RELATCH_S may be replaced by another from those two hosts (a NAT that rebinds). A reply's
+quiet for a second may be replaced by another from those two hosts (a NAT that rebinds; sip_media.RtpSource). A reply's
 audio is cut into 20 ms frames and sent at real time; between replies, silence keeps the stream (and the
 NATs on its way) alive. A barge-in drops what is queued: the next packet is silence, and each reply cut
 is cut in the history at the frames that went out. A key press (RFC 4733) reaches the agent as a user
@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from lyre.server.calls.sip_media import Codec, JitterBuffer, TelephoneEvents, read_rtp, rtp_packet
+from lyre.server.calls.sip_media import Codec, JitterBuffer, RtpSource, TelephoneEvents, read_rtp, rtp_packet
 from lyre.server.calls.twilio_media import FRAME_BYTES, FRAME_MS, PHONE_RATE, Outbound, ulaw_decode
 from lyre.server.calls.voice_call import VoiceCall
 from lyre.server.calls.webrtc_watch import Change, MediaWatch
@@ -52,7 +52,6 @@ log = logging.getLogger("lyre.server.sip")
 
 _HEARD_QUEUED = 250  # caller's packets waiting for the conversation (5 s): past this, dropped
 _WATCH_S = 0.2
-RELATCH_S = 1.0  # the latched source silent this long: another from the caller's hosts may take its place
 # The session listens at Whisper's own rate, so the caller's 8 kHz is resampled once.
 _LISTEN = {"audio": {"input": {"format": {"type": "audio/pcm", "rate": 16_000}}}}
 _ULAW_TO_PCM = np.frombuffer(ulaw_decode(bytes(range(256))), "<i2")
@@ -79,15 +78,13 @@ class SipCall:
         self.state = state
         self.codec = codec
         self.dtmf_type = dtmf_type
-        self.remote = remote  # where RTP goes: the offer's address, then the caller's packets' source
-        self._hosts = {remote[0], signalling_host}  # where the caller's packets may come from
+        self.source = RtpSource(remote, signalling_host)  # where RTP goes, and which packets are the caller's
         self.media_errors = 0
         self.voice: VoiceCall | None = None
         self.sent_packets = 0
         self.received_packets = 0
         self.held = False
         self.port = 0  # the RTP port, once bound
-        self._latched = False
         self._hang_up = hang_up
         self._transfer = transfer or (lambda target: False)
         self._on_media_error = on_media_error or (lambda kind: None)
@@ -144,9 +141,7 @@ class SipCall:
 
     def move(self, remote: tuple[str, int]) -> None:
         """The caller's media moved (a re-INVITE's offer): RTP goes there, and its packets are latched afresh."""
-        if remote != self.remote or remote[0] not in self._hosts:
-            self._hosts.add(remote[0])
-            self.remote, self._latched = remote, False
+        self.source.move(remote)
 
     async def close(self) -> None:
         for task in self._tasks:
@@ -163,7 +158,8 @@ class SipCall:
     # -- the caller's packets --
 
     def received(self, data: bytes, addr: tuple[str, int]) -> None:
-        if not self._from_caller((addr[0], addr[1])):
+        now = time.monotonic()
+        if not self.source.allows((addr[0], addr[1]), now):
             self.media_errors += 1
             self._on_media_error("source")
             return
@@ -179,21 +175,9 @@ class SipCall:
         else:
             for payload in self._jitter.push(packet):
                 self._queue(payload)
-        if not self._latched:  # symmetric RTP: answer where the caller's packets come from
-            self._latched, self.remote = True, (addr[0], addr[1])
-        self._heard_at = time.monotonic()
+        self.source.heard((addr[0], addr[1]), now)
+        self._heard_at = now
         self.received_packets += 1
-
-    def _from_caller(self, addr: tuple[str, int]) -> bool:
-        """The latched source; or, before one is (or after it went quiet), one of the caller's hosts."""
-        if self._latched and addr == self.remote:
-            return True
-        if addr[0] not in self._hosts:
-            return False
-        if self._latched and time.monotonic() - (self._heard_at or 0.0) < RELATCH_S:
-            return False
-        self._latched = False  # latched below, once the packet reads as the call's
-        return True
 
     def _queue(self, item: bytes | str) -> None:
         try:
@@ -284,7 +268,7 @@ class SipCall:
                 continue
             self._sequence += 1
             self._socket.sendto(rtp_packet(self.codec.payload_type, self._sequence, self._timestamp, self._ssrc,
-                                           payload, marker), self.remote)
+                                           payload, marker), self.source.remote)
             self.sent_packets += 1
 
     # -- the caller still there --

@@ -22,7 +22,7 @@ from aiosipua import SdpMessage, SdpNegotiationError
 
 from lyre.common.g711 import alaw_decode, alaw_encode, ulaw_decode, ulaw_encode
 
-__all__ = ["CODECS", "DTMF_KEYS", "Codec", "JitterBuffer", "RtpPacket", "TelephoneEvents", "alaw_decode",
+__all__ = ["CODECS", "DTMF_KEYS", "Codec", "JitterBuffer", "RtpPacket", "RtpSource", "TelephoneEvents", "alaw_decode",
            "alaw_encode", "offer_codec", "offer_dtmf", "read_rtp", "rtp_packet"]
 
 RTP_HEADER = 12
@@ -131,6 +131,36 @@ class JitterBuffer:
             else:
                 break
         return out
+
+
+class RtpSource:
+    """Where a call's RTP goes and whose packets its port takes (symmetric RTP, latched): the offer's address
+    until the caller's first packet, then that packet's source, which a NAT may have rewritten. Only packets
+    from the offer's host or the signalling's host are the caller's; once one is latched, only its source is,
+    until it has been quiet for RELATCH_S (a NAT that rebinds). A re-INVITE's new address latches afresh."""
+
+    RELATCH_S = 1.0
+
+    def __init__(self, offered: tuple[str, int], signalling_host: str) -> None:
+        self.remote = offered  # where lyre's RTP goes
+        self._hosts = {offered[0], signalling_host}
+        self._latched = False
+        self._heard_at = float("-inf")
+
+    def allows(self, addr: tuple[str, int], now: float) -> bool:
+        """A packet from ``addr`` is the caller's."""
+        if self._latched and addr == self.remote:
+            return True
+        return addr[0] in self._hosts and (not self._latched or now - self._heard_at >= self.RELATCH_S)
+
+    def heard(self, addr: tuple[str, int], now: float) -> None:
+        """A packet the call took came from ``addr``: lyre answers there."""
+        self.remote, self._latched, self._heard_at = addr, True, now
+
+    def move(self, remote: tuple[str, int]) -> None:
+        if remote != self.remote or remote[0] not in self._hosts:
+            self._hosts.add(remote[0])
+            self.remote, self._latched = remote, False
 
 
 class TelephoneEvents:

@@ -11,8 +11,9 @@ answers OPTIONS with 200. In front of it, lyre.server.calls.sip_transport's gate
 too long or comes from outside ``--sip-allow`` (unless ``--sip-auth`` is set: then an INVITE from outside
 must authenticate, 401 with a digest challenge until it does), and lyre.server.calls.sip_screen answers what
 aiosipua would mishandle. This module decides what a call is: over its source's INVITE rate
-(lyre.server.calls.sip_limits) or while draining, 503 with Retry-After; past ``--stt-max-sessions`` (shared with sockets, WebRTC
-calls and phone streams), 486 Busy Here; an offer with neither PCMU nor PCMA, 488. Otherwise 180 Ringing, then
+(lyre.server.calls.sip_limits) or while draining, 503 with Retry-After; past ``--stt-max-sessions`` (shared
+with sockets, WebRTC calls and phone streams) or its source's share (``--max-per-client``), 486 Busy Here; an
+offer with neither PCMU nor PCMA, or naming no port RTP can go to, 488. Otherwise 180 Ringing, then
 (after ``--sip-ring`` seconds) 200 with the SDP answer, and the call's media runs in
 lyre.server.calls.sip_call, its session from ``--sip-session`` by the number called. A re-INVITE whose offer
 is sendonly, inactive or at address 0.0.0.0 puts the call on hold; sendrecv again takes it off; a new address
@@ -26,9 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import ipaddress
 import json
-import socket
 import logging
 import time
 from contextlib import AsyncExitStack
@@ -42,7 +41,7 @@ from lyre.server.calls.sip_limits import InviteBuckets
 from lyre.server.calls.sip_media import CODECS, offer_codec, offer_dtmf
 from lyre.server.calls.sip_screen import drop_stray, screen
 from lyre.server.calls.sip_transfer import Transfers
-from lyre.server.calls.sip_transport import GatedTcp, GatedUdp, SipMetrics, allowed_networks, routable
+from lyre.server.calls.sip_transport import GatedTcp, GatedUdp, SipMetrics, address_for, allowed_networks, routable
 from lyre.server.sessions import RealtimeSessions
 from lyre.server.state import ServerState
 
@@ -206,15 +205,7 @@ class SipServer:
         log.info("SIP call %s answered (%s) from %s", call.call_id, media.codec.name, call.caller)
 
     def _address_for(self, call: IncomingCall) -> str:
-        """The address a caller reaches lyre at (SDP, Contact): --sip-advertise; else the one it listens on; else,
-        listening on every interface, the local address the route to the caller leaves from."""
-        if self.state.config.sip_advertise is not None:
-            return self.state.config.sip_advertise
-        if not ipaddress.ip_address(self._host).is_unspecified:
-            return self._host
-        with socket.socket(socket.AF_INET6 if ":" in call.source_addr[0] else socket.AF_INET, socket.SOCK_DGRAM) as s:
-            s.connect((call.source_addr[0], 9))  # UDP: nothing is sent; the kernel picks the route
-            return str(s.getsockname()[0])
+        return address_for(call.source_addr[0], self._host, self.state.config.sip_advertise)
 
     def _session(self, call: IncomingCall) -> dict[str, Any] | None:
         """The session configured for the number called (the request URI's user), or the default."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
+import socket
 from typing import Any
 
 from aiosipua import SipMessage, SipRequest
@@ -21,7 +22,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from lyre.server.calls.sip_limits import IDLE_S, TRUSTED_IDLE_S, ConnectionCaps
 
-__all__ = ["MAX_MESSAGE_BYTES", "GatedTcp", "GatedUdp", "SipMetrics", "allowed_networks", "routable"]
+__all__ = ["MAX_MESSAGE_BYTES", "GatedTcp", "GatedUdp", "SipMetrics", "address_for", "allowed_networks", "routable"]
 
 log = logging.getLogger("lyre.server.sip")
 
@@ -192,6 +193,18 @@ class _Datagrams(asyncio.DatagramProtocol):
 
     def datagram_received(self, data: bytes, addr: tuple[str, int] | Any) -> None:
         self.transport._dispatch(data, (str(addr[0]), int(addr[1])))
+
+
+def address_for(caller: str, listening: str, advertised: str | None) -> str:
+    """The address a caller reaches lyre at (SDP, Contact): --sip-advertise; else the one lyre listens on; else,
+    listening on every interface, the local address the route to the caller leaves from."""
+    if advertised is not None:
+        return advertised
+    if not ipaddress.ip_address(listening).is_unspecified:
+        return listening
+    with socket.socket(socket.AF_INET6 if ":" in caller else socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.connect((caller, 9))  # UDP: nothing is sent; the kernel picks the route
+        return str(s.getsockname()[0])
 
 
 def routable(addr: tuple[str, int]) -> bool:
