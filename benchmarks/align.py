@@ -6,7 +6,8 @@ events; four voices and rates ("continuous"); the same sentences spoken by CMU
 Flite's three statistical voices, a synthesiser with nothing in common with
 espeak-ng, timed by its own segments ("flite", where Debian's flite is
 installed); and the same sentences as words spoken one by one with 70-300 ms
-pauses ("paused", the easy case). Aligners:
+pauses ("paused", the easy case), and held-out sentences (tests/speech.py's
+others) spoken so in the four voices ("paused-held"). Aligners:
 
 - phones: lyre's English default (lyre.stt.phone_align: pocketsphinx en-us, CMUdict, gruut G2P);
 - whisper: lyre's Whisper aligner (alignment heads, then snapped to pauses and voice), other languages';
@@ -40,6 +41,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 import flite_events  # noqa: E402
+from speech import SENTENCES  # noqa: E402
 from align_truth import (  # noqa: E402
     ALIGN_SENTENCES,
     VOICES,
@@ -148,7 +150,9 @@ def main() -> None:
     p.add_argument("--by-voice", action="store_true", help="the continuous set voice by voice too")
     args = p.parse_args()
     sets = {"continuous": truth_set(),
-            "paused": [paused_utterance(text, seed=i) for i, text in enumerate(ALIGN_SENTENCES)]}
+            "paused": [paused_utterance(text, seed=i) for i, text in enumerate(ALIGN_SENTENCES)],
+            "paused-held": [paused_utterance(text, seed=50 + i, voice=voice, wpm=wpm) for voice, wpm in VOICES
+                            for i, text in enumerate(s for s in SENTENCES if s not in ALIGN_SENTENCES)]}
     if flite_events.available():
         sets["flite"] = [flite_utterance(text, voice, seed=i) for voice in flite_events.FLITE_VOICES
                          for i, text in enumerate(ALIGN_SENTENCES)]

@@ -27,7 +27,7 @@ import numpy as np
 
 import flite_events
 from espeak_events import Spoken, synthesize
-from speech import resample, speak
+from speech import VOICE, WORDS_PER_MINUTE, resample, speak
 
 __all__ = ["ALIGN_SENTENCES", "VOICES", "KnownUtterance", "continuous_utterance", "flite_utterance",
            "paused_utterance", "truth_set"]
@@ -183,9 +183,9 @@ def _voiced(audio: np.ndarray) -> np.ndarray:
     return audio[loud[0] * block : (loud[-1] + 1) * block]
 
 
-def paused_utterance(text: str, seed: int = 0) -> KnownUtterance:
-    """Each word spoken alone, cut to its voiced part, the words joined by seeded 70-300 ms gaps: every
-    boundary is a pause (the easy case)."""
+def paused_utterance(text: str, seed: int = 0, voice: str = VOICE, wpm: int = WORDS_PER_MINUTE) -> KnownUtterance:
+    """Each word spoken alone (by ``voice`` at ``wpm``), cut to its voiced part, the words joined by seeded
+    70-300 ms gaps: every boundary is a pause (the easy case)."""
     rng = np.random.default_rng(seed)
     pieces = [np.zeros(int(EDGE_S * RATE), np.float32)]
     words = []
@@ -195,7 +195,7 @@ def paused_utterance(text: str, seed: int = 0) -> KnownUtterance:
             pieces.append(np.zeros(int(TAG_S * RATE), np.float32))
             at += TAG_S
             continue
-        voiced = _voiced(speak(word.strip(".,!?")))
+        voiced = _voiced(speak(word.strip(".,!?"), voice=voice, wpm=wpm))
         words.append((word, at, at + voiced.size / RATE))
         gap = np.zeros(int(rng.uniform(0.07, 0.3) * RATE), np.float32)
         pieces += [voiced, gap]

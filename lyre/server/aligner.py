@@ -94,16 +94,17 @@ class Aligner:
         (await self.whisper()).check_language(language)
 
     async def align(self, audio: np.ndarray, words: list[str], language: str | None,
-                    session: Hashable) -> Alignment:
+                    session: Hashable, partial: bool = False) -> Alignment:
         """When each of ``words`` is spoken in ``audio`` (float32, 16 kHz, at most 30 s): by phones where
-        they speak the language, else (or where they fail, under ``auto``) by Whisper."""
+        they speak the language, else (or where they fail, under ``auto``) by Whisper. ``partial``: the audio
+        may stop before the words do (see `lyre.stt.word_timer.WordAligner`)."""
         if self.off:
             raise AlignerUnavailable("word timestamps are off on this server (started with --aligner off)")
         await self.check_language(language)
         if self._by_phones(language):
             phones = await self._phone_aligner()
             try:
-                found = await phones.align(audio, words, language, session)
+                found = await phones.align(audio, words, language, session, partial=partial)
                 self._alignments["phones"] += 1
                 return found
             except PhoneAlignmentFailed as exc:
@@ -111,7 +112,7 @@ class Aligner:
                     raise
                 self._to_whisper += 1
                 log.info("phone alignment failed (%s): Whisper aligns it", exc)
-        found = await (await self.whisper()).align(audio, words, language, session=session)
+        found = await (await self.whisper()).align(audio, words, language, session=session, partial=partial)
         self._alignments["whisper"] += 1
         return found
 

@@ -9,15 +9,17 @@ doctor or drive: every reading is an alternative pronunciation and the audio pic
 and pronounced from CMUdict or, where the dictionary lacks it, gruut's G2P
 (`lyre.stt.pronounce`). The text is then aligned to the audio in two passes of
 pocketsphinx's decoder: a word-level pass through a grammar of just those words
-with optional silence between them, then a phone-level pass. A word starts where
-its first phone starts and ends where its last phone ends, to the 10 ms frame;
-silence the decoder finds between words is a gap, never part of a word. Where a
-word meets a pause (a silence the decoder found, either end of the audio, or 80 ms
-or more of silence at the word's own edge, longer than a stop's closure), that
-edge is brought in to the first (last) frame of sound inside its edge phone: the
-model lends a phone some of the silence beside it (on continuous speech this took
-the median boundary error from 12 to 9 ms, on words spoken apart the p95 from 108
-to 78 ms). Every word keeps at least one frame.
+with optional silence between them, then a phone-level pass. The words' spans are
+read from the phones (`lyre.stt.phone_spans`: edges brought in to the sound where a
+word meets a pause, boundaries moved onto the pauses between words).
+
+Audio that may stop before its words do (a segment cut on its token budget) is
+aligned with ``partial``: the word-level grammar may end after any word, so the
+words the audio speaks come back, a prefix of them, and the rest are left out
+(on espeak-ng sentences cut at 40% and 70%, it kept every word fully spoken and
+at most the one cut off, where the full grammar found no path at all). Words
+found that leave more loud audio after them than they span, or over a second of
+it, fail as below.
 
 If the first pass finds no path through the words (speech that does not say
 them, or noise), it is tried again with wider beams; if that fails too,
@@ -39,20 +41,21 @@ import numpy as np
 from lyre.stt.align import AlignedWord, Alignment
 from lyre.stt.audio import SAMPLE_RATE
 from lyre.stt.job_queue import TranscriberBusy, TranscriberClosed
+from lyre.stt.phone_spans import Phones, frame_levels, loud_after, word_spans
 from lyre.stt.pronounce import MAX_PRONUNCIATIONS, Pronouncer
 from lyre.text.verbalize import readings
 
 __all__ = ["LANGUAGES", "PhoneAligner", "PhoneAlignerBusy", "PhoneAlignerStats", "PhoneAlignmentFailed"]
 
 LANGUAGES = ("en",)  # the acoustic model and dictionary are American English
-_FRAME = SAMPLE_RATE // 100  # the decoder's 10 ms frame
 # Wider than pocketsphinx's defaults (1e-48, 7e-29, 1e-48) by many orders: slower, but finds a path
 # through speech the default beams lose (a long stretch the model scores badly).
 _WIDE_BEAMS = {"beam": 1e-80, "wbeam": 1e-60, "pbeam": 1e-80}
 _MAX_ADDED_WORDS = 20_000  # words added to a decoder's dictionary before it is made afresh
-_SOUND_OVER_FLOOR_DB = 15.0  # a frame has sound this far above the audio's quiet frames (its 10th percentile)
-_SOUND_BELOW_PEAK_DB = 60.0  # or at least this close to its loudest
-_PAUSE_FRAMES = 8  # silence this long at a word's edge is a pause (a stop's closure is shorter)
+# Audio cut short stops while its speech goes on: the first words found in it end at most the word it cut off
+# (a long one, a second) before its sound does, and no more than they last themselves. A prefix ending long
+# before (noise, speech that says other words) is no alignment of it.
+_CUT_WORD_FRAMES = 100
 
 
 class PhoneAlignmentFailed(RuntimeError):
@@ -100,9 +103,12 @@ class _Decoder:
             self.decoder.add_word(name, phones, update=i == len(new) - 1)  # the search rebuilt once
         self._added += len(new)
 
-    def run(self, pcm: bytes, tokens: list[str]) -> list[tuple[str, list[tuple[int, int]]]] | None:
-        """Each segment's name and its phones' (first frame, frames), fillers included; None: no path."""
+    def run(self, pcm: bytes, tokens: list[str], partial: bool = False) -> list[tuple[str, Phones]] | None:
+        """Each segment's name and its phones' (first frame, frames), fillers included; None: no path.
+        ``partial``: the words may stop after any of them (the phones of those said come back)."""
         decoder = self.decoder
+        if partial and (tokens := self._said(pcm, tokens)) is None:
+            return None
         try:
             decoder.set_align_text(" ".join(tokens))
         except RuntimeError as exc:  # a word it will not take: no alignment here, the caller falls back
@@ -121,6 +127,23 @@ class _Decoder:
             return None
         # Read inside the iteration: a word's phones are valid only while its iterator is.
         return [(word.name, [(phone.start, phone.duration) for phone in word]) for word in found]
+
+    def _said(self, pcm: bytes, tokens: list[str]) -> list[str] | None:
+        """The first of ``tokens`` the audio says, by a grammar that may end after any word (None: not even one)."""
+        decoder, n = self.decoder, len(tokens)
+        try:  # states 0..n: word k from state k to k + 1, and from every state after a word, the end
+            grammar = decoder.create_fsg("said", 0, n, [*((k, k + 1, 1.0, token) for k, token in enumerate(tokens)),
+                                                        *((k, n, 1.0) for k in range(1, n))])
+            decoder.add_fsg("said", grammar)
+            decoder.activate_search("said")
+        except (RuntimeError, ValueError) as exc:
+            raise PhoneAlignmentFailed(f"pocketsphinx refused the words: {exc}") from exc
+        decoder.start_utt()
+        decoder.process_raw(pcm, full_utt=True)
+        decoder.end_utt()
+        hyp = decoder.hyp()
+        said = [] if hyp is None else [w for w in hyp.hypstr.split() if not w.startswith(("<", "["))]
+        return tokens[:len(said)] or None
 
 
 class PhoneAligner:
@@ -143,7 +166,7 @@ class PhoneAligner:
             raise ValueError(f"language: the phone aligner aligns {', '.join(LANGUAGES)}, not {language!r}")
 
     async def align(self, audio: np.ndarray, words: list[str], language: str | None = "en",
-                    session: Hashable = None) -> Alignment:
+                    session: Hashable = None, partial: bool = False) -> Alignment:
         """`align_now` on the worker thread, in the order asked (``session`` is not used: alignments are
         short); PhoneAlignerBusy when too many wait, TranscriberClosed once closed."""
         self.check_language(language)
@@ -154,33 +177,40 @@ class PhoneAligner:
                 raise PhoneAlignerBusy(f"{self._pending} alignments are waiting for the phone aligner")
             self._pending += 1
         try:
-            return await asyncio.get_running_loop().run_in_executor(self._worker, self.align_now, audio, words)
+            return await asyncio.get_running_loop().run_in_executor(self._worker, self.align_now, audio, words,
+                                                                    partial)
         finally:
             with self._lock:
                 self._pending -= 1
 
-    def align_now(self, audio: np.ndarray, words: list[str]) -> Alignment:
-        """When each of ``words`` (as written) is spoken in ``audio`` (float32, 16 kHz), in this thread."""
+    def align_now(self, audio: np.ndarray, words: list[str], partial: bool = False) -> Alignment:
+        """When each of ``words`` (as written) is spoken in ``audio`` (float32, 16 kHz), in this thread.
+        ``partial``: the audio may stop before the words do; the words it speaks come back (at least one)."""
         duration = audio.size / SAMPLE_RATE
         if not words:
             return Alignment((), duration)
         tokens, vocabulary = self._tokens(words)
         pcm = (np.clip(audio, -1.0, 1.0) * 32767).astype("<i2").tobytes()
         self._decoder.vocabulary(vocabulary)
-        segments = self._decoder.run(pcm, tokens)
+        segments = self._decoder.run(pcm, tokens, partial)
         if segments is None:
             self._counts["wide"] += 1
             if self._wide is None:
                 self._wide = _Decoder(**_WIDE_BEAMS)
             self._wide.vocabulary(vocabulary)
-            segments = self._wide.run(pcm, tokens)
+            segments = self._wide.run(pcm, tokens, partial)
         if segments is None:
             self._counts["failures"] += 1
             raise PhoneAlignmentFailed("no path through the words in the audio, even with wide beams")
-        spans = _word_spans(segments, _sound(audio))
-        if len(spans) != len(words):
+        level = frame_levels(audio)
+        spans = word_spans(segments, level)
+        if not spans or len(spans) > len(words) or (len(spans) < len(words) and not partial):
             self._counts["failures"] += 1
             raise PhoneAlignmentFailed(f"{len(spans)} words aligned of {len(words)}")
+        left = loud_after(level, spans[-1][1])  # loud frames after the words found: speech that goes on
+        if len(spans) < len(words) and left > min(_CUT_WORD_FRAMES, spans[-1][1] - spans[0][0]):
+            self._counts["failures"] += 1
+            raise PhoneAlignmentFailed(f"{len(spans)} words of {len(words)} found, and sound long after them")
         self._counts["alignments"] += 1
         self._aligned_s += duration
         end = int(np.ceil(duration * 100))
@@ -222,38 +252,3 @@ class PhoneAligner:
         with self._lock:
             self._closed = True
         self._worker.shutdown(wait=True, cancel_futures=True)
-
-
-def _sound(audio: np.ndarray) -> np.ndarray:
-    """Whether each 10 ms frame of ``audio`` has sound: well above its quiet frames, or near its loudest."""
-    n = audio.size // _FRAME
-    if n == 0:
-        return np.zeros(0, bool)
-    level = 10 * np.log10(np.mean(audio[: n * _FRAME].astype(np.float64).reshape(n, _FRAME) ** 2, axis=1) + 1e-12)
-    return level > max(float(np.percentile(level, 10)) + _SOUND_OVER_FLOOR_DB, float(level.max()) - _SOUND_BELOW_PEAK_DB)
-
-
-def _filler(name: str) -> bool:
-    return name.startswith(("<", "["))
-
-
-def _word_spans(segments: list[tuple[str, list[tuple[int, int]]]], sound: np.ndarray) -> list[tuple[int, int]]:
-    """Each word's (first frame, past last frame): its first phone's start to its last phone's end, an edge
-    brought in to the sound inside its edge phone where it meets a pause: a filler, either end of the
-    audio, or silence of its own as long as a pause."""
-    spans = []
-    for k, (name, phones) in enumerate(segments):
-        if _filler(name) or not phones:
-            continue
-        (first, first_length), (last, last_length) = phones[0], phones[-1]
-        start, end = first, last + last_length
-        heard = np.flatnonzero(sound[start:first + first_length - 1])
-        quiet = int(heard[0]) if heard.size else first_length - 1  # silent frames the word opens with
-        if quiet >= _PAUSE_FRAMES or k == 0 or _filler(segments[k - 1][0]):
-            start += quiet
-        heard = np.flatnonzero(sound[last + 1:end])
-        quiet = end - (last + 1 + int(heard[-1]) + 1) if heard.size else last_length - 1  # and closes with
-        if quiet >= _PAUSE_FRAMES or k + 1 == len(segments) or _filler(segments[k + 1][0]):
-            end -= quiet
-        spans.append((start, max(end, start + 1)))
-    return spans

@@ -164,8 +164,10 @@ class Transcriber:
         return await self._submit(Job(session, audio, *self._future(), language=language))
 
     async def align(self, audio: np.ndarray, words: list[str], language: str | None, session: Hashable,
-                    ) -> Alignment:
-        """When each of ``words`` is spoken in ``audio`` (float32 at 16 kHz, at most 30 s); see lyre.stt.align."""
+                    partial: bool = False) -> Alignment:
+        """When each of ``words`` is spoken in ``audio`` (float32 at 16 kHz, at most 30 s); see lyre.stt.align.
+        ``partial`` changes nothing: Whisper's alignment places every word, and where the audio stops before
+        them the last are squeezed into its end, which `lyre.stt.word_timer` leaves out."""
         self.check_language(language)
         if audio.size > MAX_ALIGN_SECONDS * SAMPLE_RATE:
             raise ValueError(f"audio: at most {MAX_ALIGN_SECONDS:g} s can be aligned at once, "

@@ -4,6 +4,7 @@ segments run to their budgets), real HTTP and WebSocket clients. The agent's rep
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import re
 from collections.abc import Iterator
@@ -13,6 +14,8 @@ import httpx
 import pytest
 from websockets.asyncio.client import connect
 
+from lyre.orpheus import SAMPLE_RATE
+from lyre.stt import written_words
 from serving import Server, running_server
 
 CAP = 14  # max_tokens: two frames a segment, so the demo always runs out
@@ -101,3 +104,44 @@ def test_plain_audio_is_counted_and_the_websocket_context_s_done_names_them(serv
     # The plain answer has no place for them, so they are counted (and logged) only.
     assert _cuts_metric(server)["max_tokens"] - before >= 1 + len(cuts)
     assert "before end-of-speech" in server.output()
+
+
+# -- word times of cut segments ----------------------------------------------------------------------------
+# The demo speaks noise, so which words a cut segment "says" is the aligner's guess; what holds on any audio is
+# checked: the words told are written words in order (those a cut segment never said left out), each inside
+# the audio as made, a frame long at least, none overlapping.
+
+
+def _check_words(words: list[str], starts: list[float], ends: list[float], text: str, duration_s: float) -> None:
+    written = iter(written_words(text))
+    assert all(word in written for word in words), (words, text)  # in order, each once
+    assert all(e - s >= 0.01 - 1e-9 for s, e in zip(starts, ends)), (starts, ends)
+    assert all(e <= s for e, s in zip(ends, starts[1:])), (starts, ends)
+    assert not ends or (0 <= starts[0] and ends[-1] <= duration_s + 1e-3), (starts, ends, duration_s)
+
+
+@pytest.mark.parametrize("tokens", [CAP, 105])
+def test_word_times_of_cut_segments_stay_inside_their_audio_and_in_order(server: Server, tokens: int) -> None:
+    """14 tokens: 0.17 s for each segment's 24 and 17 words, which were given 10 ms each and ran past the audio and
+    over the next segment's words (issue 58)."""
+    events = _sse(server, {"input": TEXT, "max_tokens": tokens, "seed": 1, "timestamps": True})
+    samples = sum(len(base64.b64decode(e["audio"])) // 2 for e in events if e["type"] == "speech.audio.delta")
+    stamps = [e["word_timestamps"] for e in events if e["type"] == "speech.word_timestamps"]
+    _check_words([w for s in stamps for w in s["words"]], [t for s in stamps for t in s["start"]],
+                 [t for s in stamps for t in s["end"]], TEXT, samples / SAMPLE_RATE)
+    answer = httpx.post(f"{server.url}/v1/audio/speech", json={
+        "input": TEXT, "voice": "tara", "response_format": "pcm", "timestamps": True, "max_tokens": tokens,
+        "seed": 2}, timeout=120).json()
+    _check_words(*([w[key] for w in answer["words"]] for key in ("text", "start", "end")), TEXT, answer["duration"])
+    assert len(answer["cut_segments"]) == 2
+
+
+def test_a_word_longer_than_a_segment_is_timed_as_one_word(server: Server) -> None:
+    """404 letters and no space: cut inside the word into three segments, whose pieces came back as three words."""
+    word = "a" * 404
+    answer = httpx.post(f"{server.url}/v1/audio/speech", json={
+        "input": word, "voice": "tara", "response_format": "pcm", "timestamps": True, "max_tokens": 280,
+        "seed": 1}, timeout=300).json()
+    assert len(answer["cut_segments"]) == 3
+    assert [w["text"] for w in answer["words"]] == [word]
+    _check_words(*([w[key] for w in answer["words"]] for key in ("text", "start", "end")), word, answer["duration"])

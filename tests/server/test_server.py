@@ -237,18 +237,21 @@ def test_adapter_routes_are_off_without_an_admin_key(server: Server) -> None:
 # -- word timestamps ---------------------------------------------------------------------------------------
 # This server runs without --stt: its aligner (Whisper base) is loaded on the first request that asks for word
 # times. The demo model speaks noise, so where each word lands is meaningless; what holds on any audio is
-# checked: every written word comes back once, in order, as written, with times that are ordered, never
-# overlap and lie inside the audio, and the times arrive after the audio they describe.
+# checked: written words come back in order, as written, each once, with times that are ordered, never
+# overlap, last a frame at least and lie inside the audio, and the times arrive after the audio they describe.
+# The demo never says end-of-speech, so every segment is cut on its budget, and a cut segment's words the
+# aligner finds never spoken are left out (tests/server/test_segment_budgets.py).
 
 WORDS_TEXT = "Hello there, my friend. It is 5 o'clock <laugh> and the tea is ready!"
 WORDS_TOKENS = 105  # per sentence: 15 frames, 1.3 s
 
 
 def _check_words(words: list[str], starts: list[float], ends: list[float], text: str, duration_s: float) -> None:
-    """Every written word once, in order; times ordered, not overlapping, inside the audio."""
-    assert words == written_words(text)
+    """Written words in order, each once, at least one; times ordered, not overlapping, inside the audio."""
+    written = iter(written_words(text))
+    assert words and all(word in written for word in words), (words, text)
     assert len(starts) == len(ends) == len(words)
-    assert all(0 <= s <= e for s, e in zip(starts, ends)), (starts, ends)
+    assert all(0 <= s < e for s, e in zip(starts, ends)), (starts, ends)
     assert all(e <= s for e, s in zip(ends, starts[1:])), (starts, ends)
     assert ends[-1] <= duration_s + 0.01, (ends[-1], duration_s)
 

@@ -161,6 +161,8 @@ async def create_speech(body: SpeechRequest, request: Request) -> Response:
         raise
     api = "sse" if body.stream_format == "sse" else "json" if body.timestamps else "http"
     timer = state.word_timer(("speech", id(stream))) if body.timestamps else None
+    if timer is not None:  # a word too long for one segment is found in it, and timed as one word
+        timer.expect(body.input)
     media = {"sse": "text/event-stream", "json": "application/json"}.get(api, encoder.content_type)
     headers = {"X-Lyre-SSML-Warnings": "; ".join(stream.warnings)[:2000]} if stream.warnings else None
     return WatchedStreamingResponse(_body(state, stream, encoder, api, received, exits, timer,
@@ -199,12 +201,12 @@ async def _body(state: ServerState, stream: Any, encoder: StreamEncoder, api: st
                 told = len(stream.cuts)
             if timer is not None:  # after the audio: word times never hold it back
                 timer.add(chunk)
-                timer.follow(stream.spoken)
+                timer.follow(stream.spoken, _cut(stream))
                 for event in _word_events(timer.ready(), api, words, stretch):
                     yield event
         tail = encoder.feed(stretch.flush()) + encoder.finish()
         if timer is not None:
-            timer.follow(stream.spoken)
+            timer.follow(stream.spoken, _cut(stream))
         if api == "sse":
             if tail:
                 yield _sse({"type": "speech.audio.delta", "audio": base64.b64encode(tail).decode()})
@@ -252,6 +254,11 @@ def _cut_events(stream: Any, told: int) -> Iterator[bytes]:
     """An SSE event for each of the stream's cut segments after the first ``told``."""
     for cut in stream.cuts[told:]:
         yield _sse({"type": "speech.segment_cut", **cut.event()})
+
+
+def _cut(stream: Any) -> set[int]:
+    """The indices of the stream's segments cut on their budgets (their words not spoken are not timed)."""
+    return {cut.segment for cut in stream.cuts}
 
 
 def _spoken_text(stream: Any) -> str:
