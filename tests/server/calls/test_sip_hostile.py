@@ -28,7 +28,7 @@ from lyre.server.calls.sip_transport import GatedTcp, allowed_networks
 
 RING_S = 1.5  # --sip-ring: time for the tests to act on a call that rings
 # The fuzzer's messages and seed; the long run: LYRE_SIP_FUZZ_MESSAGES=20000.
-FUZZ_MESSAGES = int(os.environ.get("LYRE_SIP_FUZZ_MESSAGES", "1500"))
+FUZZ_MESSAGES = int(os.environ.get("LYRE_SIP_FUZZ_MESSAGES", "1000"))
 FUZZ_SEED = int(os.environ.get("LYRE_SIP_FUZZ_SEED", "1"))
 SESSION = {"max_speech_tokens": 35, "audio": {"input": {"transcription": {"language": "en"}}}}
 
