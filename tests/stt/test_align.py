@@ -72,13 +72,6 @@ def test_a_stop_closure_inside_a_word_is_not_taken_for_a_pause() -> None:
 
 
 @pytest.fixture(scope="module")
-def phones() -> Iterator[PhoneAligner]:
-    aligner = PhoneAligner()
-    yield aligner
-    aligner.close()
-
-
-@pytest.fixture(scope="module")
 def continuous() -> list[KnownUtterance]:
     return truth_set()
 

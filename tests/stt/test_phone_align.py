@@ -10,7 +10,6 @@ others do not.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -24,13 +23,6 @@ from speech import SENTENCES
 # CPU's arithmetic and fail the old placement.
 END_P95_S, END_WITHIN_50MS = 0.03, 0.94
 HELD_OUT = tuple(s for s in SENTENCES if s not in ALIGN_SENTENCES)
-
-
-@pytest.fixture(scope="module")
-def phones() -> Iterator[PhoneAligner]:
-    aligner = PhoneAligner()
-    yield aligner
-    aligner.close()
 
 
 @pytest.fixture(scope="module")
