@@ -91,7 +91,7 @@ class SipServer:
             uas.on_reinvite = self._reinvite
             uas.on_bye = lambda call, request: self._ended(call.call_id, "bye")
             uas.on_cancel = lambda request, addr: self._ended(request.call_id or "", "cancel")
-            uas.on_ack_timeout = lambda call: self._ended(call.call_id, "no_ack")
+            uas.on_ack_timeout = lambda call: self._ended(call.call_id, "no_ack", call)
             uas.on_transfer_progress = self._transfer_progress
             await uas.start()
             transport.on_message = functools.partial(self._arrived, uas)
@@ -285,18 +285,23 @@ class SipServer:
             self._ended(call_id, outcome)
 
     def _forget(self, call: IncomingCall | None) -> None:
-        """aiosipua's record of the call and its INVITE transaction dropped (an ACK that comes after is ignored)."""
+        """aiosipua's record of the call and its INVITE transaction dropped (an ACK that comes after is ignored),
+        and its timers stopped: a 200 still waiting for its ACK is not sent again, and its ACK timeout (which
+        aiosipua applies to whatever call holds the Call-ID by then) never comes."""
         if call is None:
             return
+        call._stop_retransmissions()
         uas = self._uas(call)
         if uas._calls.get(call.call_id) is call:
             del uas._calls[call.call_id]
         uas._remove_invite_transaction(call.invite)
 
-    def _ended(self, call_id: str, outcome: str) -> None:
-        self.transfers.forget(call_id)
-        if (held := self.calls.pop(call_id, None)) is None:
+    def _ended(self, call_id: str, outcome: str, call: IncomingCall | None = None) -> None:
+        """The call under ``call_id`` closed (if ``call`` is named: only if it is that call)."""
+        if (held := self.calls.get(call_id)) is None or call not in (None, held[0]):
             return
+        del self.calls[call_id]
+        self.transfers.forget(call_id)
         if self._udp is not None:
             self._udp.record_routes.pop(call_id, None)
         self.metrics.calls.labels(outcome).inc()

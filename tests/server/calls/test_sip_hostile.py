@@ -295,3 +295,29 @@ def test_the_sip_and_rtp_fuzzer_leaves_nothing_behind_and_the_server_still_answe
     sip.wait_idle(timeout_s=45)
     log = sip.server.output()
     assert "could not be taken" not in log and "media (" not in log, log[-3000:]
+
+
+
+def test_a_call_lyre_hangs_up_before_its_ack_sends_no_more_answers(sip: Sip) -> None:
+    """A caller that never ACKs lyre's 200 and goes silent: lyre hangs up (BYE), and from then on its 200 is not
+    sent again. Once, it went on for 32 s, and at the end aiosipua's ACK timeout closed whatever call had the
+    Call-ID by then: a new call with it was ended without a BYE, and its INVITE transaction was kept for good."""
+    line, peer = SipLine(sip.port), RtpPeer()
+    try:
+        line.send(invite(line, "never-acked", rtp_port=peer.port))
+        found = line.answer_to("INVITE")
+        assert found is not None and found[0] == 200
+        peer.answered()
+        peer.talk(b"", until=lambda: True)  # one packet, then nothing: lyre hangs up when the media is gone
+        bye = line.request_from_lyre("BYE", timeout_s=25)
+        assert bye is not None, "lyre kept a call with no ACK and no media"
+        line.respond(bye)
+        after = []
+        deadline = time.monotonic() + 4.5  # aiosipua resends a 200 at least every 4 s (T2)
+        while (text := line.read(deadline - time.monotonic())) is not None:
+            after.append(text.split("\r\n", 1)[0])
+        assert after == [], f"lyre went on answering a call it had hung up: {after}"
+    finally:
+        line.close()
+        peer.close()
+    sip.wait_idle()
