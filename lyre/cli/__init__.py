@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from lyre.cli import bench, chat, demo, evaluate, normalize, route, say, serve, train
+from lyre.cli.settings import parse
 from lyre.models.choice import resolve_device_args
 
 __all__ = ["build_parser", "main"]
@@ -21,8 +22,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
     try:
+        args = parse(build_parser(), sys.argv[1:] if argv is None else argv)
+        if getattr(args, "print_config", False):
+            print(args.settings.report())
+            return 0
         resolve_device_args(args)  # "auto" made concrete once, before any config is built from the arguments
         return int(args.run(args))
     except ValueError as exc:  # bad input: say what was wrong, no traceback

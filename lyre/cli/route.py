@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import os
+
+from lyre.cli.settings import add_config_args
 
 __all__ = ["add_parser", "run"]
 
@@ -12,27 +13,29 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     route = sub.add_parser("route", help="route a fleet of lyre servers: one entry point, sticky by voice or session",
                            description="A stateless router in front of the servers registered in Redis "
                                        "(lyre serve --register): consistent hashing with bounded load, "
-                                       "HTTP and WebSocket passed through. 'lyre route status' prints the fleet.")
+                                       "HTTP and WebSocket passed through. 'lyre route status' prints the fleet. "
+                                       "Every flag can also be set by an environment variable (LYRE_ and its "
+                                       "name) or a TOML file (--config).")
     route.add_argument("action", nargs="?", choices=("run", "status"), default="run",
                        help="run the router (default), or print the ring, the servers and the hot voices")
-    route.add_argument("--redis", default=os.environ.get("LYRE_REDIS"),
-                       help="the fleet's Redis, redis://HOST:PORT/DB (default: $LYRE_REDIS)")
+    route.add_argument("--redis",
+                       help="the fleet's Redis, redis://HOST:PORT/DB (default: none)")
     route.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
     route.add_argument("--port", type=int, default=8080)
     route.add_argument("--load-factor", type=float, default=1.25,
                        help="c: a server at c times the fleet's average load is passed over (default: 1.25)")
     route.add_argument("--vnodes", type=int, default=40, help="virtual nodes per server on the ring (default: 40)")
     route.add_argument("--poll", type=float, default=1.0, help="seconds between reads of the fleet (default: 1)")
-    route.add_argument("--admin-key", default=os.environ.get("LYRE_ROUTER_ADMIN_KEY"),
-                       help="turn on the hot-voice admin API for this key (default: $LYRE_ROUTER_ADMIN_KEY; "
+    route.add_argument("--admin-key",
+                       help="turn on the hot-voice admin API for this key (default: none, "
                             "none: off)")
-    route.add_argument("--api-key", default=os.environ.get("LYRE_ROUTER_API_KEY"),
+    route.add_argument("--api-key",
                        help="require this key on every request and socket, before anything else is read, in the "
-                            "forms a server takes (default: $LYRE_ROUTER_API_KEY; none: open)")
-    route.add_argument("--twilio-auth-token", metavar="TOKEN", default=os.environ.get("LYRE_TWILIO_AUTH_TOKEN"),
+                            "forms a server takes (default: none, none: open)")
+    route.add_argument("--twilio-auth-token", metavar="TOKEN",
                        help="with --api-key: let Twilio's webhook and media streams in without the key when they "
                             "carry Twilio's signature, checked with this token (the servers' own); without it they "
-                            "are refused (default: $LYRE_TWILIO_AUTH_TOKEN)")
+                            "are refused (default: none)")
     route.add_argument("--max-inflight", type=int, default=1024,
                        help="requests and sockets open through the router at once; more get 503 (default: 1024)")
     route.add_argument("--max-inflight-per-client", type=int, default=None, metavar="N",
@@ -49,12 +52,13 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                        help="on SIGTERM, seconds the streams and sockets in flight have to finish before they are "
                             "cut (default: 30)")
     route.add_argument("--log-level", default="info")
+    add_config_args(route)
     route.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     if not args.redis:
-        raise ValueError("lyre route needs --redis redis://HOST:PORT (or $LYRE_REDIS)")
+        raise ValueError("lyre route needs --redis redis://HOST:PORT (or LYRE_REDIS)")
     if not args.shutdown_grace >= 0:
         raise ValueError(f"--shutdown-grace must be 0 or more seconds, got {args.shutdown_grace}")
     from lyre.fleet.router import RouterConfig, create_router_app

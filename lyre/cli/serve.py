@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import os
+import json
 import socket
 from dataclasses import fields
 from typing import TYPE_CHECKING
 
+from lyre.cli.settings import add_config_args
 from lyre.models.choice import add_model_args
 
 if TYPE_CHECKING:
@@ -22,7 +23,10 @@ SEND_BUFFER_BYTES = 128 * 1024
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    serve = sub.add_parser("serve", help="run the HTTP and WebSocket server")
+    serve = sub.add_parser("serve", help="run the HTTP and WebSocket server",
+                           description="The HTTP and WebSocket server. Every flag can also be set by an environment "
+                                       "variable (LYRE_ and its name: --max-streams is LYRE_MAX_STREAMS) or a TOML "
+                                       "file (--config).")
     add_model_args(serve)
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
     serve.add_argument("--port", type=int, default=8000)
@@ -57,8 +61,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     kv.add_argument("--prefix-caching", action=argparse.BooleanOptionalAction, default=True,
                     help="keep released blocks findable by their tokens, so a prompt that starts as an earlier "
                          "one did reuses its keys and values, in the TTS and the chat engine (default: on)")
-    serve.add_argument("--api-key", default=os.environ.get("LYRE_API_KEY"),
-                       help="require this Bearer key (default: $LYRE_API_KEY; none: open)")
+    serve.add_argument("--api-key",
+                       help="require this Bearer key (default: none, open)")
     serve.add_argument("--voice-alias", action="append", default=[], metavar="NAME=VOICE",
                        help="let clients call VOICE by NAME (repeatable); OpenAI's voice names (alloy, nova, ...) "
                             "are aliases of the model's voices by default, and this overrides one")
@@ -68,15 +72,15 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     voices.add_argument("--max-adapters", type=int, default=8, help="adapters resident at once (default: 8; 0: none)")
     voices.add_argument("--lora-rank", type=int, default=16,
                         help="the rank each adapter slot holds, lower ranks padded (default: 16, at most 64)")
-    voices.add_argument("--admin-key", default=os.environ.get("LYRE_ADMIN_KEY"),
+    voices.add_argument("--admin-key",
                         help="turn on the admin routes for this key: adapters (/v1/adapters) and reference voice "
-                             "uploads (POST and DELETE /v1/audio/voices) (default: $LYRE_ADMIN_KEY; none: off)")
-    voices.add_argument("--adapter-root", metavar="DIR", default=os.environ.get("LYRE_ADAPTER_ROOT"),
+                             "uploads (POST and DELETE /v1/audio/voices) (default: none, off)")
+    voices.add_argument("--adapter-root", metavar="DIR",
                         help="POST /v1/adapters loads folders only from inside DIR, paths relative to it "
-                             "(default: $LYRE_ADAPTER_ROOT; none: any folder the server can read)")
+                             "(default: none, any folder the server can read)")
     reference = serve.add_argument_group("voices from a reference clip")
-    reference.add_argument("--voices-dir", metavar="DIR", default=os.environ.get("LYRE_VOICES_DIR"),
-                           help="keep uploaded voices here (default: $LYRE_VOICES_DIR, else the lyre cache's "
+    reference.add_argument("--voices-dir", metavar="DIR",
+                           help="keep uploaded voices here (default: the lyre cache's "
                                 "voices folder for the codec)")
     reference.add_argument("--allow-reference-voices", action="store_true",
                            help="speak reference voices on a model not known to (Orpheus's pretrained checkpoints "
@@ -99,10 +103,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                        help="lyre's pipeline, or the naive baseline (transformers generate per request; "
                             "needs transformers) to compare against (default: lyre)")
     serve.add_argument("--log-level", default="info")
-    serve.add_argument("--forwarded-allow-ips", metavar="IPS", default=os.environ.get("LYRE_FORWARDED_ALLOW_IPS"),
+    serve.add_argument("--forwarded-allow-ips", metavar="IPS",
                        help="the proxies in front of this server (lyre route, HAProxy, nginx) whose X-Forwarded-For "
                             "and X-Forwarded-Proto it believes: comma-separated addresses or networks, or * "
-                            "(default: $LYRE_FORWARDED_ALLOW_IPS; none: every client is who its connection says, "
+                            "(default: none, every client is who its connection says, "
                             "so no one on this host can pass as another address)")
     gpu = serve.add_argument_group("engine and codec on a GPU")
     gpu.add_argument("--attention", choices=("sdpa", "flex"),
@@ -178,24 +182,24 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                        help="a STUN or TURN server for WebRTC calls (POST /v1/realtime/calls) behind NAT, e.g. "
                             "stun:stun.example.com:3478 or turn:USER:PASSWORD@turn.example.com:3478?transport=udp; "
                             "repeatable (default: none, host candidates only, enough on one machine or network)")
-    agent.add_argument("--twilio-auth-token", metavar="TOKEN", default=os.environ.get("LYRE_TWILIO_AUTH_TOKEN"),
+    agent.add_argument("--twilio-auth-token", metavar="TOKEN",
                        help="take phone calls through Twilio (POST /v1/twilio/voice, the media stream) only with "
                             "this account's request signature (X-Twilio-Signature), and without the API key, "
                             "which Twilio cannot send; a stream only with the one-call credential the webhook "
-                            "puts in its URL (default: $LYRE_TWILIO_AUTH_TOKEN; none: not checked)")
-    agent.add_argument("--sip", metavar="HOST:PORT", default=os.environ.get("LYRE_SIP"),
+                            "puts in its URL (default: none, not checked)")
+    agent.add_argument("--sip", metavar="HOST:PORT",
                        help="answer SIP calls (UDP and TCP) at HOST:PORT, e.g. 0.0.0.0:5060: a trunk or PBX sends "
                             "its INVITEs here and each call talks with the agent, G.711 (PCMU or PCMA) over RTP "
-                            "(default: $LYRE_SIP; none: no SIP)")
+                            "(default: none, no SIP)")
     agent.add_argument("--sip-allow", dest="sip_allow", action="append", metavar="CIDR",
                        help="take SIP messages only from this network (e.g. 203.0.113.0/24, your trunk's); repeatable; "
                             "others are dropped unanswered (default: loopback only)")
-    agent.add_argument("--sip-auth", metavar="USER:PASSWORD", default=os.environ.get("LYRE_SIP_AUTH"),
+    agent.add_argument("--sip-auth", metavar="USER:PASSWORD",
                        help="take SIP calls from outside --sip-allow too, when they authenticate with this user and "
-                            "password (digest, 401 challenge) (default: $LYRE_SIP_AUTH; none: only --sip-allow)")
-    agent.add_argument("--sip-advertise", metavar="IP", default=os.environ.get("LYRE_SIP_ADVERTISE"),
+                            "password (digest, 401 challenge) (default: none, only --sip-allow)")
+    agent.add_argument("--sip-advertise", metavar="IP",
                        help="the IP address a SIP call's Contact and SDP give out, e.g. the public one behind NAT "
-                            "(default: $LYRE_SIP_ADVERTISE; none: the --sip host, or with 0.0.0.0 the local address "
+                            "(default: none, the --sip host, or with 0.0.0.0 the local address "
                             "the route to the caller leaves from)")
     agent.add_argument("--sip-ring", dest="sip_ring_s", type=float, default=0.0, metavar="SECONDS",
                        help="let a SIP call ring this long (180 Ringing) before answering it (default: 0)")
@@ -206,17 +210,18 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     agent.add_argument("--sip-transfer", dest="sip_transfers", action="append", default=[], metavar="NAME=URI",
                        help="a target the agent's transfer_call tool may hand a SIP call to (REFER), e.g. "
                             "sales=sip:sales@pbx.example.com; repeatable; none: no transfers")
+    add_config_args(serve)
     serve.set_defaults(run=run)
 
 
 def _add_fleet_args(serve: argparse.ArgumentParser) -> None:
     fleet = serve.add_argument_group("fleet membership (behind lyre route)")
-    fleet.add_argument("--register", metavar="REDIS_URL", default=os.environ.get("LYRE_REGISTER"),
+    fleet.add_argument("--register", metavar="REDIS_URL",
                        help="join the fleet in this Redis (redis://HOST:PORT/DB): heartbeat address, capacity, "
-                            "load and resident adapters, drain on shutdown (default: $LYRE_REGISTER; none: alone)")
-    fleet.add_argument("--advertise", metavar="URL", default=os.environ.get("LYRE_ADVERTISE"),
+                            "load and resident adapters, drain on shutdown (default: none, alone)")
+    fleet.add_argument("--advertise", metavar="URL",
                        help="the URL routers reach this server at, e.g. http://10.0.0.7:8000 "
-                            "(default: $LYRE_ADVERTISE)")
+                            "(default: none)")
     fleet.add_argument("--fleet-ttl", type=float, default=3.0,
                        help="seconds the fleet record outlives the last heartbeat (default: 3)")
 
@@ -244,6 +249,7 @@ def run(args: argparse.Namespace) -> int:
         sip_allow=tuple(args.sip_allow) if args.sip_allow else ServerConfig.sip_allow,
         sip_sessions=tuple(sip_session(s) for s in args.sip_sessions),
         sip_transfers=tuple(transfer_target(t) for t in args.sip_transfers),
+        settings_json=json.dumps(args.settings.as_json()) if hasattr(args, "settings") else None,
     )
     config = ServerConfig(**given)
     if config.tts:

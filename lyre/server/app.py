@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import sys
 import time
@@ -24,6 +25,7 @@ from lyre.server.calls import twilio_stream, webrtc
 from lyre.server.routes import adapters_api, alignments, audio_speech, completions, transcriptions, voices_api
 from lyre.server.sockets import realtime_socket, tts_socket
 from lyre.server.admission import Admission
+from lyre.server.auth import is_admin
 from lyre.server.aligner import Aligner
 from lyre.server.config import ServerConfig, sip_address
 from lyre.server.errors import document_errors, error_response, install_error_handlers
@@ -237,14 +239,18 @@ def create_app(config: ServerConfig, tts: Synthesizer | None = None) -> FastAPI:
     @app.get("/health")
     async def health(request: Request) -> dict[str, Any]:
         """Alive (the process answers); ``summary``: what it serves and how (the start-up summary's facts),
-        null until the models are loaded; ``kv_cache``: each engine's blocks now (``tts``, ``chat``)."""
+        null until the models are loaded; ``kv_cache``: each engine's blocks now (``tts``, ``chat``); and to the
+        admin key, ``settings``: each setting's value (secrets masked) and where it came from."""
         state: ServerState | None = getattr(request.app.state, "lyre", None)
         if state is None:
             return {"status": "ok", "summary": None, "kv_cache": None}
         engines = {"tts": state.tts.engine_stats() if state.tts is not None else None,
                    "chat": state.chat.stats() if state.chat is not None else None}
-        return {"status": "ok", "summary": summary_json(build_summary(state)),
-                "kv_cache": {name: kv_cache_json(stats) for name, stats in engines.items() if stats is not None}}
+        health = {"status": "ok", "summary": summary_json(build_summary(state)),
+                  "kv_cache": {name: kv_cache_json(stats) for name, stats in engines.items() if stats is not None}}
+        if config.settings_json is not None and is_admin(request, config.admin_key):
+            health["settings"] = json.loads(config.settings_json)
+        return health
 
     @app.get("/ready", responses={503: {"description": "Loading, warming up, shutting down, or an engine failed"}})
     async def ready(request: Request) -> JSONResponse:

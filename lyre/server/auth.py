@@ -10,7 +10,12 @@ from starlette.exceptions import HTTPException
 from lyre.common.api_keys import authorized, matches, offered_key
 from lyre.server.errors import error_response
 
-__all__ = ["authorized", "refuse_socket", "refuse_unauthorized", "require_admin"]
+__all__ = ["authorized", "is_admin", "refuse_socket", "refuse_unauthorized", "require_admin"]
+
+
+def is_admin(request: Request, admin_key: str | None) -> bool:
+    """The request carries the admin key (there is one)."""
+    return admin_key is not None and matches(offered_key(request.headers, header="x-admin-key", param=None), admin_key)
 
 
 def require_admin(request: Request, off: str) -> None:
@@ -19,7 +24,7 @@ def require_admin(request: Request, off: str) -> None:
     expected = request.app.state.lyre.config.admin_key
     if expected is None:
         raise HTTPException(404, off)
-    if not matches(offered_key(request.headers, header="x-admin-key", param=None), expected):
+    if not is_admin(request, expected):
         raise HTTPException(401, "missing or wrong admin key (send Authorization: Bearer ADMIN_KEY)",
                             headers={"WWW-Authenticate": "Bearer"})
 

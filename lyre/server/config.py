@@ -97,6 +97,9 @@ class ServerConfig:
     # number "": every other call's
     sip_sessions: tuple[tuple[str, str], ...] = ()
     sip_transfers: tuple[tuple[str, str], ...] = ()  # (name, sip:/tel: URI): where transfer_call may send a call
+    # The settings the server was started with and where each came from (secrets masked), as JSON: /health
+    # shows them to the admin key
+    settings_json: str | None = None
 
     def __post_init__(self) -> None:
         # Devices are resolved once (the pipeline's by ServingConfig): every check below and every model
