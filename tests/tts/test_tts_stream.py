@@ -64,7 +64,7 @@ def test_same_seed_gives_the_same_start_alone_or_beside_other_requests(tts: TTS)
     alone, busy = asyncio.run(main())
     # The same seed draws the same numbers in a batch, but batched logits equal the lone ones only within
     # float error, so on some CPU a draw partway through may fall the other way and the two part from there
-    # (README, Sampling). The first frames come from the first few draws, which float error cannot flip in
+    # (docs/architecture/engine.md, Sampling). The first frames come from the first few draws, which float error cannot flip in
     # practice. So: a nearly identical start, and another seed's is not.
     start = 3 * SAMPLES_PER_FRAME
     assert min(len(alone), len(busy[0]), len(busy[1])) >= start
