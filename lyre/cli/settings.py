@@ -19,7 +19,7 @@ environment.
 The parser stays the one description of the settings (names, types, choices, help): this module reads it,
 so a flag added there is a variable, a key and a line of the reference (lyre.cli.reference) at once.
 Bad input is a ValueError naming the key or variable, the file and line, what it takes and the closest
-known name. (pydantic-settings would have needed the 90 flags written a second time as a model, beside the
+known name. (pydantic-settings would have needed the 85 flags written a second time as a model, beside the
 parser that documents them, and would still not say which flag a variable stands for.)
 """
 
