@@ -17,7 +17,7 @@ import re
 from collections.abc import Mapping, Sequence
 from types import ModuleType
 
-from lyre.text import en
+from lyre.text import de, en, es, fr, hi, it, ko, zh
 from lyre.text.said import Said
 
 __all__ = ["LANGUAGES", "TextFront", "rules_for"]
@@ -25,7 +25,8 @@ __all__ = ["LANGUAGES", "TextFront", "rules_for"]
 log = logging.getLogger("lyre.text")
 
 # A language's package: read_words, joins, may_continue, say_as (see lyre.text.en).
-LANGUAGES: dict[str, ModuleType] = {"en": en}
+LANGUAGES: dict[str, ModuleType] = {"en": en, "de": de, "fr": fr, "es": es, "it": it, "zh": zh, "cmn": zh, "ko": ko,
+                                    "hi": hi}
 _LANGUAGE_TAG = re.compile(r"[A-Za-z]{2,3}(?:[-_][A-Za-z0-9]{1,8})*")
 
 
