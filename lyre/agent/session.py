@@ -15,6 +15,13 @@ silence, or earlier when the semantic end-of-turn model is sure
 lyre.agent.client_events, which calls this session's actions (`update`,
 `add_item`, `truncate`, `respond`, `cancel_response`). Barge-in, and each
 reply kept in the history cut to what was heard: lyre.agent.replies.
+
+The session's language is its transcription's (``audio.input.transcription.language``), or, where the
+client named none, the first language Whisper hears the caller speak that the model has voices in and that
+is not English (English is what a session is taken to be in until then). It is pinned for the rest of the
+session's transcription, asked of the chat model (lyre.agent.think.in_language), and chosen in the voice: a
+voice of another language gives way to the model's first voice of the session's (a voice of the wrong
+language mispronounces every word), which ``session.updated`` shows and says why under ``lyre.refused``.
 """
 
 from __future__ import annotations
@@ -36,14 +43,15 @@ from lyre.agent.events import BETA, GA, AgentSettings, new_id, session_object
 from lyre.agent.replies import Replies
 from lyre.agent.reply import Reply, ReplySpec
 from lyre.agent.response_request import ResponseRequest
-from lyre.agent.session_update import SessionUpdate
+from lyre.agent.session_update import SessionUpdate, fit_voice
 from lyre.agent.speculation import Speculator
-from lyre.agent.think import Thinker, ThinkOptions
+from lyre.agent.think import Thinker, ThinkOptions, in_language
 from lyre.stt import PcmResampler, RealtimeConfig, RealtimeError, RealtimeSession, Transcriber, WordAligner, error_event
 from lyre.stt.realtime_events import session_object as heard_object
 from lyre.stt.utterances import Utterance
 from lyre.stt.whisper import Transcript
-from lyre.tts import Synthesizer
+from lyre.tts import Synthesizer, Voices
+from lyre.tts.checkpoints import primary_language
 
 __all__ = ["AgentConfig", "AgentSession"]
 
@@ -73,10 +81,13 @@ class AgentSession:
         speaks the beta protocol (it said so with ``OpenAI-Beta: realtime=v1``), so the session opens in it."""
         self.id = new_id("sess")
         self.config = config
-        self.settings = AgentSettings(names=BETA if beta else GA)
         self.conversation = Conversation()
         self._stt = transcriber
         self._tts = tts
+        self._voices: Voices | None = getattr(tts, "voices", None)  # (a stand-in pipeline may list none)
+        self.settings = AgentSettings(names=BETA if beta else GA)
+        if self._voices is not None and not self._speaks(self.settings.voice):  # a model without the default
+            self.settings = replace(self.settings, voice=self._voices.default)
         self._thinker = thinker
         self._emit = emit
         self._end_of_turn = end_of_turn
@@ -113,6 +124,12 @@ class AgentSession:
     @property
     def supports_tools(self) -> bool:
         return self._thinker.supports_tools
+
+    @property
+    def language(self) -> str | None:
+        """The session's language: its transcription's, as the client set it or as first heard (None: not
+        named, and no other language than English heard yet)."""
+        return self.ear.settings.language
 
     @property
     def max_speech_tokens(self) -> int:
@@ -159,8 +176,11 @@ class AgentSession:
             except RealtimeError as exc:
                 update.errors.append(exc)
                 settings = replace(settings, voice=self.settings.voice)
+        language = self.language
         if heard is not None:
             await self.ear.receive(json.dumps(heard))
+        if (settings.voice, self.language) != (self.settings.voice, language):
+            settings = self._fit_voice(settings, update.refused)
         for error in update.errors:
             self.report(error, client_event_id)
         for refusal in update.refused:
@@ -168,6 +188,34 @@ class AgentSession:
         self.settings = settings
         self.ear.pause_ms = self.config.realtime.pause_ms if settings.speculative else None
         self._send("session.updated", session=self._session_object(update.refused))
+
+    def _speaks(self, voice: str | None) -> bool:
+        try:
+            self._tts.check_voice(voice)
+        except ValueError:
+            return False
+        return True
+
+    def _fit_voice(self, settings: AgentSettings, notes: list[RealtimeError]) -> AgentSettings:
+        """`fit_voice` to the session's language, its note (if any) added to ``notes``."""
+        settings, note = fit_voice(settings, self._voices, self.language)
+        notes.extend([note] if note is not None else [])
+        return settings
+
+    def _adopt_language(self, transcript: Transcript) -> None:
+        """A session whose language was never named takes the first other language than English it hears in,
+        where the model has voices in it: the transcription is pinned to it and the voice follows, told in a
+        ``session.updated``. A speculative reply started before goes (it thought in the old language)."""
+        heard = primary_language(transcript.language)
+        if (self.language is not None or heard in (None, "en") or self._voices is None
+                or heard not in self._voices.spoken_languages()):
+            return
+        self.ear.settings = replace(self.ear.settings, language=heard)
+        notes: list[RealtimeError] = []
+        self.settings = self._fit_voice(self.settings, notes)
+        log.info("session %s heard %s: it goes on in it, voice %s", self.id, heard, self.settings.voice)
+        self._speculator.drop()
+        self._send("session.updated", session=self._session_object(notes))
 
     def check_voice(self, voice: str | None, param: str) -> None:
         try:
@@ -208,7 +256,7 @@ class AgentSession:
         one's own input."""
         request = request or ResponseRequest.of(self.settings)
         if not request.in_conversation:  # out of band: beside whatever the conversation is doing
-            messages = self.conversation.messages(request.instructions, items=items)
+            messages = self.conversation.messages(in_language(request.instructions, self.language), items=items)
             reply = self._new_reply(messages, held=False, request=request)
             self._side.add(reply)
             reply.done.add_done_callback(lambda _: self._side.discard(reply))
@@ -281,6 +329,8 @@ class AgentSession:
         committed = item.id in self._untranscribed
         self._untranscribed.discard(item.id)
         heard = transcript.text.strip() if transcript is not None else ""
+        if transcript is not None and heard:
+            self._adopt_language(transcript)
         entry = self.conversation.find(item.id)
         if entry is None and not committed and heard:  # a turn never committed to the client: it joins now
             entry = {"id": item.id, "type": "message", "role": "user", "text": None, "audio": True}
@@ -307,14 +357,16 @@ class AgentSession:
     def _start_reply(self, held: bool, request: ResponseRequest | None = None) -> Reply:
         self._quiet_again()
         request = request or ResponseRequest.of(self.settings)
-        reply = self._new_reply(self.conversation.messages(request.instructions), held, request=request)
+        reply = self._new_reply(self.conversation.messages(in_language(request.instructions, self.language)), held,
+                                request=request)
         self._replies.replace(reply)
         self._replies.start(reply)
         return reply
 
     def _think_ahead(self, user: dict[str, Any], possible_end: float) -> Reply:
         """A held reply to ``user``, the words so far of a turn that may have ended at ``possible_end``."""
-        reply = self._new_reply(self.conversation.messages(self.settings.instructions, user), held=True,
+        reply = self._new_reply(self.conversation.messages(in_language(self.settings.instructions, self.language),
+                                                           user), held=True,
                                 possible_end=possible_end)
         self._replies.start(reply)
         return reply

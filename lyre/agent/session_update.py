@@ -37,9 +37,11 @@ from typing import Any
 
 from lyre.agent.events import BETA, GA, AgentSettings
 from lyre.stt.realtime_events import ENCODINGS, RealtimeError, expect_object
+from lyre.tts.checkpoints import language_name, primary_language
+from lyre.tts.voices import Voices
 
-__all__ = ["SessionUpdate", "no_tools", "read_agent_update", "read_max_output_tokens", "read_modalities",
-           "read_tool_choice", "read_tools"]
+__all__ = ["SessionUpdate", "fit_voice", "no_tools", "read_agent_update", "read_max_output_tokens",
+           "read_modalities", "read_tool_choice", "read_tools"]
 
 _MAX_INSTRUCTIONS = 16_000
 _MAX_TOOLS = 32
@@ -247,6 +249,26 @@ def _read_lyre(session: dict[str, Any], changes: dict[str, Any], max_speech_toke
             raise RealtimeError(f"{where} must be a whole number from 1 to {_MAX_FIRST_SENTENCES}, got {n!r}",
                                 param=where)
         changes["first_sentences"] = n
+
+
+def fit_voice(settings: AgentSettings, voices: Voices | None, language: str | None,
+              ) -> tuple[AgentSettings, RealtimeError | None]:
+    """``settings`` with a voice that speaks ``language`` (the session's), and a note for
+    ``session.updated``'s ``lyre.refused`` when the voice had to give way: a model voice of another language
+    gives way to the model's first voice in this one; where the model has none in it, it goes on, and the
+    note says so. A voice of unknown language (cloned, from a reference clip, or not given one) is left."""
+    code = primary_language(language)
+    spoken = voices.language_of(settings.voice) if voices is not None else None
+    if voices is None or code is None or spoken is None or spoken == code:
+        return settings, None
+    param = "session.voice" if settings.names is BETA else "session.audio.output.voice"
+    other = voices.voice_for(code)
+    said = f"{param}: {settings.voice!r} speaks {language_name(spoken)}, not the session's {language_name(code)}"
+    if other is None:
+        return settings, RealtimeError(f"{said}; this model has no voice in {language_name(code)}, so "
+                                       f"{settings.voice!r} goes on speaking", "language_mismatch", param)
+    return replace(settings, voice=other), RealtimeError(f"{said}: {other!r} speaks instead", "language_mismatch",
+                                                         param)
 
 
 def no_tools(param: str) -> RealtimeError:

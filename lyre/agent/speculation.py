@@ -28,7 +28,7 @@ from lyre.stt.whisper import Transcript
 
 __all__ = ["Speculator", "Think", "same_words"]
 
-_WORDS = re.compile(r"[a-z0-9']+")
+_WORDS = re.compile(r"[^\W_]+(?:'[^\W_]+)*")  # letters and digits of any script
 _FRESH_SAMPLES = 1_600  # a partial that stopped 100 ms short of the silence has heard the last word
 
 Think = Callable[[dict[str, Any], float], Reply]  # the user's item so far, its possible end -> a held reply

@@ -5,7 +5,9 @@
     async for piece in thinker.reply(messages, tools, ThinkOptions(max_tokens=100, tool_choice="auto")):
         ...  # str: the next text; ToolCallDelta: part of a function call; ThinkUsage: tokens, at the end
 
-Messages are OpenAI chat messages. A failure (unreachable endpoint, an error
+Messages are OpenAI chat messages; a session in a language other than
+English tells the chat model so at the end of its instructions (`in_language`).
+A failure (unreachable endpoint, an error
 status, a stream that breaks off) raises `ThinkError` naming it, and closing
 the iterator early frees what the reply held (the engine slot, the connection).
 """
@@ -20,8 +22,10 @@ from typing import Any, Protocol
 import httpx
 
 from lyre.llm import Chat, ChatBusy, ChatOptions, ChatRequestError
+from lyre.tts.checkpoints import language_name, primary_language
 
-__all__ = ["LocalThinker", "RemoteThinker", "ThinkError", "ThinkOptions", "ThinkUsage", "Thinker", "ToolCallDelta"]
+__all__ = ["LocalThinker", "RemoteThinker", "ThinkError", "ThinkOptions", "ThinkUsage", "Thinker", "ToolCallDelta",
+           "in_language"]
 
 _MAX_TOKENS = 200  # a spoken reply: a few sentences
 _TEMPERATURE = 0.7
@@ -58,6 +62,19 @@ class ThinkUsage:
 
 
 Piece = str | ToolCallDelta | ThinkUsage
+
+
+def in_language(instructions: str, language: str | None) -> str:
+    """``instructions`` ending with a line that asks for replies in ``language`` (a tag such as ``de``).
+
+    English, or no language, adds nothing: the chat models answer in English unless told otherwise, and a
+    session that never named its language keeps its instructions as written."""
+    code = primary_language(language)
+    if code is None or code == "en":
+        return instructions
+    name = language_name(code)
+    asked = f"Reply in {name}." if name != code else f"Reply in the language whose ISO 639-1 code is {code!r}."
+    return f"{instructions}\n\n{asked}" if instructions.strip() else asked
 
 
 class Thinker(Protocol):

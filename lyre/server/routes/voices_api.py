@@ -1,7 +1,8 @@
 """The voices a server speaks, and voices made from a reference clip.
 
-    GET    /v1/audio/voices            every voice: the model's, OpenAI's names for them, cloned voices
-                                       (adapters), reference voices (``kind: "reference"``)
+    GET    /v1/audio/voices            every voice: the model's (with its ``language`` where known), OpenAI's
+                                       names for them, cloned voices (adapters), reference voices
+                                       (``kind: "reference"``)
     POST   /v1/audio/voices            multipart ``name``, ``file``, optional ``text``: a voice from a clip
     DELETE /v1/audio/voices/{name}     forget a reference voice
 
@@ -77,7 +78,8 @@ def is_admin(method: str, path: str) -> bool:
 
 @router.get(VOICES_PATH, responses={404: error_doc("Text to speech is not served by this server")})
 async def list_voices(request: Request) -> dict[str, list[dict[str, Any]]]:
-    """The model's voices, OpenAI's voice names with the voice each stands for (``alias_of``), the cloned
+    """The model's voices, OpenAI's voice names with the voice each stands for (``alias_of``), each with the
+    ``language`` it speaks (an ISO 639-1 code, where the model's checkpoint or voices.json says), the cloned
     voices (LoRA adapters, ``adapter: true``) with the speaker name their prompts use, then the voices made
     from a reference clip (``kind: "reference"``) with their duration and text."""
     tts = request.app.state.lyre.require_tts()
