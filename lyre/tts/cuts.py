@@ -55,10 +55,13 @@ class SegmentBudgets:
     """One stream's segments: the max_tokens each started with, and those that ran out of them (each counted in
     ``counts`` and logged as it happens)."""
 
-    def __init__(self, limit: int, capped: bool, counts: CutCounts, request_id: str) -> None:
-        """``limit``: the stream's max_tokens; ``capped``: the client set it, as a cap on every segment."""
+    def __init__(self, limit: int, capped: bool, counts: CutCounts, request_id: str,
+                 language: str | None = None) -> None:
+        """``limit``: the stream's max_tokens; ``capped``: the client set it, as a cap on every segment;
+        ``language``: the text's (a BCP-47 tag), whose speaking rate sets each segment's budget."""
         self.limit = limit
         self.capped = capped
+        self.language = language
         self.segments: list[tuple[str, int]] = []  # each segment's written text and max_tokens, as started
         self.cuts: list[SegmentCut] = []
         self._counts = counts
@@ -66,8 +69,8 @@ class SegmentBudgets:
 
     def tokens(self, spoken: str, positions: int) -> int:
         """A segment's max_tokens: the client's cap, else what its ``spoken`` words need, within the
-        ``positions`` its request has left after its prompt (and the stream's limit)."""
-        return self.limit if self.capped else speech_tokens(spoken, min(self.limit, positions))
+        ``positions`` its request has left after its prompt (and the stream's limit), at its language's rate."""
+        return self.limit if self.capped else speech_tokens(spoken, min(self.limit, positions), self.language)
 
     def started(self, written: str, tokens: int) -> None:
         self.segments.append((written, tokens))

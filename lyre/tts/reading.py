@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from lyre.text.front_end import TextFront, rules_for
 from lyre.text.said import Pause, Said
 from lyre.text.ssml import Boundary, Fixed, Text, is_ssml, parse_ssml
+from lyre.tts.budget import chars_for_script
 from lyre.tts.intake import TextIntake
 from lyre.tts.text import TextError, clean
 
@@ -75,7 +76,8 @@ def ssml_items(document: str, front: TextFront, options: TextOptions, max_chars:
     def close_block() -> None:
         if words:
             said = front.read_words(words, options.language, options.normalize, fixed)
-            items.extend(split_said(said, max_chars))
+            # Sized for English: fewer characters of a slower script (lyre.tts.budget).
+            items.extend(split_said(said, chars_for_script(" ".join(words), max_chars)))
         words.clear()
         fixed.clear()
 

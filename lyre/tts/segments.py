@@ -10,15 +10,16 @@ from __future__ import annotations
 import re
 import unicodedata
 
-from lyre.orpheus import EMOTIVE_TAGS
+from lyre.tts.checkpoints import ALL_TAGS
 from lyre.text.front_end import TextFront
+from lyre.tts.budget import chars_for_script
 from lyre.tts.text import _MIN_SEGMENT_CHARS, DEFAULT_SEGMENT_CHARS, clean
 
 __all__ = ["IncrementalSplitter", "split_segments"]
 
 
-_TERMINATORS = frozenset(".!?\u0964\u0965")  # Latin marks and the Devanagari danda
-_CJK_TERMINATORS = frozenset("。！？")  # end a sentence with or without a space after
+_TERMINATORS = frozenset(".!?")  # end a sentence before a space, or before a letter of a script without spaces
+_CJK_TERMINATORS = frozenset("。！？\u0964\u0965")  # CJK marks and the danda: with or without a space after
 _CLOSERS = frozenset("\"')]}»›」』）】》〉")  # may follow a terminator inside the sentence
 _CLAUSE_MARKS = frozenset(",;:")
 _CJK_CLAUSE_MARKS = frozenset("、，；：")
@@ -26,19 +27,23 @@ _ABBREVIATIONS = frozenset(
     "mr mrs ms dr prof sr jr st mt vs cf e.g i.e a.m p.m u.s u.k approx inc ltd co gen col lt sgt capt rev".split()
 )  # "etc." is left out: it ends sentences more often than not
 _WORD_OPENERS = "\"'([{¿¡"
-_EMOTIVE = re.compile("|".join(map(re.escape, EMOTIVE_TAGS)), re.IGNORECASE)
-_LONGEST_TAG = max(map(len, EMOTIVE_TAGS))
+_EMOTIVE = re.compile("|".join(map(re.escape, ALL_TAGS)), re.IGNORECASE)
+_LONGEST_TAG = max(map(len, ALL_TAGS))
 
 
-def _is_cjk(ch: str) -> bool:
-    """Han, kana, hangul or CJK punctuation: scripts that need no space after ``!``, ``?`` or ``,``."""
+def _is_ideograph(ch: str) -> bool:
+    """Han or kana, or CJK punctuation: text cut between any two of them splits no word."""
     return (
         "\u3000" <= ch <= "\u30ff"
         or "\u3400" <= ch <= "\u9fff"
-        or "\uac00" <= ch <= "\ud7af"
         or "\uf900" <= ch <= "\ufaff"
         or "\U00020000" <= ch <= "\U0002ffff"
     )
+
+
+def _is_cjk(ch: str) -> bool:
+    """Han, kana, hangul, Devanagari or CJK punctuation: scripts whose text needs no space after ``. ! ? ,``."""
+    return _is_ideograph(ch) or "\uac00" <= ch <= "\ud7af" or "\u0900" <= ch <= "\u097f"
 
 
 def _abbreviation(text: str, dot: int) -> bool:
@@ -47,7 +52,8 @@ def _abbreviation(text: str, dot: int) -> bool:
     while start > 0 and not text[start - 1].isspace():
         start -= 1
     word = text[start:dot].lstrip(_WORD_OPENERS).lower()
-    return word in _ABBREVIATIONS or (len(word) == 1 and word.isalpha())
+    # An initial is a letter with case: Korean "네." ("yes.") is a word of one syllable.
+    return word in _ABBREVIATIONS or (len(word) == 1 and word.isalpha() and word != word.upper())
 
 
 def _sentence_end(text: str, p: int, final: bool) -> bool:
@@ -65,8 +71,8 @@ def _sentence_end(text: str, p: int, final: bool) -> bool:
         return True
     if mark not in _TERMINATORS:
         return False
-    if p < len(text) and not (text[p].isspace() or (mark in "!?" and _is_cjk(text[p]))):
-        return False  # "3.5", "e.g"
+    if p < len(text) and not (text[p].isspace() or (_is_cjk(text[p]) and not text[q - 2: q - 1].isdigit())):
+        return False  # "3.5", "e.g"; but "요.다음", "吧!今天"
     return not (mark == "." and _abbreviation(text, q - 1))
 
 
@@ -92,8 +98,28 @@ def _word_end(text: str, p: int) -> bool:
     return not (right and TextFront.joins(left, right[0]))
 
 
+def _in_word(text: str, p: int) -> bool:
+    """Whether ``p`` falls inside a word or a number ("3,5", "1.000"): between two letters, digits or marks, not
+    next to Han or kana (Chinese and Japanese may be cut before or after any of theirs)."""
+    def part(ch: str) -> bool:
+        return ch.isalnum() or unicodedata.category(ch)[0] == "M"
+
+    left, right = text[p - 1], text[p]
+    if part(left) and part(right):
+        return not (_is_ideograph(left) or _is_ideograph(right))
+    if left in ".,:":
+        return right.isdigit() and p >= 2 and text[p - 2].isdigit()
+    return right in ".,:" and left.isdigit() and text[p + 1: p + 2].isdigit()
+
+
 def _hard_cut(text: str, p: int) -> int:
-    """Cut inside a word at ``p``, moved back off combining marks and out of emotive tags."""
+    """Cut at ``p``: moved back to the start of the word or number it falls in, where one starts after the text's
+    start (else inside the word, off combining marks), and out of emotive tags."""
+    start = p
+    while start > 0 and _in_word(text, start):
+        start -= 1
+    if start > 0:
+        p = start
     while p > 1 and unicodedata.category(text[p])[0] == "M":
         p -= 1
     for tag in _EMOTIVE.finditer(text, max(0, p - _LONGEST_TAG), p + _LONGEST_TAG):
@@ -120,6 +146,12 @@ def _best_cut(text: str, max_chars: int) -> int:
     return _hard_cut(text, max_chars)
 
 
+def _limit(text: str, max_chars: int) -> int:
+    """The characters a segment starting ``text`` may hold: ``max_chars`` are sized for English's speaking rate
+    (lyre.tts.budget), fewer for a slower script (Mandarin, Korean, Hindi) so its budget fits the same room."""
+    return chars_for_script(text[:max_chars], max_chars)
+
+
 def _check_max_chars(max_chars: int) -> None:
     if max_chars < _MIN_SEGMENT_CHARS:
         raise ValueError(f"max_chars must be >= {_MIN_SEGMENT_CHARS}, got {max_chars}")
@@ -128,18 +160,23 @@ def _check_max_chars(max_chars: int) -> None:
 def split_segments(text: str, max_chars: int = DEFAULT_SEGMENT_CHARS) -> list[str]:
     """Cut normalised ``text`` into segments of at most ``max_chars`` characters.
 
-    Sentences (ending in ``. ! ? ...`` before a space, or ``。！？``; not after
-    abbreviations, initials or inside numbers) are merged greedily while
-    they fit. A sentence too long for one segment is cut at clause marks
-    (``, ; :`` and `` - ``), then between words, and only inside a word that
-    is itself longer than ``max_chars``; never inside an emotive tag.
+    ``max_chars`` is sized for English; text mostly in a slower script
+    (Han, Hangul, Devanagari) gets fewer, in proportion to its speaking rate
+    (lyre.tts.budget). Sentences (ending in ``. ! ? ...`` before a space or
+    a letter of those scripts, or ``。！？`` and the danda ``। ॥`` before
+    anything; not after abbreviations, initials or inside numbers) are
+    merged greedily while they fit. A sentence too long for one segment is
+    cut at clause marks (``, ; :`` and `` - ``, ``，、；：`` before anything),
+    then between words, and only inside a word that is itself longer than
+    the segment (between any two Han characters, but not inside a number or
+    a Latin word among them); never inside an emotive tag.
     ``" ".join(segments)`` is ``text`` up to whitespace at the cuts.
     """
     _check_max_chars(max_chars)
     segments = []
     rest = text.strip()
-    while len(rest) > max_chars:
-        p = _best_cut(rest, max_chars)
+    while len(rest) > (limit := _limit(rest, max_chars)):
+        p = _best_cut(rest, limit)
         segments.append(rest[:p].rstrip())
         rest = rest[p:].lstrip()
     if rest:
@@ -166,12 +203,12 @@ def _in_open_tag(raw: str) -> bool:
 def _stable_end(raw: str, start: int) -> int:
     """The last cut in ``raw`` at or after ``start`` that later text cannot change the cleaning of.
 
-    That is just after whitespace, or just after a CJK mark outside a
-    possible tag; 0 when there is none.
+    That is just after whitespace, or just after a CJK mark or a danda
+    outside a possible tag; 0 when there is none.
     """
     for b in range(len(raw), max(start, 0), -1):
         ch = raw[b - 1]
-        if ch.isspace() or (ch in "。！？，、；：" and not _in_open_tag(raw[:b])):
+        if ch.isspace() or (ch in "。！？，、；：\u0964\u0965" and not _in_open_tag(raw[:b])):
             return b
     return 0
 
@@ -243,13 +280,15 @@ class IncrementalSplitter:
         segments: list[str] = []
         while self._text.strip():
             text = self._text
-            if len(text.rstrip()) > self.max_chars:
+            limit = _limit(text, self.max_chars)  # final once max_chars characters have come
+            if (final or len(text.rstrip()) > self.max_chars) and len(text.rstrip()) > limit:
                 # Enough text to decide the cut exactly as split_segments would.
-                p = _best_cut(text, self.max_chars)
+                p = _best_cut(text, limit)
             elif final:
                 p = len(text)
             else:
-                p = next((p for p in range(len(text), 0, -1) if _sentence_end(text, p, final=False)), 0)
+                ends = range(min(len(text), limit), 0, -1)
+                p = next((p for p in ends if _sentence_end(text, p, final=False)), 0)
                 if not p or p < self.min_chars:
                     break
             segments.append(text[:p].strip())

@@ -81,14 +81,14 @@ class SpeechStream:
         self.frames = self.samples = self.trimmed_samples = 0
         self.prompt_tokens = 0
         self.finish_reasons: list[FinishReason] = []  # one per segment
-        self.budgets = SegmentBudgets(sampling.max_tokens, capped, context.cuts, request_id)
+        self.text = text or TextOptions()
+        self.budgets = SegmentBudgets(sampling.max_tokens, capped, context.cuts, request_id, self.text.language)
         self.cuts: list[SegmentCut] = self.budgets.cuts  # segments that ran out before end-of-speech, so far
         self.created_at = time.perf_counter()
         self.first_chunk_at: float | None = None
         self.segment_started: list[float] = []  # when each segment's generation was submitted
         self.segment_done: list[float] = []  # when each segment's last chunk was handed out
         self.sampling = sampling  # the stream's; each segment's seed follows from its seed
-        self.text = text or TextOptions()
         self._said = SpokenSegments()
         self._deadlines = ListenerDeadlines(context, self.clock, streamed)
         if streamed:  # its listener counts for admission from now (lyre.tts.listeners) until it ends or closes

@@ -9,7 +9,7 @@ import functools
 import re
 import unicodedata
 
-from lyre.orpheus import EMOTIVE_TAGS
+from lyre.tts.checkpoints import ALL_TAGS
 
 __all__ = ["DEFAULT_SEGMENT_CHARS", "MAX_INPUT_CHARS", "TextError", "clean", "normalize"]
 
@@ -33,13 +33,20 @@ _TYPOGRAPHIC = str.maketrans(
 )
 # NFKC writes "1½" as "11⁄2": a vulgar fraction after a digit gets a space first ("1 1/2").
 _FRACTION_AFTER_DIGIT = re.compile(r"(?<=\d)(?=[\u00bc-\u00be\u2150-\u215e])")
-# A tag holds no whitespace, so "a < b and c > d" is prose, not a tag.
-_TAG = re.compile(r"(<[^\s<>]+>)")
+# A tag holds no whitespace, so "a < b and c > d" is prose, not a tag; the known tags that hold a space
+# (Korean's "<작은 웃음>") are found by name.
+_KNOWN_TAGS = frozenset(tag.lower() for tag in ALL_TAGS)
+_TAG = re.compile("(" + "".join(f"{re.escape(t)}|" for t in ALL_TAGS if " " in t) + r"<[^\s<>]+>)")
 _ASCII_KEPT = frozenset(".,!?;:'\"-()[]/$%&@#+=")
 _KEPT_SYMBOLS = frozenset("°")
 # List markers and reference marks: punctuation the model has no sound for.
 _DROPPED_PUNCTUATION = frozenset("•‣⁃†‡§¶※⁂⁎")
 _SPACES = re.compile(r"\s+")
+# Chinese, Japanese and Korean text is punctuated in full width: those marks stay as written, where NFKC would
+# make them ASCII, except straight after a Latin letter or a digit ("Ｈｉ！", "3，5": ASCII there). The Chinese
+# ellipsis (two or more "…") stays too. Ideographic marks (。、「」《》) and the danda (।॥) NFKC leaves alone.
+_WIDE_MARKS = "，！？：；（）［］｛｝"
+_WIDE_KEPT = re.compile(f"([{_WIDE_MARKS}]|\u2026{{2,}})")
 
 
 class TextError(ValueError):
@@ -67,9 +74,10 @@ def _speakable(ch: str) -> str:
 
 
 def _keep_tag(tag: str) -> str:
-    """An emotive tag in lowercase; every other tag (``<|eot_id|>``, ``<b>``) goes."""
+    """An emotive tag (one a known checkpoint was trained on, lyre.tts.checkpoints) in lowercase; every other
+    tag (``<|eot_id|>``, ``<b>``) goes."""
     tag = tag.lower()
-    return tag if tag in EMOTIVE_TAGS else ""
+    return tag if tag in _KNOWN_TAGS else ""
 
 
 def clean(text: str) -> str:
@@ -78,8 +86,7 @@ def clean(text: str) -> str:
     Cleaning two pieces cut just after whitespace gives the same text as
     cleaning them joined, which lets `IncrementalSplitter` clean as it goes.
     """
-    text = unicodedata.normalize("NFKC", _FRACTION_AFTER_DIGIT.sub(" ", text))
-    text = _RANGE_DASH.sub("-", text).translate(_TYPOGRAPHIC)
+    text = _fold(text)
     out: list[str] = []
     last = " "  # the last character kept
     # re.split with a group alternates prose (even indices) and tags (odd).
@@ -94,6 +101,28 @@ def clean(text: str) -> str:
     return _SPACES.sub(" ", unicodedata.normalize("NFC", "".join(out)))
 
 
+def _fold_plain(text: str) -> str:
+    text = unicodedata.normalize("NFKC", _FRACTION_AFTER_DIGIT.sub(" ", text))
+    return _RANGE_DASH.sub("-", text).translate(_TYPOGRAPHIC)
+
+
+def _fold(text: str) -> str:
+    """NFKC and ASCII punctuation, full-width marks kept. Whether a mark stays depends on the character just
+    before it alone, so text cut after any character folds the same in pieces as whole."""
+    parts = _WIDE_KEPT.split(text)  # plain text (even indices) and full-width marks (odd)
+    out: list[str] = []
+    plain: list[str] = []
+    for i, part in enumerate(parts):
+        before = parts[i - 1][-1:] if i else ""
+        if i % 2 and not (part in _WIDE_MARKS and unicodedata.normalize("NFKC", before).isascii()
+                          and unicodedata.normalize("NFKC", before).isalnum()):
+            out += [_fold_plain("".join(plain)), part]
+            plain.clear()
+        else:
+            plain.append(part)
+    return "".join([*out, _fold_plain("".join(plain))])
+
+
 def _is_mark(ch: str) -> bool:
     return len(ch) == 1 and unicodedata.category(ch)[0] == "M"
 
@@ -101,7 +130,8 @@ def _is_mark(ch: str) -> bool:
 def normalize(text: str, max_chars: int = MAX_INPUT_CHARS) -> str:
     """Speakable text for Orpheus, or `TextError` naming what is wrong with ``text``.
 
-    Checks the raw length against ``max_chars``, then applies NFKC, maps
+    Checks the raw length against ``max_chars``, then applies NFKC (but
+    keeps full-width CJK punctuation, "，！？：；（）", as written), maps
     typographic quotes, dashes and ellipses to ASCII, keeps the Orpheus
     emotive tags (lowercased) and drops every other ``<...>`` tag, stray
     angle brackets, control characters, emoji and symbols other than common

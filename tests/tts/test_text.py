@@ -186,12 +186,18 @@ def test_abbreviations_initials_and_decimals_do_not_end_sentences() -> None:
     ]
 
 
+# Segments are sized for English: 113 characters' budget holds 20 of Mandarin (lyre.tts.budget).
+_HAN_20 = 113
+
+
 def test_cjk_sentences_need_no_space() -> None:
     text = "你好。我很好！你呢？我也很好，谢谢你的关心，真的非常感谢你一直以来的帮助和支持。"
-    assert split_segments(text, 20) == ["你好。我很好！你呢？", "我也很好，谢谢你的关心，", "真的非常感谢你一直以来的帮助和支持。"]
-    # NFKC turns "！" into "!", which then needs no space before Chinese text either.
+    assert split_segments(text, _HAN_20) == ["你好。我很好！你呢？", "我也很好，谢谢你的关心，", "真的非常感谢你一直以来的帮助和支持。"]
+    # Full-width marks stay as written; "!" needs no space before Chinese text either.
     text = normalize("我们走吧！今天天气很好，我们去公园玩吧，然后一起吃饭好不好？")
-    assert split_segments(text, 20) == ["我们走吧!", "今天天气很好,我们去公园玩吧,", "然后一起吃饭好不好?"]
+    assert split_segments(text, _HAN_20) == ["我们走吧！", "今天天气很好，我们去公园玩吧，", "然后一起吃饭好不好？"]
+    assert split_segments("我们走吧!今天天气很好,我们去公园玩吧,然后一起吃饭好不好?", _HAN_20) == [
+        "我们走吧!", "今天天气很好,我们去公园玩吧,", "然后一起吃饭好不好?"]
 
 
 def test_long_sentence_is_cut_at_clauses_before_spaces() -> None:
@@ -315,7 +321,7 @@ def test_a_tag_is_never_cut_while_its_end_may_still_come() -> None:
 
 
 def test_cjk_stream_is_cut_at_cjk_marks() -> None:
-    outputs = _stream(["你好", "。我很", "好。你"], 20, 0)
+    outputs = _stream(["你好", "。我很", "好。你"], _HAN_20, 0)
     assert outputs == [[], [], ["你好。"], ["我很好。你"]]
 
 
