@@ -20,6 +20,7 @@ from typing import Any
 
 from lyre.agent.events import EventNames
 from lyre.stt.realtime_events import RealtimeError
+from lyre.stt.words import UNSPACED_LANGUAGES, joined, script_language, written_words
 
 __all__ = ["LAST", "MAX_ITEMS", "Conversation", "heard_text", "item_object"]
 
@@ -165,9 +166,19 @@ def item_object(item: dict[str, Any], names: EventNames) -> dict[str, Any]:
 
 
 def heard_text(text: str, heard_ms: float, audio_ms: float) -> str:
-    """The part of ``text`` spoken in the first ``heard_ms`` of its ``audio_ms``, to a whole word."""
+    """The part of ``text`` spoken in the first ``heard_ms`` of its ``audio_ms``, by its length, to a whole word
+    (in a text written without spaces, such as Mandarin, to a whole word of `written_words`)."""
     if audio_ms <= 0 or heard_ms >= audio_ms:
         return text
+    if script_language(text) in UNSPACED_LANGUAGES:
+        words = written_words(text)
+        budget, kept = max(0.0, heard_ms) / audio_ms * sum(len(w) for w in words), []
+        for word in words:
+            budget -= len(word)
+            if budget < 0:
+                break
+            kept.append(word)
+        return joined(kept)
     cut = int(len(text) * max(0.0, heard_ms) / audio_ms)
     while 0 < cut < len(text) and not text[cut].isspace():
         cut -= 1

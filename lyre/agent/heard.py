@@ -14,6 +14,7 @@ import numpy as np
 
 from lyre.agent.conversation import heard_text
 from lyre.stt import AlignedWord, WordAligner, WordTimer
+from lyre.stt.words import joined
 
 __all__ = ["SpokenReplies", "heard_words", "word_objects"]
 
@@ -23,28 +24,36 @@ _CHARS_PER_S = 14.0
 
 
 async def heard_words(segments: Sequence[Any], pcm: list[np.ndarray], rate: int, heard_ms: float,
-                      aligner: WordAligner, session: Hashable) -> tuple[str, list[AlignedWord]]:
+                      aligner: WordAligner, session: Hashable,
+                      language: str | None = None) -> tuple[str, list[AlignedWord]]:
     """The text heard in the first ``heard_ms`` of audio ``pcm`` (int16 chunks at ``rate``) whose
     ``segments`` (each with ``text``, ``start`` and ``end`` in samples) speak it: each segment heard whole,
     then the words of the one playing at the cut that end by then; and that segment's words with their
-    times. If it cannot be aligned, that segment is cut by its text's length instead."""
+    times. If it cannot be aligned, that segment is cut by its text's length instead. Words and segments are
+    joined with a space where their script writes one (not between Chinese or Japanese words). ``language``:
+    the reply's, where known (None: by its script, else English; see `WordTimer`)."""
     cut = heard_ms * rate / 1000
     heard = [s.text for s in segments if s.end <= cut]
     playing = next((s for s in segments if s.start < cut < s.end), None)
     found: list[AlignedWord] = []
     if playing is not None and not playing.whole:  # still being made: by a natural rate
         expected = len(playing.text) / _CHARS_PER_S * rate
-        heard.append(heard_text(playing.text, cut - playing.start, max(playing.end - playing.start, expected)))
+        heard.append(_by_length(playing.text, cut - playing.start, max(playing.end - playing.start, expected)))
     elif playing is not None:
-        timer = WordTimer(aligner, session, rate=rate)
+        timer = WordTimer(aligner, session, rate=rate, language=language)
         timer.add(np.concatenate(pcm))
         timer.segment(playing.text, playing.start, playing.end, getattr(playing, "said", None))
         found = [w for words in await timer.rest() for w in words]
         if found:
-            heard.append(" ".join(w.text for w in found if 1000 * w.end <= heard_ms))
+            heard.append(joined(w.text for w in found if 1000 * w.end <= heard_ms))
         else:  # no words to place (tags only), or no aligner: by the segment's length
-            heard.append(heard_text(playing.text, cut - playing.start, playing.end - playing.start))
-    return " ".join(part.strip() for part in heard if part.strip()), found
+            heard.append(_by_length(playing.text, cut - playing.start, playing.end - playing.start))
+    return joined(heard), found
+
+
+def _by_length(text: str, heard: float, total: float) -> str:
+    """The part of ``text`` said in ``heard`` of its ``total`` length of audio, by its length (`heard_text`)."""
+    return heard_text(text, heard, total)
 
 
 def word_objects(words: list[AlignedWord]) -> list[dict[str, Any]]:

@@ -35,6 +35,7 @@ from lyre.stt import (
     Transcriber,
 )
 from lyre.stt.phone_align import LANGUAGES as PHONE_LANGUAGES
+from lyre.stt.words import script_language
 
 __all__ = ["ALIGNER_AUTO", "ALIGNER_CHOICES", "ALIGNER_OFF", "ALIGNER_PHONES", "ALIGNER_WHISPER", "Aligner",
            "AlignerStats", "AlignerUnavailable", "word_timestamps"]
@@ -96,10 +97,13 @@ class Aligner:
     async def align(self, audio: np.ndarray, words: list[str], language: str | None,
                     session: Hashable, partial: bool = False) -> Alignment:
         """When each of ``words`` is spoken in ``audio`` (float32, 16 kHz, at most 30 s): by phones where
-        they speak the language, else (or where they fail, under ``auto``) by Whisper. ``partial``: the audio
+        they speak the language (English, or no language, unless the words are in a script English is not
+        written in), else (or where they fail, under ``auto``) by Whisper. ``partial``: the audio
         may stop before the words do (see `lyre.stt.word_timer.WordAligner`)."""
         if self.off:
             raise AlignerUnavailable("word timestamps are off on this server (started with --aligner off)")
+        if language in (None, "en"):  # the default, where the words' script says otherwise (Chinese, Hindi)
+            language = script_language(" ".join(words)) or language
         await self.check_language(language)
         if self._by_phones(language):
             phones = await self._phone_aligner()

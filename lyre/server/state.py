@@ -56,11 +56,13 @@ class ServerState:
         """It can hold a /v1/realtime conversation: it hears, thinks and speaks."""
         return self.stt is not None and self.tts is not None and self.thinker is not None
 
-    def word_timer(self, session: Hashable) -> WordTimer | None:
-        """Word times for one speech stream; None where they are off (``--aligner off``)."""
+    def word_timer(self, session: Hashable, language: str | None = None) -> WordTimer | None:
+        """Word times for one speech stream; None where they are off (``--aligner off``). ``language``: the
+        text's tag ("de", "zh-CN"; None: each segment's by its script, else English)."""
         if self.aligner is None or self.aligner.off:
             return None
-        return WordTimer(self.aligner, session)
+        return WordTimer(self.aligner, session, language=language.split("-")[0].split("_")[0].lower()
+                         if language else None)
 
     def require_tts(self) -> Synthesizer:
         """The TTS pipeline; a 404 when text to speech is off."""

@@ -12,6 +12,12 @@ speech (tests/align_truth.py, benchmarks/align.py) that snapping still helps
 behind the phone aligner (lyre.stt.phone_align), which English uses; this one
 serves the other languages Whisper speaks.
 
+Where the heads lose the audio altogether (speech they cannot follow, noise such
+as the demo TTS model's), the warping path stays on one word and piles the rest
+at the end, 10 ms each: such a stretch is spread over its time by the words'
+lengths (`spread_piled`) rather than told as one word lasting the whole audio
+(what a Mandarin text over the demo TTS model's noise got).
+
 Words come back as `lyre.stt.words.written_words` gives them.
 """
 
@@ -26,11 +32,12 @@ import numpy as np
 
 from lyre.stt.audio import SAMPLE_RATE
 from lyre.stt.window import FULL_WINDOW_FRAMES, SAMPLES_PER_FRAME
+from lyre.stt.words import UNSPACED_LANGUAGES
 
 if TYPE_CHECKING:
     from faster_whisper import WhisperModel
 
-__all__ = ["AlignedWord", "Alignment", "TextTooLongToAlign", "align_passes", "snap_to_voice"]
+__all__ = ["AlignedWord", "Alignment", "TextTooLongToAlign", "align_passes", "snap_to_voice", "spread_piled"]
 
 _ENCODER_FRAMES_PER_S = 50  # one encoder frame per 20 ms
 _PAD_FRAMES = 100  # feature frames (10 ms) of silence after the audio in the encoded window
@@ -49,6 +56,9 @@ _VOICE_FLOOR_DBFS = -55.0  # and above this, whatever the peak
 _MIN_PAUSE_FRAMES = 8
 _MIN_WORD_S = 0.01  # every word keeps at least one frame
 _PAUSE_REACH_S = 0.3  # how far from the alignment heads' boundary a pause may be and still be it
+# A word longer than 1 s, and than 0.3 s a letter (Mandarin's slowest syllable, held at a sentence's end, is
+# about half that), next to words of under 30 ms (none is said so fast): the heads lost the audio there.
+_STRETCHED_S, _STRETCHED_PER_LETTER_S, _PILED_S = 1.0, 0.3, 0.03
 
 
 @dataclass(frozen=True)
@@ -90,7 +100,10 @@ def align_passes(model: WhisperModel, audios: list[np.ndarray], texts: list[list
     frames = encoded_frames(max(a.size for a in audios))
     features = np.stack([pad_or_trim(model.feature_extractor(a)[..., :-1], frames) for a in audios])
     encoded = model.encode(features)
-    per_word = [[tokenizer.encode(" " + word) for word in words] for words in texts]
+    # Whisper writes a space before each word of a spaced language, and none between Chinese or Japanese words:
+    # their tokens as it writes them.
+    space = "" if language in UNSPACED_LANGUAGES else " "
+    per_word = [[tokenizer.encode(space + word) for word in words] for words in texts]
     tokens = [[t for word in words for t in word] for words in per_word]
     room = _DECODER_POSITIONS - len(tokenizer.sot_sequence) - 1
     results: dict[int, object] = {i: TextTooLongToAlign(
@@ -120,6 +133,7 @@ def align_passes(model: WhisperModel, audios: list[np.ndarray], texts: list[list
         shift = offsets[i] / SAMPLE_RATE
         starts, ends = np.clip(starts + shift, 0, duration), np.clip(ends + shift, 0, duration)
         spans = snap_to_voice(audio, starts, ends) if snap else _ordered(list(starts), list(ends), duration)
+        spans = spread_piled(words, spans)
         out.append(Alignment(tuple(AlignedWord(w, round(s, 3), round(e, 3)) for w, (s, e) in zip(words, spans)),
                              duration))
     return out
@@ -204,6 +218,24 @@ def snap_to_voice(audio: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> li
             start, end = (first + inside[0]) * frame_s, (first + inside[-1] + 1) * frame_s
         spans.append((start, end))
     return _ordered([a for a, _ in spans], [b for _, b in spans], audio.size / SAMPLE_RATE)
+
+
+def spread_piled(words: list[str], spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """``spans``, or where the alignment lost the audio, its words spread evenly by letters (letters and
+    digits, at least one a word) over the time of the stretch it lost: from the first to the last of its
+    words that are far too long for their letters (see `_STRETCHED_S`) or under 30 ms. Lost means both kinds
+    are there: words under 30 ms alone are the end of a segment cut before its text (its words not said), a
+    long word alone a held syllable or a pause no snapping found."""
+    letters = [max(1, sum(ch.isalnum() for ch in word)) for word in words]
+    lengths = [end - start for start, end in spans]
+    stretched = [i for i, n in enumerate(lengths) if n > max(_STRETCHED_S, _STRETCHED_PER_LETTER_S * letters[i])]
+    piled = [i for i, n in enumerate(lengths) if n < _PILED_S]
+    if not stretched or not piled:
+        return list(spans)
+    first, last = min(stretched + piled), max(stretched + piled)
+    a, b = spans[first][0], spans[last][1]
+    edges = a + (b - a) * np.cumsum([0, *letters[first:last + 1]]) / sum(letters[first:last + 1])
+    return [*spans[:first], *((float(x), float(y)) for x, y in zip(edges[:-1], edges[1:])), *spans[last + 1:]]
 
 
 def _ordered(starts: list[float], ends: list[float], duration: float) -> list[tuple[float, float]]:

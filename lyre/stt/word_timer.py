@@ -16,6 +16,11 @@ or, where segments may end long before the next audio (text that arrives as a la
     async for words in timer.results():    # on a task of its own, until timer.finish() and the last one
         send(words)
 
+Each segment is aligned in the timer's ``language``, or where it names none, the
+one its text's script says (`script_language`: Chinese characters Mandarin,
+Hangul Korean, Devanagari Hindi), else English; its words as `written_words`
+gives them (Mandarin's by jieba's dictionary, Japanese by character).
+
 Alignments run on the aligner's worker, off the event loop, while the
 audio goes on streaming: word times arrive after the audio they describe, never
 delay it. Times are seconds from the start of the stream, in order (each word
@@ -45,7 +50,7 @@ import numpy as np
 from lyre.stt.align import AlignedWord, Alignment
 from lyre.stt.audio import SAMPLE_RATE, PcmResampler
 from lyre.stt.transcriber import MAX_ALIGN_SECONDS
-from lyre.stt.words import written_words
+from lyre.stt.words import script_language, written_words
 from lyre.text.said import Said
 
 __all__ = ["WordAligner", "WordTimer"]
@@ -115,7 +120,8 @@ class WordTimer:
     """See the module docstring. A segment the ``aligner`` fails on gets no words; the others go on."""
 
     def __init__(self, aligner: WordAligner, session: Hashable, rate: int = 24_000,
-                 language: str = "en") -> None:
+                 language: str | None = None) -> None:
+        """``language``: the text's (None: each segment's by its script, `script_language`, else English)."""
         self._aligner = aligner
         self._session = session
         self._rate = rate
@@ -152,14 +158,15 @@ class WordTimer:
         audio = self._cut(start, end)
         goes_on = self._stops_inside
         self._stops_inside = self._pieces is not None and self._pieces.stops_inside_word(text)
-        timed = said.timed() if said is not None and said.changed else None
-        words = [w for _, spoken in timed for w in spoken] if timed is not None else written_words(text)
+        language = self._language or script_language(text) or "en"
+        timed = _unspaced(said.timed(), language) if said is not None and said.changed else None
+        words = [w for _, spoken in timed for w in spoken] if timed is not None else written_words(text, language)
         if not words or not audio.size:
             return  # nothing to say when: a segment of tags only, or one trimmed to nothing
         written = [w for w, _ in timed] if timed is not None else words
         placed = _Segment(start / self._rate, end / self._rate, len(written), written[0], cut, goes_on,
                           self._stops_inside)
-        self._pending.append((asyncio.create_task(self._align(audio, words, placed, timed)), placed))
+        self._pending.append((asyncio.create_task(self._align(audio, words, language, placed, timed)), placed))
         self._more.set()
 
     def finish(self) -> None:
@@ -256,7 +263,7 @@ class WordTimer:
         held, self._held = self._held, None
         return [[held]] if held is not None else []
 
-    async def _align(self, pcm: np.ndarray, words: list[str], placed: _Segment,
+    async def _align(self, pcm: np.ndarray, words: list[str], language: str, placed: _Segment,
                      timed: list[tuple[str, tuple[str, ...]]] | None = None) -> list[AlignedWord]:
         try:
             resampler = PcmResampler(self._rate)
@@ -265,8 +272,8 @@ class WordTimer:
             # A segment longer than one alignment (a model that talks past its text) is aligned on its
             # first window; its words are placed inside it.
             align, clip, session = self._aligner.align, audio[:limit], self._session
-            found = await (align(clip, words, self._language, session=session, partial=True) if placed.cut
-                           else align(clip, words, self._language, session=session))
+            found = await (align(clip, words, language, session=session, partial=True) if placed.cut
+                           else align(clip, words, language, session=session))
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # no aligner, or the worker busy, closed or failed: no words for this segment
@@ -279,6 +286,16 @@ class WordTimer:
             said.pop()
         spans = said if timed is None else _written(said, timed)
         return [AlignedWord(w.text, w.start + placed.start_s, w.end + placed.start_s) for w in spans]
+
+
+def _unspaced(timed: list[tuple[str, tuple[str, ...]]], language: str) -> list[tuple[str, tuple[str, ...]]]:
+    """``timed`` with each written word that says itself and is several words of a script written without
+    spaces ("我想预订。" said as written, beside "5元" said otherwise) split into those words."""
+    out = []
+    for written, says in timed:
+        pieces = written_words(written, language) if says == (written,) else [written]
+        out += [(piece, (piece,)) for piece in pieces] if len(pieces) > 1 else [(written, says)]
+    return out
 
 
 def _written(spoken: Sequence[AlignedWord], timed: list[tuple[str, tuple[str, ...]]]) -> list[AlignedWord]:

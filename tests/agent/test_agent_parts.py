@@ -412,3 +412,12 @@ def test_a_reply_ended_by_the_sessions_close_arms_no_idle_prompt() -> None:
     session = asyncio.run(run())
     assert session.reply is not None and session.reply.over
     assert session._idle is None
+
+
+def test_what_was_heard_of_a_text_without_spaces_is_cut_to_a_whole_word() -> None:
+    """Mandarin has no spaces to cut at: the cut falls between its words (jieba's), not at nothing."""
+    text = "我们明天早上去公园散步。"
+    half = _heard_text(text, 1000, 2000)
+    assert half and text.startswith(half) and len(half) < len(text)
+    assert _heard_text(text, 0, 2000) == ""
+    assert _heard_text(text, 2500, 2000) == text

@@ -73,7 +73,7 @@ async def create_alignment(
     limit, too_large = upload_limit(request)
     if file.size is not None and file.size > limit:
         raise HTTPException(413, too_large)
-    words = written_words(text)
+    words = written_words(text, language.strip().lower() or None)
     if not words:
         raise InvalidParam("text: no words to align (empty, or only tags and punctuation)", "text")
     language = language.strip().lower() or "en"

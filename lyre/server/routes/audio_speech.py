@@ -8,6 +8,7 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import AsyncExitStack
 from typing import Any, Literal
+from urllib.parse import quote
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
@@ -27,11 +28,13 @@ from lyre.server.routes.voices_api import inline_reference
 from lyre.stt import AlignedWord, WordTimer
 from lyre.tts import AdapterBusy, AdapterError, SpeechOptions, TextOptions
 from lyre.tts.reference_voices import MAX_SECONDS, MIN_SECONDS
+from lyre.tts.voices import LanguageMismatch, Voices
 
 __all__ = ["SpeechRequest", "router"]
 
 ResponseFormat = Literal["pcm", "wav", "mp3", "opus", "flac", "aac", "mulaw", "alaw"]
 assert set(ResponseFormat.__args__) == set(FORMATS)  # type: ignore[attr-defined]
+_HEADER_SAFE = "".join(chr(c) for c in range(32, 127) if chr(c) != "%")  # printable ASCII stays as it is
 _SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "repetition_penalty", "max_tokens", "seed")
 
 
@@ -75,7 +78,8 @@ class SpeechRequest(BaseModel):
                             "the text as written; the server's --no-normalize turns it off for all)")
     language: str | None = Field(None, max_length=35, description="lyre's extra: the text's language (a tag such "
                                  "as 'en' or 'en-US'), choosing how it is read; default English. A language "
-                                 "without rules in lyre is spoken as written")
+                                 "without rules in lyre is spoken as written. A voice of the model known to speak "
+                                 "another language is a 400 naming both")
     ssml: bool = Field(False, description="lyre's extra: input is SSML (also when it starts with <speak>): "
                        "<break>, <say-as>, <sub>, <p>, <s>; anything else is read as its text, named in the "
                        "X-Lyre-SSML-Warnings header. Malformed SSML is a 400 naming the problem")
@@ -100,6 +104,17 @@ class SpeechRequest(BaseModel):
             return TextOptions.of(self.input, self.normalize, self.language, self.ssml)
         except ValueError as exc:
             raise InvalidParam(str(exc), "language") from None
+
+
+def _check_voice_language(voices: Voices, voice: str | None, body: SpeechRequest) -> list[str]:
+    """A 400 when the model's ``voice`` speaks another language than ``body.language`` names; else what of the
+    input's emotive tags the model was not trained on in the voice's language (warnings: as other tags lyre
+    cannot use, they are left out or read as written, and the speech goes on)."""
+    try:
+        voices.check_language(voice, body.language)
+    except LanguageMismatch as exc:
+        raise InvalidParam(f"voice and language disagree: {exc}", exc.param) from None
+    return voices.tag_warnings(voice, body.input)
 
 
 def _sse(event: dict[str, object]) -> bytes:
@@ -131,12 +146,14 @@ async def create_speech(body: SpeechRequest, request: Request) -> Response:
     if body.instructions:
         raise InvalidParam("instructions: not supported by Orpheus; put emotive tags such as <laugh> in the input",
                            "instructions")
+    voice, reading = body.voice or tts.voices.default, body.reading()  # a malformed language first
+    tag_warnings = _check_voice_language(tts.voices, voice if body.reference_audio is None else None, body)
     received = time.perf_counter()
     reference = (await inline_reference(state, tts, body.reference_audio, body.reference_text)
                  if body.reference_audio is not None else None)
-    stream = tts.stream(body.input, body.voice or tts.voices.default, body.options(), trim=body.trim_silence,
+    stream = tts.stream(body.input, voice, body.options(), trim=body.trim_silence,
                         streamed=body.priority == "realtime", reference=reference,
-                        reading=body.reading())  # validates before any work
+                        reading=reading)  # validates before any work
     encoder = make_encoder(body.response_format)
     exits = AsyncExitStack()
     try:
@@ -160,11 +177,14 @@ async def create_speech(body: SpeechRequest, request: Request) -> Response:
             raise HTTPException(503, f"voice {body.voice!r} cannot be loaded: {exc}") from None
         raise
     api = "sse" if body.stream_format == "sse" else "json" if body.timestamps else "http"
-    timer = state.word_timer(("speech", id(stream))) if body.timestamps else None
+    timer = state.word_timer(("speech", id(stream)), body.language) if body.timestamps else None
     if timer is not None:  # a word too long for one segment is found in it, and timed as one word
         timer.expect(body.input)
     media = {"sse": "text/event-stream", "json": "application/json"}.get(api, encoder.content_type)
-    headers = {"X-Lyre-SSML-Warnings": "; ".join(stream.warnings)[:2000]} if stream.warnings else None
+    headers = {"X-Lyre-SSML-Warnings": "; ".join(stream.warnings)[:2000]} if stream.warnings else {}
+    if tag_warnings:
+        # A header is Latin-1: the tags and voices of other scripts travel percent-encoded (UTF-8).
+        headers["X-Lyre-Tag-Warnings"] = quote("; ".join(tag_warnings)[:2000], safe=_HEADER_SAFE)
     return WatchedStreamingResponse(_body(state, stream, encoder, api, received, exits, timer,
                                           TimeStretch(body.speed)), media_type=media, headers=headers,
                                     write_timeout_s=state.config.write_timeout_s,

@@ -62,10 +62,11 @@ class _Context:
     context is never refused halfway through a reply.
     """
 
-    def __init__(self, session: _Session, context_id: str, stream: Any, timestamps: bool) -> None:
+    def __init__(self, session: _Session, context_id: str, stream: Any, timestamps: bool,
+                 language: str | None = None) -> None:
         self.id = context_id
         self.stream = stream
-        self.timer = session.state.word_timer(("ws", id(session), context_id)) if timestamps else None
+        self.timer = session.state.word_timer(("ws", id(session), context_id), language) if timestamps else None
         self.closed = False  # `continue: false` has arrived: no more text
         self.outcome = "cancelled"  # for the requests metric, unless it ends otherwise
         self._session = session
@@ -267,7 +268,8 @@ class _Session:
                                   idle_timeout_s=config.ws_idle_timeout_s, text=settings.reading)
             except ValueError as exc:  # options the pipeline refuses, e.g. max_tokens over its limit
                 raise msg.ContextError(str(exc)) from None
-            context = self.contexts[context_id] = _Context(self, context_id, stream, settings.timestamps)
+            context = self.contexts[context_id] = _Context(self, context_id, stream, settings.timestamps,
+                                                           settings.reading.language)
             self._tasks.add(context.task)
             context.task.add_done_callback(self._tasks.discard)
         elif "voice" in message and msg.voice_of(message, self.state.tts) != (first := context.stream.named):
