@@ -13,8 +13,9 @@ Then German, French, Spanish, Italian, Mandarin, Korean and Hindi: five everyday
 espeak-ng's voice for the language at 120, 150 and 175 words a minute, characters (as lyre cleans them, spaces and
 punctuation included: what the budget counts) per second over the voiced audio; each language's budget rate
 (lyre.tts.budget.LANGUAGE_CHARS_PER_S) is its slowest clip times English's margin, 9 / 10.3. espeak-ng is a
-formant synthesiser whose rates are not a human's: its Mandarin is slower than people speak (about 3 characters
-a second at its normal rate, against 4-5), and it reads Latin letters in Mandarin text as English.
+formant synthesiser whose rates are not a human's. Its ``cmn`` voice reads many Han characters as spelled-out
+pinyin with tone numbers, so Mandarin is spoken from the same sentences in pinyin by ``cmn-latn-pinyin``, and
+its characters (one a syllable) are counted.
 """
 
 from __future__ import annotations
@@ -103,10 +104,22 @@ TEXTS = {
         "इंतज़ार करने के लिए धन्यवाद।",
     ),
 }
+# The Mandarin sentences in pinyin, a syllable for each of their Han characters.
+PINYIN = (
+    "hao3 de5, wo3 ke3 yi3 bang1 ni3.",
+    "ni3 de5 ding4 dan1 jin1 tian1 zao3 shang5 yi3 jing1 fa1 huo4 le5, ying1 gai1 zai4 xing1 qi1 si4 zhong1 wu3 "
+    "yi3 qian2 dao4.",
+    "da4 jie1 shang4 de5 yao4 dian4 jin1 wan3 jiu3 dian3 guan1 men2, dan4 shi4 che1 zhan4 pang2 bian1 na4 jia1 "
+    "yi4 zhi2 kai1 dao4 ban4 ye4.",
+    "ni3 ming2 tian1 you3 liang3 ge4 hui4, yi2 ge4 shi4 shi2 dian3 gen1 she4 ji4 zu3 kai1, ling4 yi2 ge4 zai4 wu3 "
+    "fan4 yi3 hou4, gen1 cai2 wu4 bu4 de5 tong2 shi4 kai1, ta1 men5 xiang3 huan4 dao4 san1 lou2 de5 xiao3 hui4 "
+    "yi4 shi4.",
+    "xie4 xie5 ni3 de5 nai4 xin1 deng3 dai4.",
+)
 ESPEAK = (("en-us", 120), ("en-us", 150), ("en-us", 175), ("en-gb", 120), ("en-gb", 175))
 # Other languages: espeak-ng's voice for each, at its slow and normal rates.
 LANGUAGE_RATES = (120, 150, 175)
-VOICES = {"de": "de", "fr": "fr-fr", "es": "es", "it": "it", "zh": "cmn", "ko": "ko", "hi": "hi"}
+VOICES = {"de": "de", "fr": "fr-fr", "es": "es", "it": "it", "zh": "cmn-latn-pinyin", "ko": "ko", "hi": "hi"}
 # English's budget rate sits this far below its slowest clip (9 against 10.3); every language's keeps the margin.
 MARGIN = 9.0 / 10.3
 
@@ -164,8 +177,9 @@ def _languages() -> None:
     """Each language's clips at espeak-ng's slow and normal rates, and the budget rate the margin gives."""
     print(f"\n{'language':9} {'wpm':>4} {'chars/s voiced (min/median/max)':>32} {'slowest x margin':>17} {'budget':>7}")
     for language, voice in VOICES.items():
-        rates = {wpm: [len(clean(text).strip()) / voiced_seconds(*_espeak(text, voice, wpm))
-                       for text in TEXTS[language]] for wpm in LANGUAGE_RATES}
+        spoken = PINYIN if language == "zh" else TEXTS[language]
+        rates = {wpm: [len(clean(text).strip()) / voiced_seconds(*_espeak(said, voice, wpm))
+                       for text, said in zip(TEXTS[language], spoken)] for wpm in LANGUAGE_RATES}
         slowest = min(min(r) for r in rates.values())
         for wpm, voiced in rates.items():
             print(f"{language:9} {wpm:4} {min(voiced):10.2f} {statistics.median(voiced):10.2f} {max(voiced):10.2f}"

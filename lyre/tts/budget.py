@@ -18,12 +18,14 @@ voiced audio) and set with English's margin below the slowest clip (9 / 10.3):
     fr         13.3-23.2          13.3           11.6
     es         11.0-19.8          11.0           9.6
     it         10.6-18.2          10.6           9.2
-    zh         1.9-3.6            1.9            1.6      (one character a syllable)
+    zh         2.6-5.0            2.6            2.3      (one character a syllable; spoken from pinyin)
     ko         4.5-7.6            4.5            3.9      (one character a syllable, spaces between words)
     hi         9.7-15.9           9.7            8.5
 
-espeak-ng is a formant synthesiser, not a person: its Mandarin runs at 2.9 characters a second at its normal rate
-where people speak 4-5, so Mandarin's budget is generous. A request without a language tag, or with one that has
+espeak-ng is a formant synthesiser, not a person. Its ``cmn`` voice reads many Han characters as spelled-out
+pinyin with tone numbers, far slower than speech, so Mandarin is measured from the same sentences written in
+pinyin and spoken by ``cmn-latn-pinyin`` (a syllable for each character): 4.0-5.0 characters a second at its
+normal rate, as people speak. A request without a language tag, or with one that has
 no rate here, is budgeted by its text's script: mostly Han, Hangul or Devanagari letters take Mandarin's,
 Korean's or Hindi's rate, anything else English's.
 
@@ -44,8 +46,8 @@ __all__ = ["LANGUAGE_CHARS_PER_S", "LEADING_S", "SLOWEST_CHARS_PER_S", "TAG_S", 
 
 SLOWEST_CHARS_PER_S = 9.0  # English's, and every language's without a rate of its own
 # By a language tag's primary subtag ("zh-CN": "zh"); benchmarks/speaking_rate.py measures them.
-LANGUAGE_CHARS_PER_S = {"en": SLOWEST_CHARS_PER_S, "de": 9.8, "fr": 11.6, "es": 9.6, "it": 9.2, "zh": 1.6,
-                        "cmn": 1.6, "ko": 3.9, "hi": 8.5}
+LANGUAGE_CHARS_PER_S = {"en": SLOWEST_CHARS_PER_S, "de": 9.8, "fr": 11.6, "es": 9.6, "it": 9.2, "zh": 2.3,
+                        "cmn": 2.3, "ko": 3.9, "hi": 8.5}
 # The scripts whose letters set a text's rate when its language does not: the language each is measured in.
 _SCRIPT_LANGUAGES = (("CJK UNIFIED IDEOGRAPH", "zh"), ("HANGUL", "ko"), ("DEVANAGARI", "hi"))
 LEADING_S = 1.0

@@ -58,16 +58,16 @@ def test_a_korean_word_of_one_syllable_is_not_an_initial() -> None:
 
 @pytest.mark.parametrize("max_chars", range(150, 220))
 def test_a_cut_among_han_characters_never_splits_a_number_or_a_latin_word(max_chars: int) -> None:
-    text = "我们明天早上" * 5 + "一共花了1.000元" + "我们明天早上" * 5 + "我用iPhone拍照" + "我们明天早上" * 5
+    text = "我们明天早上" * 8 + "一共花了1.000元" + "我们明天早上" * 8 + "我用iPhone拍照" + "我们明天早上" * 8
     segments = split_segments(text, max_chars)
     assert "".join(segments) == text and len(segments) >= 3
     assert "1.000" in "\n".join(segments) and "iPhone" in "\n".join(segments)
 
 
 def test_han_text_is_sized_by_its_speaking_rate() -> None:
-    # 12 sentences of Mandarin in segments sized for 182 English characters: about 32 Mandarin characters each.
+    # 12 sentences of Mandarin in segments sized for 182 English characters: about 46 Mandarin characters each.
     limit = chars_for_script(MANDARIN, 182)
-    assert 25 <= limit <= 40
+    assert 35 <= limit <= 55
     segments = split_segments(MANDARIN, 182)
     assert all(len(s) <= limit for s in segments) and "".join(segments) == MANDARIN
     assert all(s[-1] in "。！？，" for s in segments[:-1])

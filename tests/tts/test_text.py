@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lyre.orpheus import EMOTIVE_TAGS
+from lyre.tts.budget import chars_for_script
 from lyre.tts.segments import IncrementalSplitter, split_segments
 from lyre.tts.text import DEFAULT_SEGMENT_CHARS, MAX_INPUT_CHARS, TextError, normalize
 
@@ -186,8 +187,8 @@ def test_abbreviations_initials_and_decimals_do_not_end_sentences() -> None:
     ]
 
 
-# Segments are sized for English: 113 characters' budget holds 20 of Mandarin (lyre.tts.budget).
-_HAN_20 = 113
+# Segments are sized for English: the English characters whose budget holds 20 of Mandarin (lyre.tts.budget).
+_HAN_20 = next(n for n in range(1, 500) if chars_for_script("好", n) == 20)
 
 
 def test_cjk_sentences_need_no_space() -> None:
