@@ -34,7 +34,8 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+
+from lyre.cli.setting_values import from_text, from_toml, read_value_file, without_password
 
 __all__ = ["COMMANDS", "Settings", "add_config_args", "default_config_path", "command_settings", "parse", "subparser"]
 
@@ -49,7 +50,6 @@ LEGACY_VARIABLES = {("route", "LYRE_ROUTER_API_KEY"): "api_key", ("route", "LYRE
 SECRETS = frozenset({"api_key", "admin_key", "llm_api_key", "twilio_auth_token", "sip_auth"})
 _URLS = frozenset({"register", "redis", "llm_url", "advertise"})  # a password in them is masked
 _NOT_SETTINGS = frozenset({"help", "config", "print_config", "action"})
-_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
 
 @dataclass
@@ -69,7 +69,7 @@ class Settings:
         if name in SECRETS:
             return "********"
         if name in _URLS and isinstance(value, str):
-            return _without_password(value)
+            return without_password(value)
         return value
 
     def as_json(self) -> dict[str, dict[str, Any]]:
@@ -230,10 +230,10 @@ def _read_file(path: Path, command: str, settings: dict[str, _Setting]) -> dict[
         if from_file:
             if not isinstance(value, str):
                 raise ValueError(f"{where}: {key} takes a path to a file, got {value!r}")
-            text = _read_value_file(value, f"{where}: {key}")
-            found[name] = (_from_text(settings[name], text, f"{where}: {name}"), f"file {where}, read from {value}")
+            text = read_value_file(value, f"{where}: {key}")
+            found[name] = (from_text(settings[name], text, f"{where}: {name}"), f"file {where}, read from {value}")
             continue
-        found[name] = (_from_toml(settings[name], value, f"{where}: {key}"), f"file {where}")
+        found[name] = (from_toml(settings[name], value, f"{where}: {key}"), f"file {where}")
     return found
 
 
@@ -259,8 +259,8 @@ def _read_environment(environ: dict[str, str], command: str, settings: dict[str,
         if from_file:
             if PREFIX + name.upper() in environ and environ[PREFIX + name.upper()] != "":
                 raise ValueError(f"{variable} and {PREFIX + name.upper()} are both set: set one")
-            value = _read_value_file(value, variable)
-        found[name] = (_from_text(settings[name], value, variable), f"env {variable}")
+            value = read_value_file(value, variable)
+        found[name] = (from_text(settings[name], value, variable), f"env {variable}")
     return found
 
 
@@ -305,89 +305,3 @@ def _line_of(lines: list[str], key: str, section: str | None, table: bool = Fals
         if pattern.match(line) and (table or current == section):
             return number
     return "?"
-
-
-def _read_value_file(path: str, what: str) -> str:
-    try:
-        text = Path(path).expanduser().read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ValueError(f"{what}: cannot read {path}: {exc.strerror or exc}") from None
-    return text[:-1] if text.endswith("\n") else text
-
-
-def _from_text(setting: _Setting, text: str, what: str) -> Any:
-    """A setting's value from an environment variable's text (a list: one item, or a JSON array)."""
-    action = setting.action
-    if isinstance(action, (argparse._StoreTrueAction, argparse.BooleanOptionalAction)):
-        if text.strip().lower() in _TRUE:
-            return True
-        if text.strip().lower() in _FALSE:
-            return False
-        raise ValueError(f"{what} takes true or false (or 1, 0, yes, no, on, off), got {text!r}")
-    if isinstance(action, argparse._AppendAction):
-        items = [text]
-        if text.lstrip().startswith("["):
-            try:
-                items = json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{what} takes one value or a JSON array of them: {exc}") from None
-            if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
-                raise ValueError(f"{what} takes one value or a JSON array of strings, got {text!r}")
-        return [_one(setting, item, what) for item in items]
-    return _one(setting, text, what)
-
-
-def _one(setting: _Setting, text: str, what: str) -> Any:
-    action = setting.action
-    convert = action.type or str
-    try:
-        value = convert(text)  # type: ignore[operator]
-    except (TypeError, ValueError):
-        raise ValueError(f"{what} takes {setting.kind}, got {text!r}") from None
-    if action.choices and value not in action.choices:
-        raise ValueError(f"{what} takes {setting.kind}, got {text!r}")
-    return value
-
-
-def _from_toml(setting: _Setting, value: Any, what: str) -> Any:
-    """A setting's value from the file, of the type TOML gave it."""
-    action = setting.action
-    bad = ValueError(f"{what} takes {setting.kind}, got {value!r}")
-    if isinstance(action, (argparse._StoreTrueAction, argparse.BooleanOptionalAction)):
-        if not isinstance(value, bool):
-            raise bad
-        return value
-    if isinstance(action, argparse._AppendAction):
-        items = value if isinstance(value, list) else [value]
-        return [_scalar(setting, item, bad) for item in items]
-    return _scalar(setting, value, bad)
-
-
-def _scalar(setting: _Setting, value: Any, bad: ValueError) -> Any:
-    action = setting.action
-    if isinstance(value, bool):
-        raise bad
-    if action.type is int:
-        if not isinstance(value, int):
-            raise bad
-    elif action.type is float:
-        if not isinstance(value, (int, float)):
-            raise bad
-        value = float(value)
-    elif not isinstance(value, str):
-        raise bad
-    if action.choices and value not in action.choices:
-        raise bad
-    return value
-
-
-def _without_password(url: str) -> str:
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return url
-    if parts.password is None:
-        return url
-    host = parts.netloc.rsplit("@", 1)[1]
-    user = f"{parts.username}:" if parts.username else ":"
-    return urlunsplit(parts._replace(netloc=f"{user}********@{host}"))
